@@ -1,0 +1,39 @@
+"""What every stage entry point shares: argument parsing, one-message failures, timing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from pipeline.core.errors import PipelineError
+
+
+def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with the ``--params`` option every stage takes."""
+    p = argparse.ArgumentParser(prog=f"python -m pipeline.stages.{stage}", description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--params", default="params.yaml", help="composed config (python -m pipeline.params writes it)")
+    return p
+
+
+def run(stage: str, body: Callable[[argparse.Namespace], object], args: argparse.Namespace) -> int:
+    """Run ``body(args)``; print a single clear message and return non-zero on a PipelineError."""
+    t0 = time.perf_counter()
+    try:
+        body(args)
+    except PipelineError as e:
+        print(f"\nERROR [{stage}] {e.render()}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"\nERROR [{stage}] interrupted", file=sys.stderr)
+        return 130
+    print(f"[{stage}] done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def main(stage: str, doc: str | None, add_args: Callable[[argparse.ArgumentParser], None], body: Callable[[argparse.Namespace], object], argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` with the stage's own arguments, then :func:`run`."""
+    p = parser(stage, doc)
+    add_args(p)
+    return run(stage, body, p.parse_args(argv))

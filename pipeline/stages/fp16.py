@@ -1,0 +1,127 @@
+"""fp16 stage: FP16 conversion with onnxconverter-common; unsafe op types stay FP32; NaN/Inf refused."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from pipeline.adapters import onnx_tools
+from pipeline.core import atomic
+from pipeline.core.config import ModelConfig, PrecisionConfig, load_config
+from pipeline.core.errors import PrecisionError
+from pipeline.core.samples import load_samples, specs_from_graph
+from pipeline.core.specs import graph_io
+from pipeline.core.stage import main as stage_main
+
+
+def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str] | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
+    """Convert to FP16; returns (model, op types blocked, node names blocked)."""
+    from onnxconverter_common import float16
+
+    ops = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list))
+    nodes = sorted(set(cfg.node_block_list) | set(extra_nodes or []))
+    try:
+        with warnings.catch_warnings():
+            # One warning per clipped constant (hundreds for MiniLM); clipping is configured and reported.
+            warnings.simplefilter("ignore", UserWarning)
+            converted = float16.convert_float_to_float16(
+                model, min_positive_val=cfg.min_positive_val, max_finite_val=cfg.max_finite_val,
+                keep_io_types=cfg.keep_io_types, op_block_list=ops, node_block_list=nodes,
+            )
+    except Exception as e:  # the converter raises ValueError/RuntimeError on unsupported graphs
+        raise PrecisionError(
+            "FP16 conversion failed", fix="add the failing op type to precision.op_block_list",
+            details={"error": f"{type(e).__name__}: {e}"},
+        ) from None
+    fix_float_casts(converted, nodes)
+    return converted, ops, nodes
+
+
+def fix_float_casts(model: onnx.ModelProto, blocked_nodes: list[str]) -> list[str]:
+    """Retarget ``Cast(to=FLOAT)`` nodes whose output the converter declared FLOAT16.
+
+    onnxconverter-common rewrites value_info to float16 but leaves Cast's ``to``
+    attribute alone, so a Cast from int64 (e.g. an attention mask) feeding FP16
+    math makes ONNX Runtime refuse the graph with a type error. Returns the
+    names of the Cast nodes changed.
+    """
+    fp16_values = {
+        vi.name for vi in list(model.graph.value_info) + list(model.graph.output)
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    }
+    changed: list[str] = []
+    for n in model.graph.node:
+        if n.op_type != "Cast" or n.name in blocked_nodes or n.output[0] not in fp16_values:
+            continue
+        for a in n.attribute:
+            if a.name == "to" and a.i == onnx.TensorProto.FLOAT:
+                a.i = onnx.TensorProto.FLOAT16
+                changed.append(n.name)
+    return changed
+
+
+def kept_fp32(model: onnx.ModelProto, ops: list[str], nodes: list[str]) -> list[dict[str, str]]:
+    """Nodes of the source graph that the conversion left in FP32, and why."""
+    out: list[dict[str, str]] = []
+    for n in model.graph.node:
+        if n.name in nodes:
+            out.append({"node": n.name, "op": n.op_type, "reason": "precision.node_block_list"})
+        elif n.op_type in ops:
+            out.append({"node": n.name, "op": n.op_type, "reason": "op type in the FP32 block list"})
+    return out
+
+
+def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> dict[str, Any]:
+    """Convert ``src`` into ``out`` (a temporary path), open a session, run samples, refuse NaN/Inf."""
+    t0 = time.perf_counter()
+    fp32 = onnx_tools.load_model(src, "simplified model")
+    converted, ops, nodes = convert(fp32, cfg)
+    onnx_tools.save_model(converted, out)
+    # Cast/Resize type errors only show when a session is opened, so open one here, not in a later stage.
+    sess = onnx_tools.session(out, "FP16 model")
+    inputs, _ = graph_io(fp32)
+    for i, feed in enumerate(load_samples(model, model.inputs or specs_from_graph(inputs))):
+        if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "FP16 model")):
+            raise PrecisionError(
+                f"the FP16 model produces NaN/Inf on sample {i}",
+                fix="add the overflowing node names to precision.node_block_list or op types to precision.op_block_list",
+                details={"outputs": bad},
+            )
+    kept = kept_fp32(fp32, ops, nodes)
+    return {
+        "keep_io_types": cfg.keep_io_types,
+        "nodes": len(converted.graph.node),
+        "kept_fp32": kept,
+        "kept_fp32_count": len(kept),
+        "size_bytes_fp32": src.stat().st_size,
+        "size_bytes_fp16": out.stat().st_size,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--onnx", required=True, type=Path, help="FP32 ONNX to convert")
+    p.add_argument("--out", required=True, type=Path, help="FP16 ONNX to write")
+    p.add_argument("--report", required=True, type=Path, help="JSON report")
+
+
+def _body(a: argparse.Namespace) -> None:
+    cfg = load_config(a.params)
+    with atomic.atomic_path(a.out) as tmp:
+        report = run_fp16(a.onnx, tmp, cfg.precision, cfg.model)
+    atomic.write_json(a.report, report)
+    print(f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m pipeline.stages.fp16 --params ... --onnx ... --out ... --report ...``."""
+    return stage_main("fp16", __doc__, _args, _body, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
