@@ -39,6 +39,10 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
             details={"error": f"{type(e).__name__}: {e}"},
         ) from None
     fix_float_casts(converted, nodes)
+    # The converter's value_info can also claim FLOAT16 where a node still computes FLOAT (e.g. a
+    # Softmax reading an FP32 graph output that keep_io_types cast back). value_info is optional:
+    # drop it and let ONNX Runtime infer types from the (consistent) nodes.
+    del converted.graph.value_info[:]
     return converted, ops, nodes
 
 

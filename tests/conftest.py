@@ -1,0 +1,69 @@
+"""Shared fixtures: project root, composed configs for tiny models, tiny ONNX files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.config import PipelineConfig, load_config
+from pipeline.params import compose
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY_MLP = [
+    "model=cnn",  # any factory model group; the keys below replace its contents
+    "model.name=tiny",
+    "model.factory._target_=tests.helpers.tiny_models.build_mlp",
+    "~model.factory.num_classes",
+    "~model.factory.width",
+    "~model.factory.seed",
+    "model.inputs=[{name: x, dtype: float32, shape: [batch, 8], low: -1.0, high: 1.0}]",
+    "model.outputs=[y]",
+]
+
+
+@pytest.fixture
+def root() -> Path:
+    """The project checkout."""
+    return ROOT
+
+
+@pytest.fixture
+def make_params(tmp_path: Path) -> Callable[..., Path]:
+    """Compose conf/ with overrides (as `dvc exp run -S` would) into a params file under tmp_path."""
+
+    def _make(*overrides: str, name: str = "params.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(compose(list(overrides)), encoding="utf-8")
+        return path
+
+    return _make
+
+
+@pytest.fixture
+def tiny_cfg(make_params: Callable[..., Path]) -> Callable[..., PipelineConfig]:
+    """A validated config for the tiny MLP, with extra overrides."""
+
+    def _cfg(*extra: str) -> PipelineConfig:
+        return load_config(make_params(*TINY_MLP, *extra))
+
+    return _cfg
+
+
+@pytest.fixture
+def tiny_onnx(tmp_path: Path) -> Path:
+    """A tiny ONNX file with input x [batch, 8] and output y [batch, 4]."""
+    from tests.helpers.tiny_models import export_tiny_onnx
+
+    return Path(export_tiny_onnx(str(tmp_path / "tiny.onnx")))
+
+
+def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m module args`` as a user would, with the project importable."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,90 @@
+"""The real `dvc repro` / `dvc exp run` on a copy of this project, with a tiny ONNX model.
+
+Shows: both ways of running agree on params; a second repro is a no-op; changing
+only a variant value reruns only the repository stage (never export/simplify/fp16);
+a bad input fails with one message and leaves dvc.lock unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.params import compose
+from tests.helpers.tiny_models import export_tiny_onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
+
+
+def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command as a user would, with the venv's python first on PATH."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd)}
+    env.pop("DVC_NO_ANALYTICS", None)
+    res = subprocess.run(cmd, cwd=cwd, env={**env, "DVC_NO_ANALYTICS": "1"}, capture_output=True, text=True, timeout=600)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A git repo holding a copy of the pipeline, configured for a tiny ONNX model."""
+    proj = tmp_path / "proj"
+    for name in ("pipeline", "conf", "tests"):
+        shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copytree(ROOT / "pipeline" / "data", proj / "pipeline" / "data", dirs_exist_ok=True)
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(ROOT / name, proj / name)
+    (proj / ".dvc").mkdir()
+    shutil.copy(ROOT / ".dvc" / "config", proj / ".dvc" / "config")
+    (proj / "models").mkdir()
+    export_tiny_onnx(str(proj / "models" / "tiny.onnx"))
+    (proj / "params.yaml").write_text(compose(BASE, proj / "conf"))
+    sh(proj, "git", "init", "-q")
+    sh(proj, "git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    sh(proj, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    return proj
+
+
+def test_repro_noop_and_variant_change_reruns_only_repository(project: Path) -> None:
+    dvc = [sys.executable, "-m", "dvc"]
+    first = sh(project, *dvc, "repro", "repository")
+    for stage in ("export", "simplify", "fp16", "repository"):
+        assert f"Running stage '{stage}'" in first.stdout
+    assert (project / "artifacts" / "model_repository" / "tiny" / "configs" / "throughput.pbtxt").is_file()
+    assert "up to date" in sh(project, *dvc, "status", "repository").stdout
+    second = sh(project, *dvc, "repro", "repository")
+    assert "Running stage" not in second.stdout
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    sh(project, *git, "add", "-A")
+    sh(project, *git, "commit", "-qm", "first run")
+    overrides = [*BASE, "variant.latency.instance_count=3"]
+    exp = sh(project, *dvc, "exp", "run", "repository", *[a for o in overrides for a in ("-S", o)])
+    ran = {s for s in ("export", "simplify", "fp16", "repository") if f"Running stage '{s}'" in exp.stdout}
+    assert ran == {"repository"}, exp.stdout
+    # dvc exp run composed conf/ itself: the result equals our composer's output for the same overrides.
+    assert (project / "params.yaml").read_text() == compose(overrides, project / "conf")
+    latency = (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
+    assert "count: 3" in latency
+
+
+def test_bad_input_leaves_lock_and_artifacts(project: Path) -> None:
+    dvc = [sys.executable, "-m", "dvc"]
+    sh(project, *dvc, "repro", "repository")
+    lock = (project / "dvc.lock").read_bytes()
+    (project / "models" / "broken.onnx").write_bytes((project / "models" / "tiny.onnx").read_bytes()[:300])
+    (project / "params.yaml").write_text(compose([*BASE[:2], "model.path=models/broken.onnx"], project / "conf"))
+    res = sh(project, *dvc, "repro", "repository", check=False)
+    assert res.returncode != 0
+    assert "truncated or corrupt" in res.stderr + res.stdout
+    assert (project / "dvc.lock").read_bytes() == lock
+    tmp_left = [p for p in (project / "artifacts").rglob("*.tmp*")]
+    assert tmp_left == []

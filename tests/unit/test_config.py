@@ -1,0 +1,86 @@
+"""Config composition per group, and typos failing at load with the key named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.config import load_config
+from pipeline.core.errors import ConfigError
+from pipeline.params import compose, write_params
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("model", ["minilm", "cnn"])
+def test_model_group(make_params, model: str) -> None:
+    cfg = load_config(make_params(f"model={model}"))
+    assert cfg.model.name == model
+    assert cfg.model.source == "factory"
+    assert cfg.model.inputs and cfg.model.outputs
+
+
+def test_minilm_inputs_follow_seq_len(make_params) -> None:
+    cfg = load_config(make_params("model.seq_len=64"))
+    assert [i.name for i in cfg.model.inputs] == ["input_ids", "attention_mask"]
+    assert all(i.dtype == "int64" for i in cfg.model.inputs)
+    assert cfg.model.data["seq_len"] == 64
+    assert cfg.target_specs["a100"].profile.dims["sequence"] == [1, 64, 256]
+
+
+def test_onnx_model_needs_path(make_params) -> None:
+    with pytest.raises(ConfigError, match="model.path"):
+        load_config(make_params("model=onnx"))
+    cfg = load_config(make_params("model=onnx", "model.path=some.onnx"))
+    assert cfg.model.source == "onnx" and cfg.model.path == "some.onnx"
+
+
+def test_targets_and_variants(make_params) -> None:
+    cfg = load_config(make_params("targets=[cpu,a100,h100]", "variant.latency.instance_count=2"))
+    assert cfg.targets == ["cpu", "a100", "h100"]
+    assert cfg.target_specs["h100"].compute_capability == "9.0"
+    assert cfg.variant.latency.instance_count == 2
+    assert cfg.variant.latency.dynamic_batching is None
+    assert cfg.variant.throughput.dynamic_batching is not None
+
+
+def test_unknown_key_named_with_suggestion(make_params) -> None:
+    path = make_params("+model.seqlen=64")  # `+` forces Hydra to add it, as a hand-edited YAML would
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "model.seqlen" in str(e.value) and "model.seq_len" in str(e.value)
+
+
+def test_wrong_type_named(make_params) -> None:
+    with pytest.raises(ConfigError, match="variant.latency.instance_count"):
+        load_config(make_params("variant.latency.instance_count=many"))
+
+
+def test_unknown_target(make_params) -> None:
+    with pytest.raises(ConfigError, match="a200"):
+        load_config(make_params("targets=[cpu,a200]"))
+
+
+def test_graph_level_must_be_triton_level(make_params) -> None:
+    with pytest.raises(ConfigError, match="graph_optimization_level"):
+        load_config(make_params("variant.throughput.graph_optimization_level=3"))
+
+
+def test_hydra_override_typo_fails_before_params_change(tmp_path: Path) -> None:
+    out = tmp_path / "params.yaml"
+    out.write_text("sentinel: true\n")
+    with pytest.raises(ConfigError, match="model.seqlen"):
+        write_params(["model.seqlen=3"], out=out)
+    assert out.read_text() == "sentinel: true\n"
+    assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+
+
+def test_committed_params_match_conf() -> None:
+    """`dvc repro` reads the committed params.yaml; `dvc exp run` composes conf/. They must agree."""
+    assert (ROOT / "params.yaml").read_text() == compose([]), "params.yaml is stale: run `python -m pipeline.params`"
+
+
+def test_dvc_hydra_integration_enabled() -> None:
+    text = (ROOT / ".dvc" / "config").read_text()
+    assert "[hydra]" in text and "enabled = true" in text
