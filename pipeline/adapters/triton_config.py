@@ -19,8 +19,8 @@ from pipeline.core.specs import IOSpec
 GRAPH_LEVEL_MEANING = {1: "all optimizations (the most optimized)", -1: "basic optimizations only", 0: "ONNX Runtime's default", 2: "optimizations OFF"}
 
 
-def _dims(spec: IOSpec, batched: bool, key: str) -> list[int]:
-    """Triton dims: dynamic -> -1; the batch axis dropped when the model is batched."""
+def io_dims(spec: IOSpec, batched: bool, key: str) -> list[int]:
+    """Triton dims: dynamic -> -1; the batch axis dropped when the model is batched (``key`` names max_batch_size)."""
     dims = [d if isinstance(d, int) else -1 for d in spec.dims]
     if batched:
         if not dims or isinstance(spec.dims[0], int):
@@ -32,23 +32,19 @@ def _dims(spec: IOSpec, batched: bool, key: str) -> list[int]:
     return dims or [1]
 
 
-def onnx_model_config(name: str, inputs: list[IOSpec], outputs: list[IOSpec], variant: VariantConfig, target: TargetConfig, variant_key: str) -> mc.ModelConfig:
-    """The ONNX Runtime model config for one variant on one target."""
+def base_config(name: str, inputs: list[IOSpec], outputs: list[IOSpec], variant: VariantConfig, variant_key: str, kind: str) -> mc.ModelConfig:
+    """Name, I/O, max_batch_size, instance group and dynamic batching: what every backend shares."""
     key = f"{variant_key}.max_batch_size"
     if variant.max_batch_size < 0:
         raise RepositoryError(f"{key}={variant.max_batch_size} must be >= 0", fix=f"set {key} to 0 (no batching) or a positive size")
     batched = variant.max_batch_size > 0
-    cfg = mc.ModelConfig(name=name, backend="onnxruntime", max_batch_size=variant.max_batch_size, default_model_filename="model.onnx")
+    cfg = mc.ModelConfig(name=name, max_batch_size=variant.max_batch_size)
     for s in inputs:
-        cfg.input.add(name=s.name, data_type=mc.DataType.Value(s.triton_dtype()), dims=_dims(s, batched, key))
+        cfg.input.add(name=s.name, data_type=mc.DataType.Value(s.triton_dtype()), dims=io_dims(s, batched, key))
     for s in outputs:
-        cfg.output.add(name=s.name, data_type=mc.DataType.Value(s.triton_dtype()), dims=_dims(s, batched, key))
-    kind = mc.ModelInstanceGroup.KIND_GPU if target.kind == "gpu" else mc.ModelInstanceGroup.KIND_CPU
-    cfg.instance_group.add(count=variant.instance_count, kind=kind)
-    cfg.optimization.graph.level = variant.graph_optimization_level
-    # Thread counts are explicit so instances x threads never silently oversubscribes the cores.
-    cfg.parameters["intra_op_thread_count"].string_value = str(variant.intra_op_threads)
-    cfg.parameters["inter_op_thread_count"].string_value = str(variant.inter_op_threads)
+        cfg.output.add(name=s.name, data_type=mc.DataType.Value(s.triton_dtype()), dims=io_dims(s, batched, key))
+    instance_kind = mc.ModelInstanceGroup.KIND_GPU if kind == "gpu" else mc.ModelInstanceGroup.KIND_CPU
+    cfg.instance_group.add(count=variant.instance_count, kind=instance_kind)
     db = variant.dynamic_batching
     if db is not None:
         if not batched:
@@ -64,6 +60,18 @@ def onnx_model_config(name: str, inputs: list[IOSpec], outputs: list[IOSpec], va
         cfg.dynamic_batching.preserve_ordering = db.preserve_ordering
         if db.max_queue_size > 0:
             cfg.dynamic_batching.default_queue_policy.max_queue_size = db.max_queue_size
+    return cfg
+
+
+def onnx_model_config(name: str, inputs: list[IOSpec], outputs: list[IOSpec], variant: VariantConfig, target: TargetConfig, variant_key: str) -> mc.ModelConfig:
+    """The ONNX Runtime model config for one variant on one target."""
+    cfg = base_config(name, inputs, outputs, variant, variant_key, target.kind)
+    cfg.backend = "onnxruntime"
+    cfg.default_model_filename = "model.onnx"
+    cfg.optimization.graph.level = variant.graph_optimization_level
+    # Thread counts are explicit so instances x threads never silently oversubscribes the cores.
+    cfg.parameters["intra_op_thread_count"].string_value = str(variant.intra_op_threads)
+    cfg.parameters["inter_op_thread_count"].string_value = str(variant.inter_op_threads)
     return cfg
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -84,9 +85,17 @@ class Fp16FallbackConfig:
     # Values whose magnitude is below FP16's smallest normal but above `tiny_ignore` lose precision.
     min_normal: float = 6.104e-05
     tiny_ignore: float = 1e-30
-    # Share of an output's nonzero values that must be subnormal before the node is blocked.
+    # Share of an output's meaningful values that must be subnormal before the node is blocked.
     subnormal_share: float = 0.01
+    # A value is meaningful only above this fraction of its tensor's own max |x| (softmax tails are not).
+    subnormal_relative: float = 1e-3
+    # |x| >= this is a masking sentinel (e.g. torch.finfo(float32).min in attention masks), not an
+    # overflow: the converter clips constants to precision.max_finite_val, so it stays finite in FP16.
+    # Set to .inf to treat sentinels as overflow too.
+    sentinel_abs: float = 1e30
     reference_check: bool = True  # cross-check with onnx.reference's true float16 evaluation
+    # onnx.reference runs float16 in numpy (slow): cross-check on this many of the smallest samples.
+    reference_check_samples: int = 1
 
 
 @dataclass
@@ -110,6 +119,10 @@ class TrtBuilderConfig:
     optimization_level: int = 3  # builder optimization level 0..5
     hardware_compatibility: str = "none"  # "none" or "ampere_plus"
     version_compatible: bool = False
+    # TensorRT 10 only (11 is always strongly typed): true = strongly typed network, precision from the
+    # FP16 ONNX as in 11; false = weakly typed with BuilderFlag.FP16 (TensorRT may pick FP32 kernels).
+    strongly_typed_trt10: bool = False
+    timing_cache: bool = True  # load/save the per-target timing cache (a DVC output)
 
 
 @dataclass
@@ -128,6 +141,9 @@ class TargetConfig:
     kind: str = "cpu"  # "cpu" or "gpu"
     gpu_family: Optional[str] = None
     compute_capability: Optional[str] = None  # e.g. "8.0"
+    # Case-insensitive substrings of the GPU name (nvidia-smi) this target accepts, e.g. ["A10"] for
+    # A10 and A10G; empty = any GPU of the right compute capability.
+    gpu_names: list[str] = field(default_factory=list)
     precision: str = "fp32"  # which ONNX the ONNX Runtime model serves: fp32 or fp16
     builder: TrtBuilderConfig = field(default_factory=TrtBuilderConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
@@ -176,15 +192,38 @@ class RepositoryConfig:
 
 
 # ---------------------------------------------------------------- parity / bench / release
+class ErrorStat(str, Enum):
+    """The error statistic Polygraphy's SimpleCompareFunc checks against atol/rtol."""
+
+    elemwise = "elemwise"  # every element: fails where |diff| > atol AND |diff|/|ref| > rtol
+    max = "max"
+    mean = "mean"
+    median = "median"
+    quantile = "quantile"  # the error_quantile-th quantile of the errors
+
+
+@dataclass
+class OutputToleranceConfig:
+    """Per-output override; a null field inherits the artifact kind's value."""
+
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+    check_error_stat: Optional[ErrorStat] = None
+    error_quantile: Optional[float] = None
+
+
 @dataclass
 class ToleranceConfig:
-    """Tolerance for one artifact kind, with optional per-output overrides."""
+    """Tolerance for one artifact kind (fp32, fp16, trt), with optional per-output overrides.
+
+    Polygraphy semantics: an output fails only when its statistic exceeds BOTH atol and rtol.
+    """
 
     atol: float = 1e-4
     rtol: float = 1e-3
-    check_error_stat: str = "max"  # elemwise | max | mean | median | quantile
+    check_error_stat: ErrorStat = ErrorStat.max
     error_quantile: float = 0.99
-    per_output: dict[str, dict[str, Any]] = field(default_factory=dict)
+    per_output: dict[str, OutputToleranceConfig] = field(default_factory=dict)
 
 
 @dataclass
@@ -194,7 +233,9 @@ class ParityConfig:
     fp32: ToleranceConfig = field(default_factory=ToleranceConfig)
     fp16: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
     trt: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
-    max_samples: int = 16
+    max_samples: int = 16  # real samples compared (and saved as goldens), at most
+    # Batch sizes of the synthetic samples used when model.data is null (e.g. cnn).
+    synthetic_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
 
 
 @dataclass
@@ -211,15 +252,29 @@ class BenchConfig:
     baseline_runs: int = 200
     baseline_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     queue_share_threshold: float = 0.02
+    # ...and above this absolute wait: a 20 us queue on a 0.2 ms model is scheduling noise, not a tax.
+    queue_min_ms: float = 0.1
     tune: bool = False
     latency_budget_ms: float = 100.0
+    protocol: str = "http"  # perf_analyzer -i: http | grpc
+    # as_sampled: every sample row as its own request (real, mixed lengths; Triton batches only equal
+    # shapes); uniform: only the largest group of same-shape rows (a client padding to one length).
+    input_shapes: str = "as_sampled"
+    baseline_seconds: float = 2.0  # per batch size, in-process best-batch throughput
+    server_timeout_s: float = 180.0  # start + model load
+    perf_timeout_s: float = 600.0  # one perf_analyzer run
+    # Throughput-variant tuning (bench.tune=true): every combination is measured at tune_concurrency.
+    tune_concurrency: int = 8
+    tune_queue_delays_us: list[int] = field(default_factory=lambda: [0, 500, 2000, 5000])
+    tune_preferred_batch_sizes: list[list[int]] = field(default_factory=lambda: [[4, 8], [8, 16]])
+    tune_instance_counts: list[int] = field(default_factory=lambda: [1, 2])
 
 
 @dataclass
 class ReleaseConfig:
     """Release store settings."""
 
-    store: str = "releases"
+    store: str = "release-store"  # path or fsspec URL; see conf/release/default.yaml
     environments: list[str] = field(default_factory=lambda: ["dev", "staging", "production"])
 
 
@@ -258,7 +313,11 @@ def validate(raw: DictConfig | dict[str, Any], origin: str = "params.yaml") -> P
     """
     schema = OmegaConf.structured(PipelineConfig)
     try:
+        # Check before merging: merging '???' onto a schema default keeps the default.
+        missing = sorted(OmegaConf.missing_keys(raw))
         merged = OmegaConf.merge(schema, raw)
+        if missing:
+            raise MissingMandatoryValue(f"missing {missing[0]}")
         obj = OmegaConf.to_object(merged)
     except ConfigKeyError as e:
         key = e.full_key or str(e.key)
@@ -270,7 +329,7 @@ def validate(raw: DictConfig | dict[str, Any], origin: str = "params.yaml") -> P
             details={"key": key},
         ) from None
     except MissingMandatoryValue as e:
-        key = e.full_key or "?"
+        key = (e.full_key or str(e).removeprefix("missing ").split()[0]) if str(e).startswith("missing ") else (e.full_key or "?")
         raise ConfigError(
             f"config key '{key}' has no value in {origin}",
             fix=f"set it, e.g. `python -m pipeline.params ... {key}=<value>` or `dvc exp run -S {key}=<value>`",

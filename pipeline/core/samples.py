@@ -1,7 +1,16 @@
-"""Sample inputs for checks: real ones from the model's data hook, or synthetic from specs."""
+"""Sample inputs for checks: real ones from the model's data hook, or synthetic from specs.
+
+``model.data`` takes one of two forms:
+  * ``{_target_: pkg.fn, **kwargs}``: a callable returning a list of feed dicts {input_name: array};
+  * ``{path: file}``: a Polygraphy JSON inputs file (a list of feed dicts, as written by
+    ``polygraphy run --save-inputs`` or our parity goldens ``inputs.json``), or an ``.npz`` whose
+    keys are input names (one feed). A relative path is relative to the working directory
+    (the repo root under ``dvc repro``); list the file as a dep of the stages that read it.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,8 +43,42 @@ def specs_from_graph(graph_inputs: list[IOSpec]) -> list[TensorSpec]:
     return [TensorSpec(name=i.name, dtype=i.dtype, shape=[d if isinstance(d, int) else (d or f"dim{k}") for k, d in enumerate(i.dims)]) for i in graph_inputs]
 
 
-def load_samples(model: ModelConfig, specs: list[TensorSpec] | None = None, batch: int = 2, count: int = 4) -> list[Feed]:
-    """Real samples from ``model.data`` (a ``_target_`` callable) if set, else ``count`` synthetic feeds."""
+def load_feed_file(path: str | Path) -> list[Feed]:
+    """Feeds from a Polygraphy JSON inputs file (list of feed dicts) or an .npz (one feed)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"model.data.path not found: {p}", fix="set model.data.path to an existing .json or .npz file", details={"path": p.resolve()})
+    if p.suffix == ".npz":
+        try:
+            with np.load(p, allow_pickle=False) as z:  # no pickles: an .npz is data, never code
+                return [{k: np.asarray(z[k]) for k in z.files}]
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read model.data.path={p} as .npz", fix="save it with numpy.savez(path, **{input_name: array})", details={"error": e}) from None
+    if p.suffix != ".json":
+        raise ConfigError(f"model.data.path={p} is neither .json nor .npz", fix="give a Polygraphy JSON inputs file or an .npz")
+    from polygraphy.exception import PolygraphyException
+    from polygraphy.json import load_json
+
+    try:
+        data = load_json(str(p), description="sample inputs")
+    except (PolygraphyException, ValueError, OSError) as e:
+        raise ConfigError(f"cannot read model.data.path={p} as Polygraphy JSON", fix="write it with polygraphy.json.save_json([feed, ...], path)", details={"error": str(e).splitlines()[0]}) from None
+    feeds = [data] if isinstance(data, dict) else data
+    if not isinstance(feeds, list) or not feeds or not all(isinstance(f, dict) for f in feeds):
+        raise ConfigError(f"model.data.path={p} must hold a non-empty list of feed dicts {{input_name: array}}", details={"got": type(data).__name__})
+    return [{str(k): np.asarray(v) for k, v in f.items()} for f in feeds]
+
+
+def load_samples(
+    model: ModelConfig, specs: list[TensorSpec] | None = None, batch: int = 2, count: int = 4,
+    batch_sizes: list[int] | None = None,
+) -> list[Feed]:
+    """Real samples from ``model.data`` (a ``_target_`` callable or a ``path``) if set, else synthetic feeds.
+
+    Synthetic: one feed per entry of ``batch_sizes`` if given, else ``count`` feeds of ``batch``.
+    """
+    if model.data and "path" in model.data and "_target_" not in model.data:
+        return load_feed_file(str(model.data["path"]))
     if model.data:
         from hydra.errors import InstantiationException
         from hydra.utils import instantiate
@@ -57,4 +100,6 @@ def load_samples(model: ModelConfig, specs: list[TensorSpec] | None = None, batc
     specs = specs if specs is not None else model.inputs
     if not specs:
         raise ConfigError("no input specs to build samples from", fix="list model.inputs in the model config")
+    if batch_sizes:
+        return [synthetic_feed(specs, b, model.seed + i) for i, b in enumerate(batch_sizes)]
     return [synthetic_feed(specs, batch, model.seed + i) for i in range(count)]

@@ -1,8 +1,14 @@
-"""fp16 stage: FP16 conversion with onnxconverter-common; unsafe op types stay FP32; NaN/Inf refused."""
+"""fp16 stage: FP16 conversion with onnxconverter-common; unsafe nodes stay FP32; NaN/Inf refused.
+
+Which nodes are unsafe is decided from data (pipeline/adapters/fp16_safety.py): FP32 intermediate
+ranges on the real samples, cross-checked by a true FP16 evaluation where onnx.reference can run
+the model. An FP16 run on ONNX Runtime's CPU provider alone proves nothing (it computes in FP32).
+"""
 
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 import warnings
 from pathlib import Path
@@ -10,7 +16,7 @@ from typing import Any
 
 import onnx
 
-from pipeline.adapters import onnx_tools
+from pipeline.adapters import fp16_safety, onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ModelConfig, PrecisionConfig, load_config
 from pipeline.core.errors import PrecisionError
@@ -29,8 +35,9 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
         with warnings.catch_warnings():
             # One warning per clipped constant (hundreds for MiniLM); clipping is configured and reported.
             warnings.simplefilter("ignore", UserWarning)
+            # The converter edits its argument in place; the caller converts the same model more than once.
             converted = float16.convert_float_to_float16(
-                model, min_positive_val=cfg.min_positive_val, max_finite_val=cfg.max_finite_val,
+                copy.deepcopy(model), min_positive_val=cfg.min_positive_val, max_finite_val=cfg.max_finite_val,
                 keep_io_types=cfg.keep_io_types, op_block_list=ops, node_block_list=nodes,
             )
     except Exception as e:  # the converter raises ValueError/RuntimeError on unsupported graphs
@@ -69,11 +76,14 @@ def fix_float_casts(model: onnx.ModelProto, blocked_nodes: list[str]) -> list[st
     return changed
 
 
-def kept_fp32(model: onnx.ModelProto, ops: list[str], nodes: list[str]) -> list[dict[str, str]]:
-    """Nodes of the source graph that the conversion left in FP32, and why."""
+def kept_fp32(model: onnx.ModelProto, ops: list[str], nodes: list[str], reasons: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Nodes of the source graph that the conversion left in FP32, and why (``reasons``: automatic fallback)."""
     out: list[dict[str, str]] = []
+    reasons = reasons or {}
     for n in model.graph.node:
-        if n.name in nodes:
+        if n.name in reasons:
+            out.append({"node": n.name, "op": n.op_type, "reason": reasons[n.name]})
+        elif n.name in nodes:
             out.append({"node": n.name, "op": n.op_type, "reason": "precision.node_block_list"})
         elif n.op_type in ops:
             out.append({"node": n.name, "op": n.op_type, "reason": "op type in the FP32 block list"})
@@ -81,27 +91,38 @@ def kept_fp32(model: onnx.ModelProto, ops: list[str], nodes: list[str]) -> list[
 
 
 def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> dict[str, Any]:
-    """Convert ``src`` into ``out`` (a temporary path), open a session, run samples, refuse NaN/Inf."""
+    """Convert ``src`` into ``out`` (a temporary path) with data-driven FP32 fallback; open a session, refuse NaN/Inf."""
+    from onnxconverter_common import float16
+
     t0 = time.perf_counter()
     fp32 = onnx_tools.load_model(src, "simplified model")
-    converted, ops, nodes = convert(fp32, cfg)
+    fp16_safety.name_nodes(fp32)  # node_block_list works by name; unnamed nodes get stable names
+    inputs, _ = graph_io(fp32)
+    feeds = load_samples(model, model.inputs or specs_from_graph(inputs))
+    block_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list)
+    converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra: convert(m, cfg, extra)[0], block_ops)
+    auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
+            for b in safety["blocked_nodes"]}
+    ops = sorted(block_ops)
+    nodes = sorted(set(cfg.node_block_list) | set(auto))
     onnx_tools.save_model(converted, out)
     # Cast/Resize type errors only show when a session is opened, so open one here, not in a later stage.
     sess = onnx_tools.session(out, "FP16 model")
-    inputs, _ = graph_io(fp32)
-    for i, feed in enumerate(load_samples(model, model.inputs or specs_from_graph(inputs))):
+    for i, feed in enumerate(feeds):
         if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "FP16 model")):
             raise PrecisionError(
                 f"the FP16 model produces NaN/Inf on sample {i}",
                 fix="add the overflowing node names to precision.node_block_list or op types to precision.op_block_list",
                 details={"outputs": bad},
             )
-    kept = kept_fp32(fp32, ops, nodes)
+    kept = kept_fp32(fp32, ops, nodes, auto)
     return {
         "keep_io_types": cfg.keep_io_types,
         "nodes": len(converted.graph.node),
         "kept_fp32": kept,
         "kept_fp32_count": len(kept),
+        "fallback_blocked_count": len(auto),
+        "fallback": safety,
         "size_bytes_fp32": src.stat().st_size,
         "size_bytes_fp16": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 2),
@@ -119,7 +140,14 @@ def _body(a: argparse.Namespace) -> None:
     with atomic.atomic_path(a.out) as tmp:
         report = run_fp16(a.onnx, tmp, cfg.precision, cfg.model)
     atomic.write_json(a.report, report)
-    print(f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32")
+    print(f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32 "
+          f"({report['fallback_blocked_count']} by the data-driven fallback)")
+    for b in report["fallback"]["blocked_nodes"]:
+        what = f"{b['role']} '{b['value']}': " if b["value"] else ""
+        print(f"[fp16]   kept FP32: {b['node']} ({b['op']}) {what}{b['reason']}")
+    for a in report["fallback"]["attempts"]:
+        c = a["cross_check"]
+        print(f"[fp16]   attempt {a['attempt']}: true-FP16 cross-check {c['status']}" + (f" ({c['error']})" if c.get("error") else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,136 @@
+"""Build the "embedded" serving repository: the shipped configs on a python-backend ORT model.
+
+The nvidia-pytriton server has no onnxruntime backend, so on CPU the bench serves the
+shipped ONNX file through :mod:`pipeline.adapters.triton_ort_model`. Each shipped config
+(``configs/<variant>.pbtxt``) is parsed with the real schema and only what the backend
+swap needs is changed; max_batch_size, dynamic_batching, instance_group, inputs,
+outputs, parameters (ORT thread counts) and optimization (graph level) stay identical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.adapters.tritonserver import site_packages
+from pipeline.core.atomic import write_text
+from pipeline.core.errors import BenchError
+
+MODEL_PY = Path(__file__).with_name("triton_ort_model.py")
+# What we change, so reports can list it next to "identical scheduling config".
+CHANGED_FIELDS = ("platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path")
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    """One model directory of the shipped repository."""
+
+    name: str
+    model_dir: Path
+    version: str
+    onnx: Path
+    configs: dict[str, Path]  # variant name -> configs/<variant>.pbtxt
+
+
+def read_config(path: Path) -> mc.ModelConfig:
+    """Parse a config.pbtxt with Triton's schema; a syntax error names the file."""
+    try:
+        return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
+    except (text_format.ParseError, OSError) as e:
+        raise BenchError(
+            f"cannot parse Triton config {path}",
+            fix="re-run the repository stage (dvc repro repository) so the config is rendered from the schema",
+            details={"error": e},
+        ) from None
+
+
+def write_config(path: Path, cfg: mc.ModelConfig, header: str = "") -> None:
+    """Render ``cfg`` with protobuf text_format and write it atomically."""
+    write_text(path, header + text_format.MessageToString(cfg))
+
+
+def find_shipped(model_dir: str | os.PathLike[str]) -> ShippedModel:
+    """Locate the variants and the newest version's ONNX file in a shipped model directory.
+
+    Raises:
+        BenchError: no configs/*.pbtxt, no numbered version, or no ONNX file in it.
+    """
+    d = Path(model_dir)
+    configs = {p.stem: p for p in sorted((d / "configs").glob("*.pbtxt"))}
+    if not configs:
+        raise BenchError(
+            f"no config variants in {d / 'configs'}",
+            fix="run the repository stage first: it writes configs/latency.pbtxt and configs/throughput.pbtxt",
+        )
+    versions = sorted((p for p in d.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    if not versions:
+        raise BenchError(f"no numbered version directory in {d}", fix="run the repository stage first")
+    ver = versions[-1]
+    base = read_config(next(iter(configs.values())))
+    candidates = [ver / base.default_model_filename] if base.default_model_filename else []
+    candidates += [ver / "model.onnx", *sorted(ver.glob("*.onnx"))]
+    onnx = next((p for p in candidates if p.is_file()), None)
+    if onnx is None:
+        raise BenchError(
+            f"no ONNX file in {ver}",
+            fix="the embedded server serves the ONNX Runtime model; point bench at an ONNX model directory",
+            details={"looked for": ", ".join(map(str, candidates))},
+        )
+    return ShippedModel(base.name or d.name, d, ver.name, onnx.resolve(), configs)
+
+
+def to_python_backend(cfg: mc.ModelConfig, onnx_path: Path) -> tuple[mc.ModelConfig, list[str]]:
+    """Copy ``cfg`` for the python backend; return it and notes on every change made."""
+    out = mc.ModelConfig()
+    out.CopyFrom(cfg)
+    notes = [f"backend '{cfg.backend or cfg.platform}' -> 'python' (ONNX Runtime inside the python-backend stub)"]
+    out.ClearField("platform")
+    out.backend = "python"
+    out.ClearField("default_model_filename")
+    out.ClearField("cc_model_filenames")
+    for group in out.instance_group:
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            # Only the CPU exists here; the count and thread settings are kept.
+            group.kind = mc.ModelInstanceGroup.KIND_CPU
+            group.ClearField("gpus")
+            notes.append(f"instance_group '{group.name}': KIND_GPU -> KIND_CPU (no GPU on this machine)")
+    out.parameters["onnx_path"].string_value = str(onnx_path)
+    return out, notes
+
+
+def build_embedded_repository(
+    model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
+) -> tuple[ShippedModel, dict[str, list[str]]]:
+    """Write ``out_dir/<name>/`` serving the shipped ONNX file with every shipped variant.
+
+    Returns the shipped model and, per variant, the list of changes made to its config.
+    """
+    shipped = find_shipped(model_dir)
+    dest = Path(out_dir) / shipped.name
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / shipped.version).mkdir(parents=True)
+    shutil.copy2(MODEL_PY, dest / shipped.version / "model.py")
+    # The stub ignores PYTHONPATH: model.py reads our site-packages from this file.
+    write_text(dest / shipped.version / "sys_path.json", json.dumps([str(p) for p in site_packages()]))
+    header = (
+        "# Embedded bench stand-in generated by pipeline.adapters.embedded_repo: the shipped config with\n"
+        "# backend python (ONNX Runtime in the stub) instead of onnxruntime; scheduling is unchanged.\n"
+        "# optimization.graph.level follows Triton's ORT mapping: 1 = extended, -1 = basic, 2 = OFF.\n"
+    )
+    changes: dict[str, list[str]] = {}
+    for variant, path in shipped.configs.items():
+        cfg, notes = to_python_backend(read_config(path), shipped.onnx)
+        cfg.name = shipped.name
+        write_config(dest / "configs" / f"{variant}.pbtxt", cfg, header)
+        changes[variant] = notes
+    first = next(iter(shipped.configs))
+    default = "latency" if "latency" in shipped.configs else first
+    shutil.copy2(dest / "configs" / f"{default}.pbtxt", dest / "config.pbtxt")
+    return shipped, changes

@@ -1,0 +1,283 @@
+"""perf_analyzer from the tritonclient 2.51.0 wheel: locate, build a command, run, parse.
+
+The wheel installs the binary as ``<prefix>/bin/perf_analyzer``. It links against
+``libb64.so.0d`` (we link the copy bundled in ``nvidia_pytriton.libs`` under a
+project cache dir, since the bundled file has a hashed name) and ``libcudart.so.12``
+(from the nvidia-cuda-runtime-cu12 wheel). Building the command, running it and
+parsing its CSV are separate functions so each can be tested on its own.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.adapters.triton_process import set_pdeathsig
+from pipeline.adapters.tritonserver import cache_dir, site_packages
+from pipeline.core.atomic import write_text
+from pipeline.core.errors import ToolError
+
+Feed = dict[str, np.ndarray]
+# perf_analyzer's data type names for numpy dtypes (JSON content is written as numbers).
+_US = 1e-3  # CSV times are microseconds; we report milliseconds
+
+
+@dataclass(frozen=True)
+class PerfAnalyzer:
+    """A runnable perf_analyzer: the binary and the library path it needs."""
+
+    binary: Path
+    lib_path: str
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [self.lib_path, env.get("LD_LIBRARY_PATH")]))
+        return env
+
+
+def _find_binary() -> Path | None:
+    candidates = [Path(sysconfig.get_paths()["scripts"]) / "perf_analyzer", Path(sys.prefix) / "bin" / "perf_analyzer"]
+    found = shutil.which("perf_analyzer")
+    candidates += [Path(found)] if found else []
+    return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
+
+
+def _lib_dirs() -> list[str]:
+    """Directories holding libb64.so.0d and libcudart.so.12, creating the libb64 link if needed."""
+    dirs: list[str] = []
+    links = cache_dir() / "perf-analyzer-libs"
+    for sp in site_packages():
+        cudart = sp / "nvidia" / "cuda_runtime" / "lib"
+        if (cudart / "libcudart.so.12").exists():
+            dirs.append(str(cudart))
+        bundled = sorted((sp / "nvidia_pytriton.libs").glob("libb64-*.so.0d"))
+        if bundled:
+            link = links / "libb64.so.0d"
+            if not link.exists() or link.resolve() != bundled[0].resolve():
+                links.mkdir(parents=True, exist_ok=True)
+                tmp = links / f".libb64.{os.getpid()}"
+                tmp.unlink(missing_ok=True)
+                tmp.symlink_to(bundled[0])
+                os.replace(tmp, link)  # atomic: concurrent runs never see a half-made link
+            dirs.append(str(links))
+    return list(dict.fromkeys(dirs))
+
+
+def _missing_libs(binary: Path, lib_path: str) -> list[str]:
+    """Shared libraries the dynamic loader cannot find for ``binary`` (from ldd)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [lib_path, os.environ.get("LD_LIBRARY_PATH")])))
+    try:
+        out = subprocess.run(["ldd", str(binary)], env=env, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.split("=>")[0].strip() for ln in out.splitlines() if "not found" in ln]
+
+
+_FIXES = {
+    "libb64.so.0d": "install nvidia-pytriton (pip install --no-deps nvidia-pytriton==0.7.0, it bundles libb64) or apt-get install libb64-0d",
+    "libcudart.so.12": "pip install nvidia-cuda-runtime-cu12",
+}
+
+
+def locate_perf_analyzer() -> PerfAnalyzer:
+    """Find perf_analyzer and prove it starts (``--version``).
+
+    Raises:
+        ToolError: the binary is absent, a shared library is missing (named, with the
+        package that provides it), or it does not run (e.g. glibc too old).
+    """
+    binary = _find_binary()
+    if binary is None:
+        raise ToolError(
+            "perf_analyzer not found",
+            fix="pip install 'tritonclient[http]==2.51.0' (the wheel ships bin/perf_analyzer; newer wheels need glibc 2.38)",
+            details={"searched": f"{sysconfig.get_paths()['scripts']}, PATH"},
+        )
+    lib_path = os.pathsep.join(_lib_dirs())
+    missing = _missing_libs(binary, lib_path)
+    if missing:
+        raise ToolError(
+            f"perf_analyzer cannot start: missing shared libraries {', '.join(missing)}",
+            fix="; ".join(_FIXES.get(m, f"install the package providing {m}") for m in missing),
+            details={"binary": binary, "LD_LIBRARY_PATH used": lib_path or "(empty)"},
+        )
+    pa = PerfAnalyzer(binary, lib_path)
+    try:
+        r = subprocess.run([str(binary), "--version"], env=pa.env(), capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        raise ToolError("perf_analyzer cannot be executed", details={"binary": binary, "error": e}) from None
+    if "Perf Analyzer Version" not in r.stdout + r.stderr:
+        raise ToolError(
+            "perf_analyzer does not run",
+            fix="tritonclient 2.52+ needs glibc 2.38: pin tritonclient[http]==2.51.0",
+            details={"binary": binary, "exit code": r.returncode, "output": (r.stdout + r.stderr).strip()[-500:]},
+        )
+    return pa
+
+
+# ---------------------------------------------------------------- input data
+def input_data_json(samples: list[Feed], batched: bool) -> dict:
+    """perf_analyzer ``--input-data`` JSON from feed dicts, one step per batch-1 request.
+
+    With ``batched`` (max_batch_size > 0) each sample row becomes its own step and the
+    batch axis is left out of ``shape``, because perf_analyzer adds it (``-b``).
+    """
+    steps: list[dict] = []
+    for feed in samples:
+        rows = next(iter(feed.values())).shape[0] if batched else 1
+        for r in range(rows):
+            step = {}
+            for name, arr in feed.items():
+                a = np.asarray(arr)[r] if batched else np.asarray(arr)
+                content = a.ravel().tolist() if a.dtype != np.bool_ else a.ravel().astype(bool).tolist()
+                step[name] = {"content": content, "shape": list(a.shape)}
+            steps.append(step)
+    if not steps:
+        raise ToolError("no sample inputs to write for perf_analyzer", fix="check model.data / the samples hook")
+    return {"data": steps}
+
+
+def write_input_data(path: str | os.PathLike[str], samples: list[Feed], batched: bool) -> Path:
+    """Write :func:`input_data_json` atomically and return the path."""
+    write_text(path, json.dumps(input_data_json(samples, batched)))
+    return Path(path)
+
+
+# ---------------------------------------------------------------- command / run / parse
+@dataclass
+class PerfRun:
+    """One perf_analyzer measurement at one concurrency."""
+
+    concurrency: int
+    command: list[str]
+    returncode: int
+    csv_text: str
+    log: str
+    row: dict[str, float] = field(default_factory=dict)  # parsed CSV row (ms / infer/s)
+
+    @property
+    def valid(self) -> bool:
+        """perf_analyzer exits non-zero when it cannot get a stable window: then there is no number."""
+        return self.returncode == 0 and bool(self.row)
+
+    def reason(self) -> str:
+        """Why an invalid run is invalid, from perf_analyzer's own output."""
+        if self.valid:
+            return ""
+        tail = [ln for ln in self.log.splitlines() if ln.strip()][-3:]
+        return f"exit {self.returncode}: " + " | ".join(tail)
+
+
+def build_command(
+    pa: PerfAnalyzer,
+    model: str,
+    url: str,
+    concurrency: int,
+    input_data: Path,
+    csv_path: Path,
+    *,
+    protocol: str = "http",
+    measurement_interval_ms: int = 3000,
+    stability_percentage: int = 10,
+    max_trials: int = 10,
+    shapes: dict[str, list[int]] | None = None,
+    batch_size: int = 1,
+) -> list[str]:
+    """The perf_analyzer argv for one concurrency level."""
+    cmd = [
+        str(pa.binary),
+        "-m", model,
+        "-u", url,
+        "-i", protocol,
+        "-b", str(batch_size),
+        "--concurrency-range", f"{concurrency}:{concurrency}",
+        "--measurement-mode", "time_windows",
+        "--measurement-interval", str(measurement_interval_ms),
+        "--stability-percentage", str(stability_percentage),
+        "--max-trials", str(max_trials),
+        "--input-data", str(input_data),
+        "-f", str(csv_path),
+        "--verbose-csv",  # adds server-side queue / compute input / infer / output columns
+        "-v",  # per-window numbers in the log, so an unstable run shows why
+    ]  # fmt: skip
+    for name, dims in (shapes or {}).items():
+        # Needed for dynamic dims; the JSON's own shapes take over per step.
+        cmd += ["--shape", f"{name}:{','.join(map(str, dims))}"]
+    return cmd
+
+
+def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, timeout_s: float = 600.0) -> PerfRun:
+    """Run one perf_analyzer command; never raises for an unstable measurement (it is marked invalid)."""
+    csv_path.unlink(missing_ok=True)
+    try:
+        # preexec: a SIGKILLed stage must not leave perf_analyzer running.
+        r = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, timeout=timeout_s, preexec_fn=set_pdeathsig)  # noqa: PLW1509
+        rc, log = r.returncode, r.stdout + r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, log = -1, f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}"
+    text = csv_path.read_text() if csv_path.exists() else ""
+    rows = parse_csv(text) if text else []
+    return PerfRun(concurrency, cmd, rc, text, log, rows[0] if rows and rc == 0 else {})
+
+
+# CSV column -> our key; times in the CSV are microseconds, we store milliseconds.
+_COLUMNS = {
+    "Concurrency": ("concurrency", 1.0),
+    "Inferences/Second": ("throughput_infer_s", 1.0),
+    "Client Send": ("client_send_ms", _US),
+    "Network+Server Send/Recv": ("network_ms", _US),
+    "Server Queue": ("server_queue_ms", _US),
+    "Server Compute Input": ("server_compute_input_ms", _US),
+    "Server Compute Infer": ("server_compute_infer_ms", _US),
+    "Server Compute Output": ("server_compute_output_ms", _US),
+    "Client Recv": ("client_recv_ms", _US),
+    "p50 latency": ("p50_ms", _US),
+    "p90 latency": ("p90_ms", _US),
+    "p95 latency": ("p95_ms", _US),
+    "p99 latency": ("p99_ms", _US),
+    "Avg latency": ("avg_ms", _US),
+    "request/response": ("request_response_ms", _US),
+    "response wait": ("response_wait_ms", _US),
+}
+REQUIRED = ("Concurrency", "Inferences/Second", "p50 latency", "p99 latency", "Server Queue", "Server Compute Infer")
+
+
+def parse_csv(text: str) -> list[dict[str, float]]:
+    """Rows of perf_analyzer's ``-f`` CSV, keyed by our names, found by column *name*.
+
+    Raises:
+        ToolError: a column we rely on is absent (e.g. the run lacked --verbose-csv).
+    """
+    # The CSV may be followed by a blank line and server-metrics sections: keep the first table.
+    table = text.strip().split("\n\n")[0]
+    reader = csv.DictReader(io.StringIO(table))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ToolError(
+            f"perf_analyzer CSV lacks columns {missing}",
+            fix="run perf_analyzer with -f <csv> --verbose-csv (build_command does)",
+            details={"columns": header},
+        )
+    rows = []
+    for raw in reader:
+        raw = {(k or "").strip(): v for k, v in raw.items()}
+        row: dict[str, float] = {}
+        for col, (key, scale) in _COLUMNS.items():
+            if raw.get(col) not in (None, ""):
+                row[key] = float(raw[col]) * scale
+        server = sum(row.get(k, 0.0) for k in ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms", "server_compute_output_ms"))
+        row["server_ms"] = server
+        row["queue_share"] = row["server_queue_ms"] / server if server > 0 else 0.0
+        rows.append(row)
+    return rows

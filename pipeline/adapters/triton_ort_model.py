@@ -1,0 +1,107 @@
+"""Triton python-backend model that runs one ONNX file with ONNX Runtime (CPU).
+
+This file is copied as ``<version>/model.py`` into the *embedded* serving
+repository (see :mod:`pipeline.adapters.embedded_repo`). It stands in for
+Triton's onnxruntime backend, which the nvidia-pytriton wheel does not ship, so
+it reads the same config keys that backend reads:
+
+- ``parameters { key: "intra_op_thread_count" }`` / ``inter_op_thread_count``
+- ``optimization { graph { level } }`` with the onnxruntime backend's mapping:
+  absent/0 -> ORT_ENABLE_ALL, -1 -> ORT_ENABLE_BASIC, 1 -> ORT_ENABLE_EXTENDED,
+  2 -> ORT_DISABLE_ALL (so level 2 is OFF, not "more").
+- ``parameters { key: "onnx_path" }``: absolute path of the ONNX file to serve
+  (added by the embedded repository builder; the shipped file, not a copy).
+
+It runs inside the python-backend stub process, so it imports nothing from the
+``pipeline`` package: only numpy, onnxruntime and triton_python_backend_utils. The
+stub's embedded interpreter ignores ``PYTHONPATH``, so the builder writes
+``sys_path.json`` (our site-packages) beside this file and we extend ``sys.path`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+_PATHS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sys_path.json")
+if os.path.isfile(_PATHS):
+    with open(_PATHS, encoding="utf-8") as _f:
+        sys.path[:0] = [p for p in json.load(_f) if p not in sys.path]
+
+import numpy as np  # noqa: E402 - needs the sys.path above
+import onnxruntime as ort  # noqa: E402
+import triton_python_backend_utils as pb_utils  # provided by the stub
+
+# Same mapping as triton-inference-server/onnxruntime_backend (ModelState::LoadModel).
+_GRAPH_LEVELS = {
+    0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    1: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+
+def _param(config: dict, key: str, default: str | None = None) -> str | None:
+    """A string parameter from the model config's ``parameters`` map."""
+    value = config.get("parameters", {}).get(key, {}).get("string_value")
+    return default if value in (None, "") else value
+
+
+class TritonPythonModel:
+    """One ORT session per model instance, fed the batch Triton's scheduler formed."""
+
+    def initialize(self, args: dict) -> None:
+        config = json.loads(args["model_config"])
+        onnx_path = _param(config, "onnx_path")
+        if not onnx_path or not os.path.isfile(onnx_path):
+            raise pb_utils.TritonModelException(f"onnx_path parameter names no file: {onnx_path!r}")
+        so = ort.SessionOptions()
+        # Triton's onnxruntime backend leaves ORT defaults (0 = ORT decides) when a key is absent.
+        so.intra_op_num_threads = int(_param(config, "intra_op_thread_count", "0"))
+        so.inter_op_num_threads = int(_param(config, "inter_op_thread_count", "0"))
+        level = int(config.get("optimization", {}).get("graph", {}).get("level", 0))
+        so.graph_optimization_level = _GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
+        self.session = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+        self.inputs = [i["name"] for i in config["input"]]
+        self.outputs = [o["name"] for o in config["output"]]
+        self.batched = int(config.get("max_batch_size", 0)) > 0
+
+    def execute(self, requests: list) -> list:
+        """Run the requests Triton batched together as one ORT call per input-shape group.
+
+        Triton's dynamic batcher only groups requests with equal shapes, but group
+        defensively so a mixed list still gives every request its own rows back.
+        """
+        responses: list = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        feeds_per_req = []
+        for i, req in enumerate(requests):
+            feed = {n: pb_utils.get_input_tensor_by_name(req, n).as_numpy() for n in self.inputs}
+            feeds_per_req.append(feed)
+            key = tuple((n, a.shape, a.dtype.str) for n, a in feed.items())
+            groups.setdefault(key, []).append(i)
+        for idx in groups.values():
+            try:
+                if not (self.batched and len(idx) > 1):
+                    for i in idx:
+                        responses[i] = self._response(self.session.run(self.outputs, feeds_per_req[i]))
+                    continue
+                feed = {n: np.concatenate([feeds_per_req[i][n] for i in idx], axis=0) for n in self.inputs}
+                sizes = [feeds_per_req[i][self.inputs[0]].shape[0] for i in idx]
+                outs = self.session.run(self.outputs, feed)
+                offsets = np.cumsum([0] + sizes)
+                for j, i in enumerate(idx):
+                    responses[i] = self._response([o[offsets[j] : offsets[j + 1]] for o in outs])
+            except Exception as e:  # noqa: BLE001 - every request must get a response, with ORT's message
+                for i in idx:
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(e)))
+        return responses
+
+    def _response(self, outs: list[np.ndarray]):  # noqa: ANN202 - pb_utils type
+        return pb_utils.InferenceResponse(
+            output_tensors=[pb_utils.Tensor(n, np.ascontiguousarray(o)) for n, o in zip(self.outputs, outs)]
+        )
+
+    def finalize(self) -> None:
+        self.session = None

@@ -1,0 +1,299 @@
+"""A running tritonserver: free loopback ports, readiness, and a stop that always happens.
+
+The server runs in its own process group with its python-backend stubs; stopping
+kills the group. PR_SET_PDEATHSIG and a watchdog process cover the case where the
+bench process itself is SIGKILLed and no Python code runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from pipeline.adapters.tritonserver import (
+    TritonInstall,
+    backend_dir,
+    error_lines,
+    locate_tritonserver,
+    server_env,
+)
+from pipeline.core.errors import ToolError
+
+
+def free_port(avoid: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+    """A loopback TCP port that is free now (the kernel picks one; ``avoid`` is skipped)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+
+
+def port_free(port: int) -> bool:
+    """Whether ``port`` can be bound on loopback right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def set_pdeathsig() -> None:
+    """In the child: die with SIGKILL if the parent dies, even if it is SIGKILLed itself."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the server's process group (server + python-backend stubs), then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # Stubs outlive a SIGTERMed server for a moment; make sure none of the group is left.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+_WATCHDOG = (
+    "import os, signal, sys\n"
+    "sys.stdin.buffer.read()  # EOF when the bench process exits, however it exits\n"
+    "try:\n    os.killpg(int(sys.argv[1]), signal.SIGKILL)\nexcept OSError:\n    pass\n"
+)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Raised from the SIGTERM handler so ``with`` blocks unwind and stop the server."""
+
+
+class EmbeddedServer:
+    """A tritonserver on free loopback ports, serving one model; always stopped on exit.
+
+    Usage::
+
+        with EmbeddedServer(repo, "minilm", config_name="latency") as srv:
+            srv.http_url  # "127.0.0.1:PORT"
+
+    Raises (on enter):
+        ToolError: the server exits or the model is not ready within ``timeout_s``;
+        the message carries the server's error lines.
+    """
+
+    def __init__(
+        self,
+        repo_dir: str | os.PathLike[str],
+        model: str,
+        config_name: str | None = None,
+        timeout_s: float = 120.0,
+        log_dir: str | os.PathLike[str] | None = None,
+        ports: tuple[int, int, int] | None = None,
+    ) -> None:
+        self.repo_dir = Path(repo_dir).resolve()
+        self.model = model
+        self.config_name = config_name
+        self.timeout_s = timeout_s
+        self.requested_ports = ports
+        self._log_dir = Path(log_dir) if log_dir else None
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.http_port = self.grpc_port = self.metrics_port = 0
+        self._old_handlers: dict[int, object] = {}
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._watchdog: subprocess.Popen | None = None
+        self._watch_fd: int | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def log(self) -> str:
+        """The server's output so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def _pick_ports(self) -> tuple[int, int, int]:
+        """Requested ports where free; any taken one is replaced by a free one."""
+        chosen: list[int] = []
+        for p in self.requested_ports or (0, 0, 0):
+            chosen.append(p if p and port_free(p) and p not in chosen else free_port(set(chosen)))
+        return chosen[0], chosen[1], chosen[2]
+
+    def _command(self, inst: TritonInstall) -> list[str]:
+        cmd = [
+            str(inst.binary),
+            f"--model-repository={self.repo_dir}",
+            f"--backend-directory={backend_dir(inst)}",
+            "--model-control-mode=explicit",
+            f"--load-model={self.model}",
+            "--strict-model-config=true",
+            "--exit-on-error=true",  # a model that fails to load ends the server: we report at once
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            # Other servers on this machine may run python models: keep our shared-memory names apart.
+            f"--backend-config=python,shm-region-prefix-name=pipeline{os.getpid()}x{self.http_port}",
+        ]
+        if self.config_name:
+            cmd.append(f"--model-config-name={self.config_name}")
+        return cmd
+
+    def __enter__(self) -> EmbeddedServer:
+        inst = locate_tritonserver()
+        self._install_signal_handlers()
+        try:
+            self._start(inst, attempts=3)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, inst: TritonInstall, attempts: int) -> None:
+        if self._log_dir:
+            self._log_dir.mkdir(parents=True, exist_ok=True)
+            log_root = self._log_dir
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix="tritonserver-")
+            log_root = Path(self._tmp.name)
+        for attempt in range(attempts):
+            self.http_port, self.grpc_port, self.metrics_port = self._pick_ports()
+            self.log_path = log_root / f"tritonserver-{self.config_name or 'default'}-{attempt}.log"
+            with open(self.log_path, "wb") as out:
+                self.proc = subprocess.Popen(
+                    self._command(inst),
+                    env=server_env(inst),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: stubs die with it in stop()
+                    preexec_fn=set_pdeathsig,  # noqa: PLW1509 - needed so a SIGKILLed stage leaves no server
+                )
+            self._start_watchdog()
+            ready = self._wait_ready()
+            if ready:
+                return
+            log = self.log()
+            # Another process grabbed a port between our check and the bind: try new ports.
+            if "address already in use" in log.lower() or "failed to start" in log.lower() and "port" in log.lower():
+                self._stop_watchdog()
+                kill_group(self.proc)
+                self.requested_ports = None
+                continue
+            raise ToolError(
+                f"tritonserver could not load model '{self.model}'"
+                + (f" with --model-config-name={self.config_name}" if self.config_name else ""),
+                fix="read the server log lines below; the model config or the model file is wrong",
+                details={
+                    "exit code": self.proc.returncode if self.proc else None,
+                    "repository": self.repo_dir,
+                    "server log (errors)": "\n    " + "\n    ".join(error_lines(log) or log.splitlines()[-15:]),
+                    "full log": self.log_path,
+                },
+            )
+        raise ToolError(
+            f"tritonserver could not bind free ports after {attempts} attempts",
+            fix="free some loopback ports or set bench ports explicitly",
+            details={"last log": "\n".join(error_lines(self.log()))},
+        )
+
+    def _get(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=2) as r:  # noqa: S310 - loopback
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+        except (urllib.error.URLError, OSError):
+            return 0
+
+    def _wait_ready(self) -> bool:
+        """Poll health and model readiness; False if the server exits or time runs out."""
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                return False
+            if self._get("/v2/health/ready") == 200 and self._get(f"/v2/models/{self.model}/ready") == 200:
+                return True
+            time.sleep(0.25)
+        return False
+
+    def _start_watchdog(self) -> None:
+        """A separate process that SIGKILLs the server's group when this process dies.
+
+        PR_SET_PDEATHSIG covers tritonserver itself, but its python-backend stubs are
+        its children, reparented to init when it dies, and do not always exit. The
+        watchdog holds the read end of a pipe; our death (even SIGKILL) closes the
+        write end, it reads EOF and kills the whole group.
+        """
+        assert self.proc is not None
+        r, w = os.pipe()
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(self.proc.pid)], stdin=r, start_new_session=True, close_fds=True
+        )
+        os.close(r)
+        self._watch_fd = w  # non-inheritable: only this process holds it
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            # Stop it before the group is reaped, so it can never signal a recycled group id.
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
+        if self._watch_fd is not None:
+            os.close(self._watch_fd)
+            self._watch_fd = None
+
+    def stop(self) -> None:
+        """Stop the server and its stubs; safe to call twice."""
+        self._stop_watchdog()
+        if self.proc is not None:
+            kill_group(self.proc)
+        self._restore_signal_handlers()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # SIGTERM (e.g. `dvc` or CI cancelling) would end Python without running __exit__;
+    # turn it into an exception so the `with` block unwinds and the server is stopped.
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        raise _Interrupted(f"received signal {signum}")
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, old in self._old_handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, old)  # type: ignore[arg-type]
+        self._old_handlers.clear()

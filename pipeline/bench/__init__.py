@@ -1,0 +1,1 @@
+"""Bench internals: measurements, servers, tuning, reports (the stage is pipeline.stages.bench)."""

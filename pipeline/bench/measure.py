@@ -1,0 +1,217 @@
+"""Measurements for the bench stage: request rows, the in-process ORT baseline, perf sweeps.
+
+Every number the report shows comes from here: perf_analyzer against a live server
+(client p50/p95/p99, throughput, server queue/compute split) plus Triton's own
+statistics API (inference_count / execution_count = average batch actually formed),
+and ONNX Runtime timed in this process on the same file, inputs and thread counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.adapters import perf_analyzer as pa_mod
+from pipeline.core.config import BenchConfig
+from pipeline.core.errors import BenchError
+
+Feed = dict[str, np.ndarray]
+
+# Same mapping as Triton's onnxruntime backend (and pipeline/adapters/triton_ort_model.py).
+GRAPH_LEVEL_ORT = {0: "ORT_ENABLE_ALL", -1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
+
+
+# ---------------------------------------------------------------- request rows
+def request_rows(samples: list[Feed], batched: bool) -> list[Feed]:
+    """Split sample feeds into the batch-1 requests a client sends (one row each)."""
+    if not batched:
+        return [dict(f) for f in samples]
+    rows: list[Feed] = []
+    for feed in samples:
+        n = next(iter(feed.values())).shape[0]
+        rows += [{k: np.asarray(v)[i : i + 1] for k, v in feed.items()} for i in range(n)]
+    return rows
+
+
+def shape_key(feed: Feed) -> tuple:
+    """Identity of a request's shapes; Triton batches only requests with equal shapes."""
+    return tuple((k, v.shape[1:]) for k, v in sorted(feed.items()))
+
+
+def uniform_rows(rows: list[Feed]) -> list[Feed]:
+    """The largest group of rows sharing one shape (what a client padding to one length sends)."""
+    groups: dict[tuple, list[Feed]] = {}
+    for r in rows:
+        groups.setdefault(shape_key(r), []).append(r)
+    return max(groups.values(), key=len)
+
+
+# ---------------------------------------------------------------- ORT baseline
+@dataclass
+class OrtSettings:
+    """The ONNX Runtime settings a Triton config implies."""
+
+    intra_op_threads: int
+    inter_op_threads: int
+    graph_level: int
+
+    @classmethod
+    def from_config(cls, cfg: mc.ModelConfig) -> OrtSettings:
+        p = cfg.parameters
+        intra = int(p["intra_op_thread_count"].string_value or 0) if "intra_op_thread_count" in p else 0
+        inter = int(p["inter_op_thread_count"].string_value or 0) if "inter_op_thread_count" in p else 0
+        level = cfg.optimization.graph.level if cfg.HasField("optimization") else 0
+        return cls(intra, inter, level)
+
+
+def ort_session(onnx_path: Path, s: OrtSettings):  # noqa: ANN201 - onnxruntime type
+    """An ORT CPU session with exactly the settings the served model uses."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = s.intra_op_threads
+    so.inter_op_num_threads = s.inter_op_threads
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_LEVEL_ORT.get(s.graph_level, "ORT_ENABLE_ALL"))
+    return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+
+
+def _pct(x: list[float]) -> dict[str, float]:
+    a = np.asarray(x) * 1e3
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "mean_ms": float(a.mean()), "n": int(a.size)}
+
+
+def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: int, runs: int) -> dict:
+    """Batch-1 latency in process: ``warmup`` untimed runs, then ``runs`` timed, cycling the rows."""
+    sess = ort_session(onnx_path, s)
+    for i in range(warmup):
+        sess.run(None, rows[i % len(rows)])
+    times = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        sess.run(None, rows[i % len(rows)])
+        times.append(time.perf_counter() - t0)
+    return {**_pct(times), "settings": asdict(s)}
+
+
+def baseline_throughput(onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0) -> dict:
+    """Inferences/s in process for each batch size; batches are built from same-shape rows."""
+    sess = ort_session(onnx_path, s)
+    groups: dict[tuple, list[Feed]] = {}
+    for r in rows:
+        groups.setdefault(shape_key(r), []).append(r)
+    per_batch: dict[str, float] = {}
+    for b in batch_sizes:
+        batches = []
+        for g in groups.values():
+            picks = [g[i % len(g)] for i in range(b)]  # tile a shape group up to b rows
+            batches.append({k: np.concatenate([p[k] for p in picks]) for k in picks[0]})
+        sess.run(None, batches[0])  # warm this shape
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            sess.run(None, batches[n % len(batches)])
+            n += 1
+        per_batch[str(b)] = n * b / (time.perf_counter() - t0)
+    best = max(per_batch, key=per_batch.__getitem__)
+    return {"per_batch_infer_s": per_batch, "best_batch": int(best), "best_infer_s": per_batch[best], "settings": asdict(s)}
+
+
+# ---------------------------------------------------------------- server statistics
+def model_stats(http_url: str, model: str) -> dict[str, float]:
+    """Cumulative counters from Triton's statistics API (inference and execution counts, ns)."""
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:  # noqa: S310
+            data = json.load(r)
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    st = data["model_stats"][0]
+    inf = st["inference_stats"]
+    return {
+        "inference_count": float(st.get("inference_count", 0)),
+        "execution_count": float(st.get("execution_count", 0)),
+        "success_count": float(inf["success"]["count"]),
+        "fail_count": float(inf["fail"]["count"]),
+        "queue_ns": float(inf["queue"]["ns"]),
+    }
+
+
+# ---------------------------------------------------------------- perf sweeps
+@dataclass
+class Point:
+    """One concurrency level of one variant."""
+
+    concurrency: int
+    valid: bool
+    reason: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    avg_batch: float | None = None
+    failed_requests: float = 0.0
+
+
+def sweep(
+    pa: pa_mod.PerfAnalyzer,
+    bench: BenchConfig,
+    model: str,
+    http_url: str,
+    perf_url: str,
+    input_json: Path,
+    shapes: dict[str, list[int]],
+    concurrency: list[int],
+    work_dir: Path,
+    tag: str,
+) -> list[Point]:
+    """perf_analyzer at each concurrency; unstable or failed runs are kept as invalid points."""
+    points = []
+    for c in concurrency:
+        csv_path = work_dir / f"{tag}_c{c}.csv"
+        cmd = pa_mod.build_command(
+            pa, model, perf_url, c, input_json, csv_path,
+            protocol=bench.protocol,
+            measurement_interval_ms=bench.measurement_interval_ms,
+            stability_percentage=bench.stability_percentage,
+            max_trials=bench.max_trials,
+            shapes=shapes,
+        )  # fmt: skip
+        before = model_stats(http_url, model)
+        run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=bench.perf_timeout_s)
+        after = model_stats(http_url, model)
+        (work_dir / f"{tag}_c{c}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
+        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        avg_batch = delta["inference_count"] / delta["execution_count"] if delta.get("execution_count") else None
+        failed = delta.get("fail_count", 0.0)
+        valid, reason = run.valid, run.reason()
+        if valid and failed:
+            valid, reason = False, f"{failed:.0f} requests failed on the server"
+        points.append(Point(c, valid, reason, run.row if valid else {}, avg_batch, failed))
+        status = f"p50 {run.row['p50_ms']:.2f} ms, {run.row['throughput_infer_s']:.1f} infer/s" if valid else f"INVALID ({reason})"
+        print(f"[bench] {tag} c={c}: {status}", flush=True)
+    return points
+
+
+def check_readiness(points: list[Point], tag: str) -> None:
+    """Raise when a variant produced no valid point at all: there is nothing to report."""
+    if points and not any(p.valid for p in points):
+        unstable = all("stable" in p.reason for p in points)
+        raise BenchError(
+            f"no valid perf_analyzer measurement for {tag}",
+            fix="raise bench.measurement_interval_ms or bench.stability_percentage, or stop other load on the machine"
+            if unstable
+            else "read perf_analyzer's errors below (e.g. input names, dtypes or shapes that do not match the model config)",
+            details={f"c={p.concurrency}": p.reason for p in points},
+        )
+
+
+def cpu_budget() -> int:
+    """Cores this process may use (affinity), which is what oversubscription is judged against."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

@@ -1,0 +1,222 @@
+"""Bench results -> headline ratios, diagnosis, markdown report, PNG plot, dvc plot data.
+
+Each diagnosis names a rule, what was measured, and what to change, so a config tuned
+for the wrong job (e.g. a queue delay on the latency path) cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.core.atomic import write_text
+
+Result = dict[str, Any]
+
+
+def point(res: Result, variant: str, c: int) -> dict | None:
+    """The valid measurement of ``variant`` at concurrency ``c``, or None."""
+    p = res["variants"].get(variant, {}).get("points", {}).get(f"c{c}")
+    return p if p and p.get("valid") else None
+
+
+def ratios(res: Result) -> dict[str, float | None]:
+    """The headline numbers: served vs in-process, and throughput vs latency variant."""
+    out: dict[str, float | None] = {}
+    lat1 = point(res, "latency", 1)
+    base = res["baseline"]
+    b_lat = base.get("latency", {}).get("p50_ms")
+    out["latency_c1_p50_ms"] = lat1["p50_ms"] if lat1 else None
+    out["ort_p50_ms"] = b_lat
+    out["latency_c1_p50_vs_ort_p50"] = lat1["p50_ms"] / b_lat if lat1 and b_lat else None
+    out["latency_c1_queue_share"] = lat1["queue_share"] if lat1 else None
+    best = base.get("throughput", {}).get("best_infer_s")
+    for c in (8, 16):
+        lat, thr = point(res, "latency", c), point(res, "throughput", c)
+        out[f"throughput_vs_latency_c{c}"] = thr["throughput_infer_s"] / lat["throughput_infer_s"] if lat and thr else None
+        out[f"throughput_vs_ort_best_c{c}"] = thr["throughput_infer_s"] / best if thr and best else None
+    thr1 = point(res, "throughput", 1)
+    out["batching_tax_c1_ms"] = thr1["p50_ms"] - lat1["p50_ms"] if thr1 and lat1 else None
+    out["throughput_c1_queue_share"] = thr1["queue_share"] if thr1 else None
+    return out
+
+
+def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict[str, str], cores: int, threshold: float, min_ms: float = 0.1) -> list[dict]:
+    """Rules over the measurements and configs; each finding carries its evidence."""
+    out: list[dict] = []
+
+    def add(rule: str, severity: str, variant: str, message: str, fix: str) -> None:
+        out.append({"rule": rule, "severity": severity, "variant": variant, "message": message, "fix": fix})
+
+    for name, cfg in configs.items():
+        p1 = point(res, name, 1)
+        if p1 and p1["queue_share"] > threshold and p1["server_queue_ms"] > min_ms:
+            # On the latency variant this is the failure it exists to prevent; on the throughput one it is the expected price.
+            sev = "error" if name == "latency" else "info"
+            add("batching_tax", sev, name,
+                f"at concurrency 1, {p1['server_queue_ms']:.2f} ms of {p1['server_ms']:.2f} ms server time "
+                f"({p1['queue_share']:.0%}) is queue wait (threshold {threshold:.0%}); p50 {p1['p50_ms']:.2f} ms",
+                "remove dynamic_batching or set max_queue_delay_microseconds to 0 on the latency variant"
+                if name == "latency" else "expected for a batching variant: send latency-bound traffic to the latency variant")  # fmt: skip
+        threads = sum(g.count or 1 for g in cfg.instance_group) * max(1, int(cfg.parameters["intra_op_thread_count"].string_value or 0) if "intra_op_thread_count" in cfg.parameters else 1)
+        if threads > cores:
+            add("oversubscription", "warning", name,
+                f"instances x intra_op threads = {threads} > {cores} cores available",
+                "lower instance_group count or variant.<name>.intra_op_threads so the product fits the cores")  # fmt: skip
+        for i in cfg.input:
+            want = graph_dtypes.get(i.name)
+            have = mc.DataType.Name(i.data_type).removeprefix("TYPE_").lower()
+            norm = {"fp32": "float32", "fp16": "float16", "fp64": "float64"}.get(have, have)
+            if want and norm != want:
+                add("input_dtype", "error", name, f"config input '{i.name}' is {mc.DataType.Name(i.data_type)} but the model takes {want}",
+                    "re-render the config from the ONNX graph (repository stage)")  # fmt: skip
+        if cfg.HasField("optimization") and cfg.optimization.graph.level == 2:
+            add("graph_level_off", "warning", name, "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
+                "set variant.<name>.graph_optimization_level=1 (Triton: 1 = optimized, 2 = off)")  # fmt: skip
+    for c in sorted({int(k[1:]) for v in res["variants"].values() for k in v.get("points", {})}):
+        lat, thr = point(res, "latency", c), point(res, "throughput", c)
+        if c >= 4 and lat and thr and thr["throughput_infer_s"] <= lat["throughput_infer_s"]:
+            add("throughput_not_better", "warning", "throughput",
+                f"at concurrency {c} the throughput variant gives {thr['throughput_infer_s']:.1f} infer/s, "
+                f"not more than the latency variant's {lat['throughput_infer_s']:.1f}",
+                "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)")  # fmt: skip
+    lat1 = point(res, "latency", 1)
+    b = res["baseline"].get("latency", {}).get("p50_ms")
+    if lat1 and b and lat1["p50_ms"] > 1.15 * b:
+        add("serving_overhead", "warning", "latency",
+            f"served p50 {lat1['p50_ms']:.2f} ms is {lat1['p50_ms'] / b:.2f}x the in-process ORT p50 {b:.2f} ms (limit 1.15x)",
+            "look at the client/network share in the table; on a loaded machine re-run when it is idle")  # fmt: skip
+    for name, v in res["variants"].items():
+        bad = [k for k, p in v.get("points", {}).items() if not p["valid"]]
+        if bad:
+            add("invalid_measurement", "warning", name, f"no stable measurement at {', '.join(bad)} (not reported as numbers)",
+                "raise bench.measurement_interval_ms or bench.stability_percentage; stop other load")  # fmt: skip
+    return out
+
+
+CURVE_FIELDS = ["concurrency", "p50_ms", "p95_ms", "p99_ms", "throughput_infer_s", "server_queue_ms", "server_compute_infer_ms", "avg_batch"]
+
+
+def curves_csv(res: Result, variant: str) -> str:
+    """Plot data for dvc plots: one row per valid concurrency point."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CURVE_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for p in res["variants"][variant]["points"].values():
+        if p["valid"]:
+            w.writerow({k: (p.get(k) if p.get(k) is not None else "") for k in CURVE_FIELDS})
+    return buf.getvalue()
+
+
+def plot_png(res: Result, path: Path) -> None:
+    """Throughput vs p99 per variant, with the in-process best as a reference line."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on CI
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for name, v in res["variants"].items():
+        pts = [p for p in v["points"].values() if p["valid"]]
+        if not pts:
+            continue
+        ax1.plot([p["p99_ms"] for p in pts], [p["throughput_infer_s"] for p in pts], "o-", label=name)
+        for p in pts:
+            ax1.annotate(f"c{p['concurrency']}", (p["p99_ms"], p["throughput_infer_s"]), fontsize=7)
+        cs = np.arange(len(pts))
+        ax2.bar(cs + (0.4 if name != "latency" else 0), [p["server_queue_ms"] for p in pts], 0.4, label=f"{name} queue")
+        ax2.bar(cs + (0.4 if name != "latency" else 0), [p["server_ms"] - p["server_queue_ms"] for p in pts], 0.4,
+                bottom=[p["server_queue_ms"] for p in pts], label=f"{name} compute", alpha=0.6)  # fmt: skip
+        ax2.set_xticks(cs + 0.2, [f"c{p['concurrency']}" for p in pts])
+    best = res["baseline"].get("throughput", {}).get("best_infer_s")
+    if best:
+        ax1.axhline(best, ls="--", c="gray", label=f"in-process ORT best ({best:.0f}/s)")
+    ax1.set(xlabel="p99 latency (ms)", ylabel="inferences / s", title="throughput vs p99")
+    ax2.set(ylabel="server time (ms)", title="server queue vs compute")
+    ax1.legend(fontsize=8)
+    ax2.legend(fontsize=7)
+    fig.suptitle(f"{res['model']['name']} - {res['server']['description']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _f(x: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def markdown(res: Result) -> str:
+    """The human report: mode, machine, table, ratios, diagnosis."""
+    r, m, s = res["ratios"], res["machine"], res["server"]
+    lines = [
+        f"# Benchmark: {res['model']['name']}",
+        "",
+        f"**Server mode: {s['mode']}.** {s['description']}",
+        "",
+        f"Machine: {m['cpu_model']}, {m['cores_available']} cores available (of {m['cpu_count']}); load average at start "
+        f"{m['loadavg_start']}, at end {m.get('loadavg_end')}. Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + ".",
+        f"Inputs: {res['inputs']['requests']} batch-1 requests from the model's samples ({res['inputs']['policy']}, "
+        f"{res['inputs']['distinct_shapes']} distinct shapes).",
+        "",
+        "## Headline",
+        "",
+        f"- latency variant c=1 p50 / in-process ORT p50: **{_f(r['latency_c1_p50_vs_ort_p50'])}x** "
+        f"({_f(r['latency_c1_p50_ms'])} ms vs {_f(r['ort_p50_ms'])} ms); queue share {_f(r['latency_c1_queue_share'], '.1%')}",
+        f"- throughput / latency variant: c=8 **{_f(r['throughput_vs_latency_c8'])}x**, c=16 **{_f(r['throughput_vs_latency_c16'])}x**",
+        f"- throughput variant / in-process best batch: c=8 {_f(r['throughput_vs_ort_best_c8'])}x, c=16 {_f(r['throughput_vs_ort_best_c16'])}x",
+        f"- batching tax at c=1 (throughput minus latency variant p50): {_f(r['batching_tax_c1_ms'])} ms, "
+        f"queue share {_f(r['throughput_c1_queue_share'], '.1%')}",
+        "",
+        "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
+        "",
+        "| variant | c | p50 ms | p95 ms | p99 ms | infer/s | queue ms | compute ms | queue share | avg batch | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in res["variants"].items():
+        for p in v["points"].values():
+            if p["valid"]:
+                comp = p["server_compute_input_ms"] + p["server_compute_infer_ms"] + p["server_compute_output_ms"]
+                lines.append(
+                    f"| {name} | {p['concurrency']} | {p['p50_ms']:.2f} | {p['p95_ms']:.2f} | {p['p99_ms']:.2f} | "
+                    f"{p['throughput_infer_s']:.1f} | {p['server_queue_ms']:.2f} | {comp:.2f} | {p['queue_share']:.1%} | "
+                    f"{_f(p.get('avg_batch'))} | ok |"
+                )
+            else:
+                lines.append(f"| {name} | {p['concurrency']} | - | - | - | - | - | - | - | - | INVALID: {p['reason'][:80]} |")
+    b = res["baseline"]
+    lat, thr = b.get("latency", {}), b.get("throughput", {})
+    lines += [
+        "",
+        "## In-process ONNX Runtime baseline (same file, same inputs, same thread counts)",
+        "",
+        f"- batch 1: p50 {_f(lat.get('p50_ms'))} ms, p95 {_f(lat.get('p95_ms'))} ms, p99 {_f(lat.get('p99_ms'))} ms "
+        f"over {lat.get('n')} runs after warmup; settings {lat.get('settings')}",
+        f"- best throughput {_f(thr.get('best_infer_s'), '.1f')} infer/s at batch {thr.get('best_batch')}; per batch: "
+        + ", ".join(f"{k}: {v:.1f}" for k, v in thr.get("per_batch_infer_s", {}).items()),
+        "",
+        "## Diagnosis",
+        "",
+    ]
+    lines += [f"- **{d['severity']}** `{d['rule']}` ({d['variant']}): {d['message']}. Fix: {d['fix']}." for d in res["diagnosis"]] or ["- nothing found"]
+    if res.get("tuning"):
+        t = res["tuning"]
+        lines += ["", "## Tuning of the throughput variant", "", f"Budget p99 <= {t['latency_budget_ms']} ms at concurrency {t['concurrency']}.", ""]
+        lines += ["| queue delay us | preferred | instances | p99 ms | infer/s | ok |", "|---|---|---|---|---|---|"]
+        for c in t["candidates"]:
+            lines.append(f"| {c['max_queue_delay_us']} | {c['preferred_batch_sizes']} | {c['instance_count']} | {_f(c.get('p99_ms'))} | "
+                         f"{_f(c.get('throughput_infer_s'), '.1f')} | {c['within_budget']} |")  # fmt: skip
+        lines += ["", f"Chosen: {t.get('chosen')}. Persist with: `{t.get('persist')}`"]
+    lines += ["", "![throughput vs p99](bench.png)", ""]
+    return "\n".join(lines)
+
+
+def write_outputs(res: Result, out_dir: Path) -> None:
+    """Report, plot and per-variant curves into ``out_dir`` (the caller makes it atomic)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_text(out_dir / "report.md", markdown(res))
+    plot_png(res, out_dir / "bench.png")

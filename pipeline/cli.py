@@ -1,0 +1,225 @@
+"""The user-facing command ``triton-pipeline``.
+
+Sub-commands are grouped in sub-apps (``release`` now; ``doctor``, ``serve``, ``report``
+can be added the same way with ``app.add_typer``). Every command turns a
+:class:`~pipeline.core.errors.PipelineError` into one message on stderr and a non-zero
+exit code, without a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.core.config import ReleaseConfig, load_config
+from pipeline.core.errors import PipelineError
+
+app = typer.Typer(help="Build, ship and operate Triton model repositories.", no_args_is_help=True, pretty_exceptions_enable=False)
+release_app = typer.Typer(help="Immutable, checksummed releases; promotion and rollback across environments.", no_args_is_help=True)
+app.add_typer(release_app, name="release")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_message(fn: F) -> F:
+    """Print a PipelineError as one message and exit with its code (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PipelineError as e:
+            err.print(f"[bold red]ERROR[/] {e.render()}", markup=True, soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+        except OSError as e:  # a filesystem failure no check anticipated (disk full, I/O error): still one message
+            err.print(f"[bold red]ERROR[/] {type(e).__name__}: {e}\n  fix: check the path, free space and permissions named above", markup=True, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- shared options
+StoreOpt = typer.Option(None, "--store", help="release store: a path or fsspec URL (default: release.store in params.yaml)")
+ModelOpt = typer.Option(None, "--model", help="model name (default: the only model in the store)")
+ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="composed config to read release.* from")
+TagOpt = typer.Option(True, "--tag/--no-tag", help="record the operation as a GTO git tag in the current repository")
+
+
+def _release_config(params: Path) -> ReleaseConfig:
+    """release.* from params.yaml when it exists, else the schema defaults."""
+    return load_config(params).release if params.is_file() else ReleaseConfig()
+
+
+def _store(store: Optional[str], params: Path):  # noqa: ANN202 - ReleaseStore, imported lazily
+    from pipeline.release.store import ReleaseStore
+
+    cfg = _release_config(params)
+    return ReleaseStore(store or cfg.store, cfg.environments)
+
+
+def _git_repo(tag: bool) -> Optional[str]:
+    if not tag:
+        return None
+    from pipeline.release.manifest import git_info
+
+    return git_info(".")["toplevel"]
+
+
+def _print_switch(res: Any, tag: bool) -> None:
+    if not tag and res.tag is not None:
+        res.tag.note, res.tag.tag = "--no-tag", None
+    for n in res.notes:
+        out.print(f"note: {n}")
+    if res.action == "noop":
+        return
+    prev = "(none)" if res.previous is None else res.previous
+    out.print(f"{res.action}: {res.model} version {prev} -> {res.version} in '{res.env}' ({res.copy})")
+    out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}" for k, v in res.timings.items()))
+    if res.tag is not None:
+        out.print(f"git tag: {res.tag}")
+
+
+# ---------------------------------------------------------------- release commands
+@release_app.command("build")
+@_one_message
+def build(
+    repository: Path = typer.Option(Path("artifacts/model_repository"), help="the repository stage's output (or one model dir in it)"),
+    parity: Path = typer.Option(Path("artifacts/reports/parity.json"), help="parity report; the release is refused unless it passed"),
+    bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes into the manifest)"),
+    dvc_lock: Path = typer.Option(Path("dvc.lock"), help="dvc.lock whose recorded hashes go into the manifest"),
+    sign_key: Optional[Path] = typer.Option(None, help="PEM EC private key: sign the release with model-signing"),
+    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+) -> None:
+    """Freeze the current repository into the next immutable, checksummed release."""
+    from pipeline.release.build import build_release
+
+    st = _store(store, params)
+    res = build_release(st, repository, parity, bench, dvc_lock, model=model, git_cwd=".", sign_key=sign_key, tag=tag)
+    m = res.manifest
+    size = sum(f["size"] for f in m["files"].values())
+    out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.path(st.release_rel(res.model, res.version))}")
+    out.print(f"  files: {len(m['files'])} ({size / 1e6:.1f} MB), sha256 recorded for each")
+    out.print(f"  git commit: {m['git']['commit'] or '(none)'}{' (dirty work tree)' if m['git']['dirty'] else ''}")
+    arts = ", ".join(f"{k} {a.get('status') or ('passed' if a['pass'] else a['pass'])}" for k, a in m["parity"]["artifacts"].items())
+    out.print(f"  parity: passed ({arts or 'overall verdict only'}); bench summary: {'recorded' if m['bench'] else 'none'}")
+    out.print(f"  signed: {'yes' if sign_key else 'no'}; git tag: {res.tag}")
+    for n in res.notes:
+        out.print(f"note: {n}")
+
+
+@release_app.command("promote")
+@_one_message
+def promote_cmd(
+    to: str = typer.Option(..., "--to", help="environment to promote into (release.environments)"),
+    version: Optional[int] = typer.Option(None, "--version", help="release version (default: live in the previous environment, else newest)"),
+    reload: Optional[str] = typer.Option(None, "--reload", help="Triton URL (host:port, explicit model-control mode) to load the new version live"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="config variant to serve (configs/<variant>.pbtxt; default: the release's config.pbtxt)"),
+    public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature"),
+    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+) -> None:
+    """Verify a release, install it in an environment and flip the environment's pointer to it."""
+    from pipeline.release.promote import promote
+
+    res = promote(_store(store, params), to, model, version, variant, reload, str(public_key) if public_key else None, _git_repo(tag))
+    _print_switch(res, tag)
+
+
+@release_app.command("rollback")
+@_one_message
+def rollback_cmd(
+    env: str = typer.Option(..., "--env", help="environment to roll back"),
+    reload: Optional[str] = typer.Option(None, "--reload", help="Triton URL to switch the served version live"),
+    public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid signature"),
+    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+) -> None:
+    """Make the previously live version live again (the newer release is kept)."""
+    from pipeline.release.promote import rollback
+
+    _print_switch(rollback(_store(store, params), env, model, reload, str(public_key) if public_key else None, _git_repo(tag)), tag)
+
+
+@release_app.command("list")
+@_one_message
+def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt) -> None:
+    """Releases in the store and where each is live."""
+    st = _store(store, params)
+    models = [st.resolve_model(model)] if model else st.models()
+    if not models:
+        out.print(f"no releases in {st.url}")
+        return
+    for mdl in models:
+        states = {e: st.env_state(e, mdl) for e in st.environments}
+        table = Table(title=f"{mdl} releases in {st.url}")
+        for col in ("version", "created UTC", "commit", "parity", "files", "MB", "live in", "installed in"):
+            table.add_column(col, no_wrap=True)
+        for v in st.versions(mdl):
+            m = st.manifest(mdl, v)
+            size = sum(f["size"] for f in m["files"].values()) / 1e6
+            commit = (m.get("git") or {}).get("commit") or "-"
+            table.add_row(
+                str(v), m["created_at"][:16].replace("T", " "), commit[:7], "pass" if m.get("parity", {}).get("pass") else "?",
+                str(len(m["files"])), f"{size:.1f}", ", ".join(e for e, s in states.items() if s.live == v) or "-",
+                ", ".join(e for e, s in states.items() if v in s.present) or "-",
+            )
+        out.print(table)
+        for e in st.environments:
+            out.print(f"  {e}: serve with tritonserver --model-repository={st.env_repository(e)}")
+
+
+@release_app.command("verify")
+@_one_message
+def verify_cmd(
+    public_key: Optional[Path] = typer.Option(None, help="also check every release's model-signing signature"),
+    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt,
+) -> None:
+    """Re-hash every release and every environment's installed versions against the manifests."""
+    from pipeline.release.promote import verify_store
+
+    st = _store(store, params)
+    for line in verify_store(st, model, str(public_key) if public_key else None):
+        out.print(line)
+    out.print(f"store {st.url}: all checksums match")
+
+
+@release_app.command("export")
+@_one_message
+def export_cmd(
+    version: int = typer.Option(..., "--version"), out_path: Path = typer.Option(..., "--out", help="archive to write (.tar.gz)"),
+    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt,
+) -> None:
+    """Write one verified release as a .tar.gz (to import into another store)."""
+    from pipeline.release.archive import export_release
+
+    st = _store(store, params)
+    path = export_release(st, st.resolve_model(model), version, out_path)
+    out.print(f"exported version {version} -> {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@release_app.command("import")
+@_one_message
+def import_cmd(archive: Path = typer.Argument(..., help="a .tar.gz written by `release export`"), store: Optional[str] = StoreOpt, params: Path = ParamsOpt) -> None:
+    """Add an exported release to the store (unpacked with tarfile's data filter, then verified)."""
+    from pipeline.release.archive import import_release
+
+    model, version, what = import_release(_store(store, params), archive)
+    out.print(f"{what}: {model} version {version}")
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m pipeline.cli`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

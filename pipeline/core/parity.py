@@ -1,0 +1,205 @@
+"""Parity bookkeeping without any runtime: tolerances per output, the report, the gate, the lookup.
+
+The comparison itself is Polygraphy's (pipeline/adapters/polygraphy_tools.py); this module turns
+its per-sample results into the parity.json report (read by ``dvc metrics``), raises the one
+ParityError that lists every failing output, and answers "did artifact X pass?" for the stages
+that ship artifacts (:func:`artifact_passed`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.config import ErrorStat, ToleranceConfig
+from pipeline.core.errors import ParityError
+
+SCHEMA_VERSION = 1
+# Polygraphy adds this to zero reference values before dividing (SimpleCompareFunc); we match it.
+_EPS = 2.220446049250313e-16
+
+
+def tolerance_key(kind: str) -> str:
+    """Config section of an artifact kind: 'fp16' -> 'parity.fp16', 'trt@a100' -> 'parity.trt'."""
+    return "parity." + kind.replace(":", "@").split("@", 1)[0]
+
+
+def resolve(tol: ToleranceConfig, output: str) -> dict[str, Any]:
+    """Effective atol, rtol, stat and quantile for one output (per_output overrides the kind's values)."""
+    o = tol.per_output.get(output)
+    stat = o.check_error_stat if o and o.check_error_stat is not None else tol.check_error_stat
+    return {
+        "atol": float(o.atol if o and o.atol is not None else tol.atol),
+        "rtol": float(o.rtol if o and o.rtol is not None else tol.rtol),
+        "stat": stat.value if isinstance(stat, ErrorStat) else str(stat),
+        "quantile": float(o.error_quantile if o and o.error_quantile is not None else tol.error_quantile),
+    }
+
+
+def polygraphy_options(tol: ToleranceConfig, outputs: list[str]) -> dict[str, dict[str, Any]]:
+    """Per-output dicts for SimpleCompareFunc ("" is the default for outputs not listed)."""
+    base = resolve(tol, "")
+    opts: dict[str, dict[str, Any]] = {k: {"": v} for k, v in base.items()}
+    for name in outputs:
+        for k, v in resolve(tol, name).items():
+            opts[k][name] = v
+    return opts
+
+
+def _num(x: float | None) -> float | None:
+    """JSON-safe float: NaN/Inf become null (JSON has no NaN; dvc metrics would choke)."""
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _min_passing_atol(stat: str, rtol: float, results: list[Any], art: list[np.ndarray], ref: list[np.ndarray]) -> float | None:
+    """Smallest atol that passes every sample at the configured rtol (None if no atol can: NaN/Inf)."""
+    need = 0.0
+    for r, a, b in zip(results, art, ref):
+        if stat == "elemwise":
+            # Per element Polygraphy fails where abs > atol AND rel > rtol: atol must cover the rel-failing ones.
+            absdiff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+            denom = np.abs(b.astype(np.float64))
+            denom[denom == 0] = _EPS
+            rel_fail = ~(absdiff / denom <= rtol)
+            if not np.isfinite(absdiff).all():
+                return None
+            if rel_fail.any():
+                need = max(need, float(absdiff[rel_fail].max()))
+        else:
+            a_stat, r_stat = getattr(r, f"{stat}_absdiff"), getattr(r, f"{stat}_reldiff")
+            if a_stat is None or not math.isfinite(a_stat):
+                return None
+            if r_stat is None or not r_stat <= rtol:
+                need = max(need, float(a_stat))
+    return need
+
+
+def summarize_output(
+    name: str, tol: dict[str, Any], results: list[Any], art: list[np.ndarray | None], ref: list[np.ndarray],
+) -> dict[str, Any]:
+    """Report entry for one output over all samples: statistics, verdict, the tolerance that would pass.
+
+    ``results`` holds Polygraphy's per-sample OutputCompareResult (or False for a shape mismatch,
+    None when the artifact lacks the output).
+    """
+    problems: list[str] = []
+    missing = [i for i, a in enumerate(art) if a is None]
+    if missing:
+        problems.append(f"output missing in samples {missing}")
+    shape_bad = [i for i, r in enumerate(results) if r is False]
+    if shape_bad:
+        problems.append(f"shape differs from the reference in samples {shape_bad}")
+    nonfinite = int(sum(int((~np.isfinite(a)).sum()) for a in art if a is not None and np.issubdtype(a.dtype, np.floating)))
+    if nonfinite:
+        problems.append(f"{nonfinite} NaN/Inf values")
+    ok = [(r, a, b) for r, a, b in zip(results, art, ref) if r is not None and r is not False and a is not None]
+    failed_samples = [i for i, r in enumerate(results) if r is None or r is False or not bool(r)]
+    stat = tol["stat"]
+    key = "max" if stat == "elemwise" else stat
+
+    def worst(field: str) -> float | None:
+        vals = [getattr(r, field) for r, _, _ in ok if getattr(r, field) is not None]
+        if any(not math.isfinite(v) for v in vals):
+            return math.nan
+        return max(vals) if vals else None
+
+    sizes = [a.size for _, a, _ in ok]
+    mean_abs = (sum(r.mean_absdiff * n for (r, _, _), n in zip(ok, sizes)) / sum(sizes)) if ok and sum(sizes) else None
+    passed = not problems and not failed_samples
+    return {
+        "passed": passed,
+        "max_abs": _num(worst("max_absdiff")),
+        "max_rel": _num(worst("max_reldiff")),
+        "mean_abs": _num(mean_abs),
+        "stat": stat,
+        "stat_abs": _num(worst(f"{key}_absdiff")),
+        "stat_rel": _num(worst(f"{key}_reldiff")),
+        "atol": tol["atol"],
+        "rtol": tol["rtol"],
+        **({"quantile": tol["quantile"]} if stat == "quantile" else {}),
+        "min_passing_atol": None if problems else _num(_min_passing_atol(stat, tol["rtol"], [r for r, _, _ in ok], [a for _, a, _ in ok], [b for _, _, b in ok])),
+        "samples": len(results),
+        "failed_samples": len(failed_samples),
+        "nonfinite": nonfinite,
+        **({"problems": problems} if problems else {}),
+    }
+
+
+def failures(report: dict[str, Any]) -> list[str]:
+    """One line per failing output (or artifact that could not run), with numbers and the key to change."""
+    lines: list[str] = []
+    for kind, art in report.get("artifacts", {}).items():
+        if art.get("status") == "error":
+            lines.append(f"{kind}: could not run: {art.get('reason')}")
+            continue
+        for out, o in art.get("outputs", {}).items():
+            if o.get("passed"):
+                continue
+            key = f"{tolerance_key(kind)}.per_output.{out}"
+            if o.get("problems"):
+                lines.append(f"{kind}/{out}: {'; '.join(o['problems'])} (no tolerance fixes this)")
+                continue
+            need = o.get("min_passing_atol")
+            lines.append(
+                f"{kind}/{out}: {o['stat']} error abs={_fmt(o['stat_abs'])} > atol={_fmt(o['atol'])} and "
+                f"rel={_fmt(o['stat_rel'])} > rtol={_fmt(o['rtol'])} in {o['failed_samples']}/{o['samples']} samples "
+                f"(max_abs={_fmt(o['max_abs'])}, mean_abs={_fmt(o['mean_abs'])}); "
+                f"passes with {key}.atol={_fmt(need)}" if need is not None else f"{kind}/{out}: non-finite error; see the report"
+            )
+    return lines
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def gate(report: dict[str, Any], report_path: Path | str) -> None:
+    """Raise one ParityError listing every failing output; return quietly when all compared artifacts pass."""
+    lines = failures(report)
+    if not lines:
+        return
+    raise ParityError(
+        f"parity failed for {len(lines)} output(s) against the reference ({report.get('reference', {}).get('source')}, "
+        f"{report.get('reference', {}).get('samples')} samples)",
+        fix="if the differences are acceptable, raise the named parity.<kind>.per_output.<output>.atol in conf/parity/default.yaml "
+        "(or `dvc exp run -S '+parity.<kind>.per_output.<output>.atol=<value>'`); otherwise fix the artifact "
+        "(for fp16: precision.node_block_list / precision.op_block_list)",
+        details={**{f"[{i + 1}]": ln for i, ln in enumerate(lines)}, "report": report_path},
+    )
+
+
+def artifact_passed(report: dict[str, Any], kind: str) -> tuple[bool, str]:
+    """Whether ``kind`` ("fp32", "fp16", "trt@<target>"; "trt:<target>" is accepted) passed parity, and why not.
+
+    Missing, skipped, errored or failed all count as not passed: a stage that ships an artifact
+    must refuse unless this returns True.
+    """
+    kind = kind.replace(":", "@")
+    art = report.get("artifacts", {}).get(kind)
+    if art is None:
+        return False, f"'{kind}' is not in the parity report (kinds there: {sorted(report.get('artifacts', {}))})"
+    status = art.get("status")
+    if status == "passed" and art.get("passed") is True:
+        return True, "passed"
+    if status in ("skipped", "error"):
+        return False, f"parity {status}: {art.get('reason')}"
+    bad = [o for o, v in art.get("outputs", {}).items() if not v.get("passed")]
+    return False, f"parity failed for outputs {bad}"
+
+
+def load_report(path: Path | str) -> dict[str, Any]:
+    """Read a parity.json; raise ParityError if missing or unreadable."""
+    p = Path(path)
+    if not p.is_file():
+        raise ParityError(f"parity report not found: {p}", fix="run the parity stage first (dvc repro parity)")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise ParityError(f"parity report {p} is not readable JSON", details={"error": e}, fix="rerun the parity stage") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
+        raise ParityError(f"parity report {p} has an unknown format", details={"schema": data.get("schema") if isinstance(data, dict) else None}, fix="rerun the parity stage")
+    return data

@@ -1,0 +1,188 @@
+"""Assemble the TensorRT Triton model from per-target engines: one config, one plan per GPU family.
+
+The repository stage calls :func:`render_trt_model`. It takes every built engine whose
+manifest matches its target and whose parity entry passed, and renders a
+``platform: "tensorrt_plan"`` config with ``cc_model_filenames`` mapping each compute
+capability to its plan (``"8.0" -> model.sm80.plan``) and a ``default_model_filename``
+for any other GPU. Skipped targets and engines that failed parity are left out with a
+reason; a built engine whose manifest names another target, GPU or plan is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.adapters import triton_config
+from pipeline.adapters.onnx_tools import load_model
+from pipeline.core.config import TargetConfig, VariantConfig
+from pipeline.core.engine_manifest import MANIFEST_NAME, check_matches_target, read_manifest, sha256_file
+from pipeline.core.errors import EngineError, ParityError, RepositoryError
+from pipeline.core.gpu import sm_tag
+from pipeline.core.parity import artifact_passed, load_report
+from pipeline.core.specs import graph_io
+
+
+@dataclass
+class TrtModel:
+    """The rendered TensorRT model: its config, the files to copy, and what was left out."""
+
+    config: Optional[mc.ModelConfig]  # None when no engine is shippable
+    files: list[tuple[Path, str]] = field(default_factory=list)  # (source plan, path inside the model dir)
+    included: dict[str, str] = field(default_factory=dict)  # target -> plan file name
+    excluded: dict[str, str] = field(default_factory=dict)  # target -> reason
+    notes: list[str] = field(default_factory=list)  # what the operator must know to serve it
+
+
+# ---------------------------------------------------------------- parity lookup
+def engine_parity(report: Optional[Mapping[str, Any]], target: str) -> tuple[bool, str]:
+    """Did target's engine pass the parity gate? Returns (passed, why).
+
+    The parity stage writes one ``trt@<target>`` entry per engine manifest in
+    ``artifacts/reports/parity.json``; :func:`pipeline.core.parity.artifact_passed` reads it
+    (skipped, errored, failed or missing all count as not passed).
+    """
+    if report is None:
+        return False, "no parity report"
+    return artifact_passed(dict(report), f"trt@{target}")
+
+
+def load_parity(path: Optional[Path]) -> Optional[dict[str, Any]]:
+    """Read the parity report, or None when the path is None or the file is absent."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return load_report(path)
+    except ParityError as e:
+        raise RepositoryError(f"cannot use the parity report {path}: {e.what}", fix=e.fix or "rerun the parity stage: dvc repro parity") from None
+
+
+# ---------------------------------------------------------------- rendering
+def plan_name(target: TargetConfig) -> str:
+    """File name of target's plan inside the version directory, e.g. model.sm80.plan."""
+    assert target.compute_capability
+    return f"model.{sm_tag(target.compute_capability)}.plan"
+
+
+def _profile_max_batch(manifest_profiles: Mapping[str, Mapping[str, Sequence[int]]]) -> int:
+    return min((int(p["max"][0]) for p in manifest_profiles.values() if p.get("max")), default=0)
+
+
+def render_trt_model(
+    model_name: str,
+    onnx_path: Path,
+    engine_dirs: Mapping[str, Path],
+    targets: Mapping[str, TargetConfig],
+    variant: VariantConfig,
+    parity_report: Optional[Mapping[str, Any]],
+    version: int = 1,
+) -> TrtModel:
+    """Render the TensorRT Triton model for every shippable engine.
+
+    Args:
+        model_name: Triton model name (e.g. ``minilm_trt``).
+        onnx_path: the FP16 ONNX the engines were built from (for input/output names, types, dims).
+        engine_dirs: target name -> ``artifacts/engines/<target>`` (each holds manifest.json [+ model.plan]).
+        targets: target name -> its TargetConfig (``cfg.target_specs``).
+        variant: the scheduling variant (max_batch_size, instance_count, dynamic_batching).
+        parity_report: the parsed parity.json (None = nothing passed parity).
+        version: the model version directory the plans go to.
+
+    Returns:
+        TrtModel: ``config`` is None when nothing is shippable; ``files`` are
+        (source plan, ``"<version>/model.smXY.plan"``) pairs to copy into the model directory.
+
+    Raises:
+        EngineError: a built engine's manifest does not match its target (name, compute
+            capability, GPU name, plan sha256, source ONNX sha256), or two targets share a
+            compute capability.
+        RepositoryError: max_batch_size exceeds an engine's profile, or the graph has no batch axis.
+    """
+    out = TrtModel(config=None)
+    onnx_sha = sha256_file(onnx_path) if onnx_path.is_file() else None
+    by_cc: dict[str, str] = {}
+    max_batches: dict[str, int] = {}
+    for name, engine_dir in engine_dirs.items():
+        target = targets[name]
+        if target.kind != "gpu":
+            continue
+        if not (Path(engine_dir) / MANIFEST_NAME).is_file():
+            # In CI's assemble job a family whose runner did not report has no engine dir at all.
+            out.excluded[name] = f"no engine: {Path(engine_dir) / MANIFEST_NAME} is absent (dvc repro engine@{name} or dvc pull)"
+            continue
+        manifest = read_manifest(Path(engine_dir) / MANIFEST_NAME)
+        if not manifest.built:
+            out.excluded[name] = f"skipped: {manifest.reason}"
+            continue
+        check_matches_target(manifest, target, Path(engine_dir), onnx_sha)
+        passed, why = engine_parity(parity_report, name)
+        if not passed:
+            out.excluded[name] = f"not shipped: {why}"
+            continue
+        cc = str(target.compute_capability)
+        if cc in by_cc:
+            raise EngineError(
+                f"targets '{by_cc[cc]}' and '{name}' both map compute capability {cc}; Triton keys plans by capability",
+                fix=f"keep one of them in targets, e.g. drop '{name}'",
+            )
+        by_cc[cc] = name
+        assert manifest.engine is not None
+        out.included[name] = plan_name(target)
+        out.files.append((Path(engine_dir) / manifest.engine["file"], f"{version}/{plan_name(target)}"))
+        max_batches[name] = _profile_max_batch(manifest.profiles)
+        if (manifest.settings or {}).get("version_compatible"):
+            out.notes.append(
+                f"{plan_name(target)} is version-compatible: start Triton with --backend-config=tensorrt,version-compatible=true"
+            )
+    if not out.included:
+        return out
+
+    too_small = {t: b for t, b in max_batches.items() if variant.max_batch_size > b}
+    if too_small:
+        raise RepositoryError(
+            f"max_batch_size={variant.max_batch_size} of variant '{variant.name}' exceeds the engines' profile max batch {too_small}",
+            fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variant.<name>.max_batch_size",
+        )
+    inputs, outputs = graph_io(load_model(onnx_path, "FP16 model"))
+    cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variant.{variant.name}", "gpu")
+    cfg.platform = "tensorrt_plan"
+    for cc, name in sorted(by_cc.items(), key=lambda kv: float(kv[0])):
+        cfg.cc_model_filenames[cc] = out.included[name]
+    cfg.default_model_filename = out.included[_default_target(by_cc, targets)]
+    out.config = cfg
+    return out
+
+
+def _default_target(by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig]) -> str:
+    """The plan for GPUs not listed in cc_model_filenames: a hardware-compatible (Ampere+) one if any
+    (it loads on every sm80+ GPU), else the lowest compute capability."""
+    names = [by_cc[cc] for cc in sorted(by_cc, key=float)]
+    portable = [n for n in names if targets[n].builder.hardware_compatibility == "ampere_plus"]
+    return (portable or names)[0]
+
+
+def engine_dirs_for(targets: Sequence[str], specs: Mapping[str, TargetConfig], engines_root: Path) -> dict[str, Path]:
+    """``{target: engines_root/target}`` for the fleet's GPU targets."""
+    return {t: engines_root / t for t in targets if specs[t].kind == "gpu"}
+
+
+def targets_table(engine_dirs: Mapping[str, Path], trt_model: Optional[TrtModel] = None) -> str:
+    """A Markdown table of which targets have an engine (for the CI summary and the stage log)."""
+    rows = ["| target | status | GPU | TensorRT | shipped | reason |", "|---|---|---|---|---|---|"]
+    for name, d in engine_dirs.items():
+        try:
+            m = read_manifest(Path(d) / MANIFEST_NAME)
+        except EngineError as e:
+            rows.append(f"| {name} | missing | | | no | {e.what} |")
+            continue
+        shipped = "yes" if trt_model and name in trt_model.included else "no"
+        reason = (trt_model.excluded.get(name) if trt_model else None) or m.reason
+        rows.append(
+            f"| {name} | {m.status} | {m.machine.get('gpu_name') or ''} | {m.machine.get('tensorrt_version') or ''} "
+            f"| {shipped} | {reason.replace('|', '/')} |"
+        )
+    return "\n".join(rows) + "\n"

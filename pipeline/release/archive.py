@@ -1,0 +1,110 @@
+"""Move a release between stores as one archive (e.g. into an air-gapped cluster).
+
+``export`` writes ``<model>/<N>/{manifest.json, files/, release.sig}`` into a .tar.gz.
+``import`` unpacks with tarfile's ``data`` filter, which refuses entries that would land
+outside the target (``../evil``, absolute paths, links pointing out), device files and
+setuid bits; then it re-checks every file against the manifest before the release is
+published in the store, under the version number its manifest records.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.atomic import atomic_path
+from pipeline.core.errors import ReleaseError
+from pipeline.release import manifest as mf
+from pipeline.release.store import RELEASE_ENTRIES, ReleaseStore, sha256_local
+
+
+def export_release(store: ReleaseStore, model: str, version: int, out: str | os.PathLike[str]) -> Path:
+    """Verify release ``version`` and write it as a gzip tar at ``out`` (atomically)."""
+    store.verify_release(model, version)
+    rel = store.release_rel(model, version)
+    out = Path(out)
+    with tempfile.TemporaryDirectory(prefix="release-export-") as tmp:
+        local = Path(tmp) / model / str(version)
+        store.fs.get_dir(rel, local)
+        with atomic_path(out) as part, tarfile.open(part, "w:gz") as tar:
+            tar.add(local.parent, arcname=model)  # entries: <model>/<N>/...
+    return out
+
+
+def unpack(archive: str | os.PathLike[str], dest: Path) -> None:
+    """Extract ``archive`` into ``dest`` with the ``data`` filter.
+
+    Raises:
+        ReleaseError: an entry is unsafe (named with the reason) or the archive is unreadable.
+    """
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            tar.extractall(dest, filter="data")
+    except tarfile.FilterError as e:
+        member = getattr(getattr(e, "tarinfo", None), "name", "?")
+        raise ReleaseError(
+            f"refusing to unpack {archive}: unsafe archive entry '{member}'",
+            fix="only import archives written by `release export`; this one tries to write outside its directory or holds a special file",
+            details={"reason": f"{type(e).__name__}: {e}"},
+        ) from None
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ReleaseError(f"cannot read release archive {archive}", fix="check the file is a .tar.gz written by `release export`", details={"error": e}) from None
+
+
+def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tuple[str, int, str]:
+    """Add the release in ``archive`` to the store; returns (model, version, "imported"|"already present")."""
+    with tempfile.TemporaryDirectory(prefix="release-import-") as tmp:
+        root = Path(tmp)
+        unpack(archive, root)
+        manifests = sorted(root.glob("*/*/manifest.json"))
+        if len(manifests) != 1:
+            raise ReleaseError(f"{archive} must hold exactly one release (<model>/<N>/manifest.json), found {len(manifests)}", fix="write it with `release export`")
+        rel_dir = manifests[0].parent
+        m: dict[str, Any] = mf.load_manifest(manifests[0].read_bytes(), str(manifests[0]))
+        model, version = str(m["model"]), int(m["version"])
+        if (rel_dir.parent.name, rel_dir.name) != (model, str(version)):
+            raise ReleaseError(f"archive layout {rel_dir.parent.name}/{rel_dir.name} does not match its manifest ({model}/{version})", fix="write it with `release export`")
+        local = _LocalFS(rel_dir)
+        extra = sorted(p.name for p in rel_dir.iterdir() if p.name not in RELEASE_ENTRIES)
+        mf.raise_on_mismatch(
+            [mf.Mismatch("unexpected", e, "not part of a release") for e in extra]
+            + mf.compare(m["files"], local.walk("files"), lambda f: local.sha256(f"files/{f}")),
+            f"the release in {archive} does not match its own manifest", str(archive), "do not import it; export it again from a good store",
+        )
+        target = store.release_rel(model, version)
+        if store.fs.exists(f"{target}/manifest.json"):
+            if store.fs.read_bytes(f"{target}/manifest.json") == manifests[0].read_bytes():
+                store.verify_release(model, version)
+                return model, version, "already present"
+            raise ReleaseError(
+                f"the store already has a different release {version} of '{model}'",
+                fix="release versions are immutable; import into another store, or rebuild",
+            )
+        store.fs.probe_writable("releases")
+        staged = store.fs.staging_name(target)
+        try:
+            for f in sorted(p for p in rel_dir.rglob("*") if p.is_file()):
+                store.fs.put_file(f, f"{staged}/{f.relative_to(rel_dir).as_posix()}")
+            store.fs.publish_dir(staged, target)
+        except BaseException:
+            store.fs.remove_tree(staged)
+            raise
+        store.verify_release(model, version)
+        return model, version, "imported"
+
+
+class _LocalFS:
+    """The two reads :func:`pipeline.release.manifest.compare` needs, on a local directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def walk(self, rel: str) -> list[str]:
+        base = self.root / rel
+        return sorted(p.relative_to(base).as_posix() for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+
+    def sha256(self, rel: str) -> tuple[str, int]:
+        return sha256_local(self.root / rel)

@@ -1,0 +1,200 @@
+"""Filesystem access for the release store, through fsspec so any URL works the same way.
+
+A local path or ``file://`` URL, ``s3://bucket/prefix``, ``memory://`` (used by tests) all
+go through :class:`StoreFS`. Only two operations differ by backend, and both are here:
+
+- :meth:`StoreFS.write_atomic` - on a local disk a temp file in the same directory, fsync,
+  then ``os.replace`` (POSIX rename is atomic); on an object store one PUT of the whole
+  object (S3, GCS and Azure make a single-object write atomic: a reader gets the old
+  object or the new one, never a mix).
+- :meth:`StoreFS.publish_dir` - a staged directory becomes visible under its final
+  name: ``os.rename`` locally; on object stores a copy then delete (object stores have
+  no directories, so a reader can see a partly copied prefix; the pointer flip happens
+  only after every file is verified, so that is never the *live* version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import tempfile
+import uuid
+from pathlib import Path
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from pipeline.core.errors import ReleaseError
+
+_CHUNK = 1 << 20
+
+
+class StoreFS:
+    """One fsspec filesystem and a root path inside it; every path argument is relative to the root."""
+
+    def __init__(self, url: str | os.PathLike[str]) -> None:
+        self.url = str(url)
+        try:
+            self.fs, root = fsspec.core.url_to_fs(self.url)
+        except (ImportError, ValueError) as e:
+            raise ReleaseError(
+                f"cannot open release store '{self.url}'",
+                fix="use a local path or an fsspec URL whose filesystem package is installed (e.g. s3fs for s3://)",
+                details={"error": e},
+            ) from None
+        self.root = root.rstrip("/") or "/"
+        self.local = isinstance(self.fs, LocalFileSystem)
+
+    # ------------------------------------------------------------ paths
+    def path(self, *parts: str) -> str:
+        """Absolute path inside the filesystem for ``parts`` under the root."""
+        return posixpath.join(self.root, *parts)
+
+    def local_path(self, *parts: str) -> Path:
+        """A real OS path (only for local stores; Triton and model-signing need one)."""
+        if not self.local:
+            raise ReleaseError(
+                f"'{self.url}' is not a local filesystem",
+                fix="this operation needs a local path (mount the store, or copy the release locally first)",
+            )
+        return Path(self.path(*parts))
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self.path(rel)))
+
+    def listdir(self, rel: str) -> list[str]:
+        """Names (not paths) directly under ``rel``; empty when it does not exist."""
+        p = self.path(rel)
+        if not self.fs.exists(p):
+            return []
+        return sorted(posixpath.basename(e.rstrip("/")) for e in self.fs.ls(p, detail=False))
+
+    def walk_files(self, rel: str) -> list[str]:
+        """Every file under ``rel``, as paths relative to ``rel`` with ``/`` separators."""
+        base = self.path(rel).rstrip("/")
+        if not self.fs.isdir(base):
+            return []
+        out = []
+        for full in self.fs.find(base, withdirs=False):
+            out.append(posixpath.relpath(full, base))
+        return sorted(out)
+
+    # ------------------------------------------------------------ read / hash
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open(self.path(rel), "rb") as f:
+            return f.read()
+
+    def read_text(self, rel: str) -> str:
+        return self.read_bytes(rel).decode("utf-8")
+
+    def sha256(self, rel: str) -> tuple[str, int]:
+        """sha256 hex digest and size of a file, streamed in 1 MiB chunks."""
+        h = hashlib.sha256()
+        size = 0
+        with self.fs.open(self.path(rel), "rb") as f:
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                h.update(chunk)
+                size += len(chunk)
+        return h.hexdigest(), size
+
+    # ------------------------------------------------------------ write
+    def probe_writable(self, rel: str = "") -> None:
+        """Create ``rel`` and write/delete a probe file in it; refuse early if that fails.
+
+        Checking by writing is the only reliable test: as root, permission bits do not
+        stop writes, while a read-only mount, a path under a regular file, /proc or a
+        bucket without write permission do.
+        """
+        target = self.path(rel)
+        probe = posixpath.join(target, f".write-probe-{uuid.uuid4().hex}")
+        try:
+            self.fs.makedirs(target, exist_ok=True)
+            self.fs.pipe_file(probe, b"probe")
+            self.fs.rm_file(probe)
+        except (OSError, PermissionError, NotImplementedError) as e:
+            raise ReleaseError(
+                f"the release store is not writable: {self.url}",
+                fix="pass --store with a writable directory or URL (or set release.store in conf/release/default.yaml)",
+                details={"path": target, "error": f"{type(e).__name__}: {e}"},
+            ) from None
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Replace the file ``rel`` in one atomic step (see the module docstring)."""
+        target = self.path(rel)
+        parent = posixpath.dirname(target)
+        self.fs.makedirs(parent, exist_ok=True)
+        if not self.local:
+            self.fs.pipe_file(target, data)  # a single-object PUT is atomic on object stores
+            return
+        fd, tmp = tempfile.mkstemp(prefix=f".{posixpath.basename(target)}.", suffix=".tmp", dir=parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the rename must never expose a file whose bytes are not on disk
+            os.replace(tmp, target)
+            _fsync_dir(parent)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def write_new(self, rel: str, data: bytes) -> None:
+        """Write a file that must not exist yet (immutable release content)."""
+        if self.exists(rel):
+            raise ReleaseError(f"refusing to overwrite {self.path(rel)}", fix="releases are immutable; build a new one")
+        self.write_atomic(rel, data)
+
+    def put_file(self, local_src: str | os.PathLike[str], rel: str) -> None:
+        """Copy a local file into the store."""
+        dst = self.path(rel)
+        self.fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+        self.fs.put_file(str(local_src), dst)
+
+    def copy_file(self, src_rel: str, dst_rel: str) -> None:
+        """Copy a file within the store."""
+        dst = self.path(dst_rel)
+        self.fs.makedirs(posixpath.dirname(dst), exist_ok=True)
+        self.fs.cp_file(self.path(src_rel), dst)
+
+    def get_dir(self, rel: str, local_dst: str | os.PathLike[str]) -> None:
+        """Copy a store directory to a local directory (for tools that need real paths)."""
+        for f in self.walk_files(rel):
+            out = Path(local_dst) / f
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self.fs.get_file(self.path(rel, f), str(out))
+
+    def staging_name(self, final_rel: str) -> str:
+        """A sibling name for staging ``final_rel``; Triton ignores it (not a number)."""
+        d, name = posixpath.split(final_rel)
+        return posixpath.join(d, f".staging-{name}-{uuid.uuid4().hex[:8]}")
+
+    def publish_dir(self, staged_rel: str, final_rel: str) -> None:
+        """Give a fully written and verified staged directory its final name."""
+        src, dst = self.path(staged_rel), self.path(final_rel)
+        if self.local:
+            os.rename(src, dst)  # atomic; fails if dst exists and is not empty, which we want
+            _fsync_dir(posixpath.dirname(dst))
+            return
+        self.fs.copy(src, dst, recursive=True)
+        self.fs.rm(src, recursive=True)
+
+    def remove_tree(self, rel: str) -> None:
+        p = self.path(rel)
+        if self.fs.exists(p):
+            self.fs.rm(p, recursive=True)
+
+
+def _fsync_dir(path: str) -> None:
+    """Persist a rename: fsync the directory entry (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems do not support fsync on directories; the rename itself is still atomic
+    finally:
+        os.close(fd)

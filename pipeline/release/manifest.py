@@ -1,0 +1,227 @@
+"""What a release records about itself, and the check that its files still match.
+
+The manifest holds the sha256 of every file, the git commit, the dvc.lock hashes of the
+stages that produced the repository, the parity and bench summaries and the environment.
+Readers of the other stages' reports are small functions here so a change in a report's
+format touches one place.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import importlib.metadata
+import json
+import platform
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.core.errors import ReleaseError
+from pipeline.release.fs import StoreFS
+
+SCHEMA = 1
+# Packages whose versions decide what a release contains or how it was checked.
+_PACKAGES = ("dvc", "onnx", "onnxruntime", "onnxsim", "onnxconverter-common", "polygraphy", "torch", "transformers", "tritonclient", "tensorrt")
+_PASS_KEYS = ("pass", "passed", "ok")
+
+
+# ---------------------------------------------------------------- file checksums
+FileTable = dict[str, dict[str, Any]]  # relative path -> {"sha256": hex, "size": bytes}
+
+
+def hash_tree(fs: StoreFS, rel: str) -> FileTable:
+    """sha256 and size of every file under ``rel`` (keys relative to ``rel``)."""
+    out: FileTable = {}
+    for f in fs.walk_files(rel):
+        digest, size = fs.sha256(f"{rel}/{f}")
+        out[f] = {"sha256": digest, "size": size}
+    return out
+
+
+@dataclass
+class Mismatch:
+    """One way the files on disk differ from the manifest."""
+
+    kind: str  # changed | missing | unexpected
+    path: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.path}" + (f" ({self.detail})" if self.detail else "")
+
+
+def compare(expected: FileTable, actual_files: list[str], hasher: Any) -> list[Mismatch]:
+    """Every difference between ``expected`` and the files present (hashing only listed files).
+
+    ``hasher(rel) -> (sha256, size)`` reads one file; it is injected so the same check
+    runs on a release in the store and on a version copied into an environment.
+    """
+    problems: list[Mismatch] = []
+    present = set(actual_files)
+    for path in sorted(set(expected) - present):
+        problems.append(Mismatch("missing", path))
+    for path in sorted(present - set(expected)):
+        problems.append(Mismatch("unexpected", path, "file not in the manifest"))
+    for path in sorted(present & set(expected)):
+        digest, size = hasher(path)
+        want = expected[path]
+        if digest != want["sha256"]:
+            problems.append(Mismatch("changed", path, f"sha256 {digest[:12]}... != manifest {want['sha256'][:12]}..., size {size} vs {want['size']}"))
+    return problems
+
+
+def raise_on_mismatch(problems: list[Mismatch], what: str, where: str, fix: str) -> None:
+    """Raise one :class:`ReleaseError` listing every mismatch (none: return)."""
+    if problems:
+        raise ReleaseError(
+            f"{what}: {len(problems)} file(s) differ from the manifest",
+            fix=fix,
+            details={"location": where, "problems": "\n    " + "\n    ".join(map(str, problems))},
+        )
+
+
+# ---------------------------------------------------------------- inputs of a release
+def read_parity(path: str | Path) -> dict[str, Any]:
+    """The parity gate's verdict: ``{"pass": True, "artifacts": {name: bool}}``.
+
+    Accepts a top-level pass flag (``pass``/``passed``/``ok``) and per-artifact entries
+    under ``artifacts`` (a dict keyed by name or a list with ``name``) each with a pass flag.
+
+    Raises:
+        ReleaseError: the report is missing, unreadable, has no verdict, or failed.
+    """
+    p = Path(path)
+    fix_run = "run the parity stage (`dvc repro parity`) and fix what it reports before building a release"
+    if not p.is_file():
+        raise ReleaseError(f"parity report not found: {p}", fix=fix_run + " (a release needs a passed parity gate)")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ReleaseError(f"cannot read parity report {p}", fix=fix_run, details={"error": e}) from None
+    overall = _flag(data)
+    if overall is None:
+        raise ReleaseError(
+            f"parity report {p} has no overall verdict",
+            fix=f"the report needs a top-level boolean {' / '.join(_PASS_KEYS)}; re-run the parity stage",
+            details={"keys": sorted(data) if isinstance(data, dict) else type(data).__name__},
+        )
+    entries = data.get("artifacts", {})
+    items = entries.items() if isinstance(entries, dict) else ((e.get("name", str(i)), e) for i, e in enumerate(entries))
+    artifacts = {str(name): _summary(e) for name, e in items if isinstance(e, dict)}
+    # An artifact without a boolean verdict (e.g. status "skipped": no GPU here) does not block.
+    failed = sorted(n for n, a in artifacts.items() if a["pass"] is False or a.get("status") == "failed")
+    if not overall or failed:
+        raise ReleaseError(
+            "parity failed: refusing to build a release from a repository that did not pass the parity gate",
+            fix=fix_run,
+            details={"report": p, "overall pass": overall, "failed artifacts": ", ".join(failed) or "(none listed)"},
+        )
+    return {"pass": True, "report": str(p), "artifacts": artifacts}
+
+
+def _summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """One artifact's verdict, status and per-output worst errors (what a reviewer wants in a manifest)."""
+    out: dict[str, Any] = {"pass": _flag(entry)}
+    if isinstance(entry.get("status"), str):
+        out["status"] = entry["status"]
+    outputs = entry.get("outputs")
+    if isinstance(outputs, dict):
+        keep = ("max_abs", "max_rel", "atol", "rtol")
+        out["outputs"] = {k: {f: v[f] for f in keep if f in v} for k, v in outputs.items() if isinstance(v, dict)}
+    return out
+
+
+def _flag(obj: Any) -> bool | None:
+    if not isinstance(obj, dict):
+        return None
+    for k in _PASS_KEYS:
+        if isinstance(obj.get(k), bool):
+            return obj[k]
+    return None
+
+
+def read_bench(path: str | Path | None) -> dict[str, Any] | None:
+    """The bench summary if the report exists (it is optional); the ``summary`` key if present."""
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ReleaseError(f"cannot read bench report {path}", fix="re-run the bench stage or pass --bench ''", details={"error": e}) from None
+    return data.get("summary", data) if isinstance(data, dict) else {"raw": data}
+
+
+def dvc_lock_hashes(path: str | Path) -> dict[str, Any]:
+    """Per stage, the md5 of every dep and out recorded in dvc.lock (what the release was built from)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ReleaseError(f"dvc.lock not found: {p}", fix="run `dvc repro` first so the repository has recorded inputs, or pass --dvc-lock")
+    try:
+        lock = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ReleaseError(f"cannot parse {p}", fix="restore dvc.lock from git and re-run `dvc repro`", details={"error": e}) from None
+    out: dict[str, Any] = {}
+    for stage, body in (lock.get("stages") or {}).items():
+        out[stage] = {
+            kind: {d["path"]: d.get("md5") or d.get("hash") for d in body.get(kind, []) if isinstance(d, dict) and "path" in d}
+            for kind in ("deps", "outs")
+        }
+    return out
+
+
+def git_info(cwd: str | Path = ".") -> dict[str, Any]:
+    """HEAD commit, branch and whether the work tree has changes (None values outside git)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            # --no-optional-locks: reading status must not rewrite the index of the user's repo.
+            r = subprocess.run(["git", "--no-optional-locks", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "branch": None, "dirty": None, "toplevel": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "branch": git("rev-parse", "--abbrev-ref", "HEAD"), "dirty": bool(status), "toplevel": git("rev-parse", "--show-toplevel")}
+
+
+def environment() -> dict[str, Any]:
+    """Where and with what the release was built."""
+    pkgs = {}
+    for name in _PACKAGES:
+        try:
+            pkgs[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return {"python": platform.python_version(), "platform": platform.platform(), "host": socket.gethostname(), "user": user, "packages": pkgs}
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_manifest(model: str, version: int, files: FileTable, source: dict[str, Any], **sections: Any) -> dict[str, Any]:
+    """The manifest of a release about to be written."""
+    return {"schema": SCHEMA, "model": model, "version": version, "created_at": now(), "source": source, "files": files, **sections}
+
+
+def load_manifest(raw: bytes, where: str) -> dict[str, Any]:
+    """Parse and sanity-check a manifest."""
+    try:
+        m = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise ReleaseError(f"corrupt manifest {where}", fix="restore the release from a backup or an exported archive", details={"error": e}) from None
+    if not isinstance(m, dict) or m.get("schema") != SCHEMA or not isinstance(m.get("files"), dict):
+        raise ReleaseError(f"not a release manifest (schema {SCHEMA}): {where}", fix="restore the release from a backup or an exported archive")
+    return m

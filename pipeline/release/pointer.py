@@ -1,0 +1,63 @@
+"""An environment's live version is the ``version_policy`` in its config.pbtxt, and nothing else.
+
+Why one file: Triton reads ``version_policy { specific { versions: [N] } }`` to decide which
+numbered directory it serves, so that file already *is* the pointer. Keeping a second
+pointer (a symlink or a LIVE file) would give two sources of truth that can disagree after
+a crash between two writes. Flipping an environment is therefore one atomic replace of
+``envs/<env>/<model>/config.pbtxt`` (see :meth:`pipeline.release.fs.StoreFS.write_atomic`),
+and every tool here reads the live version back from that same file.
+
+The environment serves one config (the release's default variant unless ``--variant``
+chooses another); it carries no ``configs/`` directory, because Triton's
+``--model-config-name`` would load a variant file that has no version_policy of ours.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.core.errors import ReleaseError
+
+HEADER = (
+    "# Environment '{env}' of the release store: Triton serves version {version} of '{model}'.\n"
+    "# This file is the environment's pointer: `release promote` / `release rollback` replace it\n"
+    "# atomically. version_policy names the live version; the other numbered directories are\n"
+    "# kept for rollback. Rendered from release {version}'s {variant} config; do not edit by hand.\n"
+)
+
+
+def parse_config(text: str, where: str, fix: str = "restore it with `release promote` or `release rollback`") -> mc.ModelConfig:
+    """Parse a config.pbtxt with Triton's own schema; ``fix`` says how to repair it where it was read."""
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as e:
+        raise ReleaseError(f"cannot parse Triton config {where}", fix=fix, details={"error": e}) from None
+
+
+def live_versions(cfg: mc.ModelConfig) -> list[int]:
+    """Versions named by a ``specific`` version policy ([] if the policy is not ``specific``)."""
+    if cfg.HasField("version_policy") and cfg.version_policy.WhichOneof("policy_choice") == "specific":
+        return sorted(int(v) for v in cfg.version_policy.specific.versions)
+    return []
+
+
+def with_policy(cfg: mc.ModelConfig, model: str, versions: list[int]) -> mc.ModelConfig:
+    """A copy of ``cfg`` named ``model`` that serves exactly ``versions``."""
+    out = mc.ModelConfig()
+    out.CopyFrom(cfg)
+    out.name = model
+    out.ClearField("version_policy")
+    out.version_policy.specific.versions.extend(sorted(versions))
+    return out
+
+
+def render(cfg: mc.ModelConfig, env: str, model: str, version: int, variant: str) -> bytes:
+    """The bytes of an environment's config.pbtxt pointing at ``version``."""
+    body = text_format.MessageToString(with_policy(cfg, model, [version]))
+    return (HEADER.format(env=env, version=version, model=model, variant=variant) + body).encode("utf-8")
+
+
+def to_json(cfg: mc.ModelConfig) -> str:
+    """The config as JSON for Triton's repository API (``load`` with a config override)."""
+    return json_format.MessageToJson(cfg, preserving_proto_field_name=True)

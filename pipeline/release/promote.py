@@ -1,0 +1,245 @@
+"""``release promote`` / ``release rollback`` / ``release verify``.
+
+Order of a switch (promote or rollback) to version N in environment E:
+
+1. verify release N in the store (every sha256; the signature too with a public key);
+2. copy its version directory into ``envs/E/<model>/N/`` under a staging name, verify
+   every copied file, then rename it into place (Triton ignores non-numeric names);
+3. with ``--reload``: load N next to the serving version and wait until it is ready;
+4. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]);
+5. record the event in history/<env>/<model>.json; with ``--reload`` retire the old version;
+6. tag the assignment in git (GTO format) when a repository is given.
+
+Nothing before step 4 changes what anyone serves; rollback never deletes a version.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.core.errors import ReleaseError
+from pipeline.release import gto_tags, pointer, signing
+from pipeline.release import manifest as mf
+from pipeline.release.store import EnvState, ReleaseStore
+from pipeline.release.triton_control import TritonReloader
+
+
+@dataclass
+class SwitchResult:
+    """Outcome of one promote or rollback."""
+
+    action: str  # promote | rollback | noop
+    env: str
+    model: str
+    version: int
+    previous: int | None
+    copy: str = ""  # copied | present | replaced
+    tag: gto_tags.TagResult | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def live_stack(history: list[dict[str, Any]]) -> list[int]:
+    """Replay promote/rollback events into the stack of live versions (top = live)."""
+    stack: list[int] = []
+    for e in history:
+        if e.get("action") == "promote" and (not stack or stack[-1] != e["version"]):
+            stack.append(int(e["version"]))
+        elif e.get("action") == "rollback" and stack:
+            stack.pop()
+    return stack
+
+
+def _variant_of(history: list[dict[str, Any]], version: int) -> str | None:
+    """The config variant ``version`` was last promoted with (None = the release's default)."""
+    for e in reversed(history):
+        if e.get("version") == version and e.get("action") == "promote":
+            v = e.get("variant")
+            return None if v in (None, "default") else v
+    return None
+
+
+def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str]:
+    """The version to promote when none is given, and why it was chosen.
+
+    The version live in the previous environment of the chain (dev -> staging ->
+    production) if there is one, else the newest release.
+    """
+    idx = store.environments.index(env)
+    if idx > 0:
+        prev = store.environments[idx - 1]
+        live = store.env_state(prev, model).live
+        if live is not None:
+            return live, f"live in '{prev}'"
+    versions = store.versions(model)
+    if not versions:
+        raise ReleaseError(f"there are no releases of '{model}' in {store.url}", fix="build one with `release build`")
+    return versions[-1], "newest release"
+
+
+def _switch(
+    store: ReleaseStore, env: str, model: str, target: int, state: EnvState, action: str,
+    variant: str | None, reload_url: str | None, public_key: str | None, git_repo: str | None, extra: dict[str, Any],
+) -> SwitchResult:
+    t0 = time.perf_counter()
+    res = SwitchResult(action, env, model, target, state.live)
+    m = store.verify_release(model, target)
+    if public_key:
+        signing.verify_dir(store.fs, store.release_rel(model, target), public_key)
+    res.timings["verify_release_s"] = time.perf_counter() - t0
+
+    t = time.perf_counter()
+    res.copy = store.install_version(env, model, target, m)
+    res.timings["install_s"] = time.perf_counter() - t
+    cfg, variant_name = store.release_config(model, target, variant)
+    data = pointer.render(cfg, env, model, target, variant_name)
+
+    reloader = TritonReloader(reload_url, model) if reload_url else None
+    try:
+        if reloader is not None:
+            t = time.perf_counter()
+            reloader.check()
+            reloader.stage(cfg, state.live, target)
+            res.timings["triton_load_new_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        store.flip(env, model, data)  # the one atomic step
+        res.timings["flip_s"] = time.perf_counter() - t
+        store.append_history(env, model, {
+            "action": action, "version": target, "previous": state.live, "variant": variant_name,
+            "at": mf.now(), "by": _user(), "reload": reload_url, **extra,
+        })
+        if reloader is not None:
+            t = time.perf_counter()
+            reloader.retire(state.live, target)
+            res.timings["triton_retire_old_s"] = time.perf_counter() - t
+    finally:
+        if reloader is not None:
+            reloader.close()
+    res.tag = gto_tags.assign(git_repo, model, target, env, f"{action} {model} v{target} to {env} (store {store.url})")
+    res.timings["total_s"] = time.perf_counter() - t0
+    return res
+
+
+def promote(
+    store: ReleaseStore, env: str, model: str | None = None, version: int | None = None, variant: str | None = None,
+    reload_url: str | None = None, public_key: str | None = None, git_repo: str | None = None,
+) -> SwitchResult:
+    """Make ``version`` (default: see :func:`default_version`) the live version of ``env``.
+
+    Raises:
+        ReleaseError: unknown env, version does not exist, a checksum or signature fails,
+        the store is not writable, or Triton cannot load the new version (pointer unchanged).
+    """
+    store.check_env(env)
+    model = store.resolve_model(model)
+    notes = []
+    if version is None:
+        version, why = default_version(store, model, env)
+        notes.append(f"version {version} chosen: {why}")
+    else:
+        store.manifest(model, version)  # a clear "does not exist" before anything else
+    state = store.env_state(env, model)
+    if state.live == version:
+        mf.raise_on_mismatch(
+            store.verify_env_copy(env, model, version, store.verify_release(model, version)),
+            f"version {version} is live in '{env}' but its files changed", store.fs.path(store.model_rel(env, model), str(version)),
+            "promote another version, then promote this one again to rewrite the copy",
+        )
+        return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
+    with store.env_lock(env, model):
+        state = store.env_state(env, model)  # re-read under the lock
+        res = _switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {})
+    res.notes = notes + res.notes
+    return res
+
+
+def rollback(
+    store: ReleaseStore, env: str, model: str | None = None, reload_url: str | None = None,
+    public_key: str | None = None, git_repo: str | None = None,
+) -> SwitchResult:
+    """Make the version that was live before the current one live again; delete nothing.
+
+    Raises:
+        ReleaseError: nothing earlier to roll back to, or the pointer and history disagree.
+    """
+    store.check_env(env)
+    model = store.resolve_model(model)
+    with store.env_lock(env, model):
+        return _rollback_locked(store, env, model, reload_url, public_key, git_repo)
+
+
+def _rollback_locked(store: ReleaseStore, env: str, model: str, reload_url: str | None, public_key: str | None, git_repo: str | None) -> SwitchResult:
+    state = store.env_state(env, model)
+    stack = live_stack(state.history)
+    if state.live is None:
+        raise ReleaseError(f"nothing has been promoted to '{env}' yet, so there is nothing to roll back", fix=f"promote first: `release promote --to {env}`")
+    if stack and stack[-1] != state.live:
+        raise ReleaseError(
+            f"the pointer of '{env}' says version {state.live} but its promotion history ends at {stack[-1]}",
+            fix=f"config.pbtxt was edited by hand: run `release promote --to {env} --version <N>` to set the live version explicitly",
+        )
+    if len(stack) < 2:
+        raise ReleaseError(
+            f"no earlier release to roll back to in '{env}': version {state.live} is the first one promoted there",
+            fix=f"promote a specific version instead: `release promote --to {env} --version <N>`",
+            details={"live": state.live, "history": [f"{e['action']} {e['version']}" for e in state.history] or "(empty)"},
+        )
+    target = stack[-2]
+    return _switch(store, env, model, target, state, "rollback", _variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live})
+
+
+def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:
+    """Check every release, and every environment's pointer and version copies; returns lines of what was checked.
+
+    Raises:
+        ReleaseError: one message listing every problem found.
+    """
+    models = [store.resolve_model(model)] if model else store.models()
+    checked, problems = [], []
+    for mdl in models:
+        manifests = {}
+        for v in store.versions(mdl):
+            try:
+                manifests[v], bad = store.check_release(mdl, v)
+                problems += [f"release {mdl} {v}: {b}" for b in bad]
+                if public_key:
+                    signing.verify_dir(store.fs, store.release_rel(mdl, v), public_key)
+            except ReleaseError as e:
+                problems.append(f"release {mdl} {v}: {e.what}" + "".join(f"; {k}: {val}" for k, val in e.details.items()))
+                continue
+            if not bad:
+                checked.append(f"release {mdl} {v}: ok ({len(manifests[v]['files'])} files)")
+        for env in store.environments:
+            try:
+                st = store.env_state(env, mdl)
+            except ReleaseError as e:
+                problems.append(f"env {env}: {e.what}")
+                continue
+            if st.live is None and not st.present:
+                continue
+            if st.live is not None and st.live not in st.present:
+                problems.append(f"env {env}: pointer names version {st.live} but envs/{env}/{mdl}/{st.live}/ is missing")
+            for v in st.present:
+                if v not in manifests:
+                    problems.append(f"env {env}: version {v} has no release manifest to check against")
+                    continue
+                bad = store.verify_env_copy(env, mdl, v, manifests[v])
+                if bad:
+                    hint = (" (bytecode caches written by the python-backend stub; a planted .pyc would run at the next load, so they count:"
+                            " promote/rollback remove them from versions that are not live)") if any("__pycache__/" in b.path for b in bad) else ""
+                    problems.append(f"env {env}: copy of version {v} differs from its release: " + "; ".join(map(str, bad)) + hint)
+            checked.append(f"env {env}: live {st.live}, present {st.present}")
+    if problems:
+        raise ReleaseError(f"release store {store.url} failed verification ({len(problems)} problem(s))",
+                           fix="do not promote from it until fixed; see each problem", details={"problems": "\n    " + "\n    ".join(problems)})
+    return checked
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

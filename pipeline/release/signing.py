@@ -1,0 +1,85 @@
+"""Optional signing of releases with the OpenSSF ``model-signing`` package and a local EC key.
+
+The signature covers the whole release directory (manifest.json and files/), so it also
+protects the manifest's checksums: someone able to rewrite both a file and the manifest
+still cannot forge the signature. It is written as ``release.sig`` inside the release
+before the release is published, which keeps releases immutable.
+
+model-signing works on local paths; for a remote store the release is copied to a
+temporary directory first. ``model-signing`` (and ``pyopenssl``, which it imports but does
+not declare) are optional dependencies: without them only signing fails, with a message.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from pipeline.core.errors import ReleaseError
+from pipeline.release.fs import StoreFS
+
+SIGNATURE = "release.sig"
+
+
+def _lib():  # noqa: ANN202 - returns the module
+    try:
+        import model_signing
+    except ImportError as e:
+        raise ReleaseError(
+            "signing needs the model-signing package",
+            fix="pip install model-signing==1.1.1 pyopenssl (or build without --sign-key)",
+            details={"error": e},
+        ) from None
+    return model_signing
+
+
+def _hashing(ms):  # noqa: ANN001, ANN202
+    # The signature file lives inside the signed directory: leave it out of the hash.
+    return ms.hashing.Config().set_ignored_paths(paths=[SIGNATURE], ignore_git_paths=False)
+
+
+def _key(path: str | Path, kind: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise ReleaseError(f"{kind} key not found: {p}", fix=f"pass the path of a PEM-encoded EC {kind} key")
+    return p
+
+
+def sign_dir(fs: StoreFS, rel: str, private_key: str | Path, password: str | None = None) -> None:
+    """Write ``rel/release.sig`` signing everything else under ``rel``."""
+    ms = _lib()
+    key = _key(private_key, "private")
+    with tempfile.TemporaryDirectory(prefix="release-sign-") as tmp:
+        local = fs.local_path(rel) if fs.local else Path(tmp) / "release"
+        if not fs.local:
+            fs.get_dir(rel, local)
+        sig = Path(tmp) / SIGNATURE
+        try:
+            ms.signing.Config().use_elliptic_key_signer(private_key=key, password=password).set_hashing_config(_hashing(ms)).sign(local, sig)
+        except (ValueError, TypeError, OSError) as e:
+            raise ReleaseError("signing the release failed", fix="check that the key is a PEM EC private key (and its password)", details={"key": key, "error": e}) from None
+        fs.write_new(f"{rel}/{SIGNATURE}", sig.read_bytes())
+
+
+def verify_dir(fs: StoreFS, rel: str, public_key: str | Path) -> None:
+    """Check ``rel/release.sig`` against the directory with ``public_key``.
+
+    Raises:
+        ReleaseError: no signature, wrong key, or any file differs from what was signed.
+    """
+    ms = _lib()
+    key = _key(public_key, "public")
+    if not fs.exists(f"{rel}/{SIGNATURE}"):
+        raise ReleaseError(f"release {fs.path(rel)} is not signed", fix="build it with --sign-key, or promote without --public-key")
+    with tempfile.TemporaryDirectory(prefix="release-verify-") as tmp:
+        local = fs.local_path(rel) if fs.local else Path(tmp) / "release"
+        if not fs.local:
+            fs.get_dir(rel, local)
+        try:
+            ms.verifying.Config().use_elliptic_key_verifier(public_key=key).set_hashing_config(_hashing(ms)).verify(local, local / SIGNATURE)
+        except Exception as e:  # noqa: BLE001 - model-signing raises ValueError and several library-specific errors
+            raise ReleaseError(
+                "signature verification failed: the release was not signed by this key or was changed after signing",
+                fix="do not promote it; check --public-key, or restore the release from a trusted archive",
+                details={"release": fs.path(rel), "key": key, "error": f"{type(e).__name__}: {str(e)[:600]}"},
+            ) from None

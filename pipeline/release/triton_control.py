@@ -1,0 +1,100 @@
+"""Live reload through Triton's model repository API (explicit model-control mode).
+
+A switch from version ``old`` to ``new`` is two loads of the same model:
+
+1. ``stage``: load with a config *override* whose version_policy lists both
+   ``[old, new]``. Triton loads ``new`` beside the serving ``old`` (an unchanged
+   version is not reloaded) and we wait until ``new`` reports ready. Unversioned
+   requests keep going to a ready version throughout. The override never touches the
+   store, so nobody reading the store sees this transitional state.
+2. (the caller flips the environment's config.pbtxt to ``[new]``)
+3. ``retire``: load again *without* override; Triton re-reads config.pbtxt, sees only
+   ``new`` and unloads ``old``, which finishes its in-flight requests first.
+
+If step 1 fails, Triton keeps serving ``old`` and the pointer was never flipped.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.http import InferenceServerClient
+from tritonclient.utils import InferenceServerException
+
+from pipeline.core.errors import ReleaseError
+from pipeline.release import pointer
+
+
+def _host_port(url: str) -> str:
+    """tritonclient wants ``host:port``; accept ``http://host:port`` as well."""
+    for scheme in ("http://", "https://"):
+        if url.startswith(scheme):
+            url = url[len(scheme):]
+    return url.rstrip("/")
+
+
+class TritonReloader:
+    """Switch the served version of one model on a running Triton without dropping requests."""
+
+    def __init__(self, url: str, model: str, timeout_s: float = 120.0) -> None:
+        self.url = _host_port(url)
+        self.model = model
+        self.timeout_s = timeout_s
+        self.client = InferenceServerClient(self.url, connection_timeout=timeout_s, network_timeout=timeout_s)
+
+    def _fail(self, what: str, e: Exception | str, after_flip: bool = False) -> ReleaseError:
+        if after_flip:
+            fix = (f"the store already points at the new version; make Triton re-read it with "
+                   f"`curl -X POST http://{self.url}/v2/repository/models/{self.model}/load` (or restart it) and check its log")
+        else:
+            fix = ("start tritonserver with --model-control-mode=explicit and --model-repository=<store>/envs/<env>, "
+                   "and check its log; the environment's pointer was not changed")
+        return ReleaseError(what, fix=fix, details={"server": self.url, "model": self.model, "error": str(e).strip()[:800]})
+
+    def check(self) -> None:
+        """Fail early, before anything changes, if the server is unreachable."""
+        try:
+            live = self.client.is_server_live()
+        except (InferenceServerException, OSError) as e:
+            raise self._fail(f"cannot reach Triton at {self.url}", e) from None
+        if not live:
+            raise self._fail(f"Triton at {self.url} is not live", "is_server_live() returned False")
+
+    def ready(self, version: int) -> bool:
+        try:
+            return bool(self.client.is_model_ready(self.model, str(version)))
+        except (InferenceServerException, OSError):
+            return False
+
+    def _wait(self, version: int, want: bool, after_flip: bool = False) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if self.ready(version) == want:
+                return
+            time.sleep(0.1)
+        state = "ready" if want else "unloaded"
+        raise self._fail(f"version {version} of '{self.model}' did not become {state} within {self.timeout_s:.0f} s", "timeout", after_flip)
+
+    def stage(self, cfg: mc.ModelConfig, old: int | None, new: int) -> None:
+        """Load ``new`` next to ``old`` (config override [old, new]) and wait until it is ready."""
+        both = [v for v in (old, new) if v is not None]
+        try:
+            self.client.load_model(self.model, config=pointer.to_json(pointer.with_policy(cfg, self.model, both)))
+        except InferenceServerException as e:
+            raise self._fail(f"Triton could not load version {new} of '{self.model}'", e) from None
+        self._wait(new, True)
+
+    def retire(self, old: int | None, new: int) -> None:
+        """Reload from the (already flipped) config.pbtxt so ``old`` is unloaded; ``new`` stays ready."""
+        try:
+            self.client.load_model(self.model)
+        except InferenceServerException as e:
+            raise self._fail(f"Triton could not reload '{self.model}' from the flipped config.pbtxt", e, after_flip=True) from None
+        if old is not None and old != new:
+            self._wait(old, False, after_flip=True)
+        if not self.ready(new):
+            raise self._fail(f"version {new} of '{self.model}' is not ready after the reload", "not ready", after_flip=True)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,211 @@
+"""Bench stage: perf_analyzer against a real Triton, with an in-process ONNX Runtime baseline.
+
+    python -m pipeline.stages.bench --params params.yaml \
+        --repository artifacts/model_repository --out-json artifacts/reports/bench.json \
+        --out-dir artifacts/reports/bench --curves-dir artifacts/reports/bench_curves
+
+For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.concurrency with
+real sample inputs, records client percentiles, throughput, the server's queue/compute
+split and the batch size actually formed; beside it, ORT timed in this process on the
+same ONNX file, inputs and thread counts. Writes bench.json (dvc metrics), per-variant
+curves (dvc plots), a markdown report with a PNG, and a diagnosis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from pipeline.adapters import perf_analyzer as pa_mod
+from pipeline.adapters.embedded_repo import find_shipped, read_config, write_config
+from pipeline.bench import measure, report, tune
+from pipeline.bench.servers import EmbeddedMode, ExternalMode
+from pipeline.core import stage
+from pipeline.core.atomic import atomic_path, remove_stale, write_json, write_text
+from pipeline.core.config import PipelineConfig, load_config
+from pipeline.core.errors import BenchError, ConfigError, PipelineError
+from pipeline.core.samples import load_samples
+from pipeline.core.specs import graph_io
+
+SCHEMA = 1
+
+
+def machine(pa: pa_mod.PerfAnalyzer) -> dict[str, Any]:
+    """CPU, cores, load and tool versions: the conditions every number was taken under."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), platform.processor())
+    versions = {"python": platform.python_version()}
+    for dist in ("onnxruntime", "tritonclient", "nvidia-pytriton", "numpy"):
+        try:
+            versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            versions[dist] = "absent"
+    r = subprocess.run([str(pa.binary), "--version"], env=pa.env(), capture_output=True, text=True, timeout=30)
+    words = (r.stdout + r.stderr).strip().removeprefix("Perf Analyzer Version ").split()
+    versions["perf_analyzer"] = words[0] if words else "?"
+    return {
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "cores_available": measure.cpu_budget(),
+        "platform": platform.platform(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "versions": versions,
+    }
+
+
+def _variant_order(configs: dict[str, Path]) -> list[str]:
+    known = [v for v in ("latency", "throughput") if v in configs]
+    return known + [v for v in configs if v not in known]
+
+
+def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None) -> dict:
+    """Benchmark the shipped model ``repository/<model.name>``; write every output; return bench.json's data.
+
+    Raises:
+        BenchError / ToolError / ConfigError with the fix, when anything cannot be measured.
+    """
+    b = cfg.bench
+    if b.server not in ("embedded", "external"):
+        raise ConfigError(f"bench.server={b.server!r} is not a server mode", fix="set bench.server=embedded or bench.server=external")
+    if b.server == "external" and not b.url:
+        raise ConfigError("bench.server=external needs bench.url", fix="set bench.url=<host>:<http port> of the running Triton")
+    if b.input_shapes not in ("as_sampled", "uniform"):
+        raise ConfigError(f"bench.input_shapes={b.input_shapes!r}", fix="set bench.input_shapes=as_sampled or uniform")
+    remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
+    pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
+    shipped = find_shipped(repository / cfg.model.name)
+    configs = {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
+    graph_in, _ = graph_io(onnx.load(str(shipped.onnx), load_external_data=False))
+    graph_dtypes = {s.name: s.dtype for s in graph_in}
+    main_cfg = configs.get("latency") or next(iter(configs.values()))
+    batched = main_cfg.max_batch_size > 0
+    input_names = [i.name for i in main_cfg.input]
+
+    samples = [{k: v for k, v in f.items() if k in input_names} for f in load_samples(cfg.model)]
+    rows = measure.request_rows(samples, batched)
+    if b.input_shapes == "uniform":
+        rows = measure.uniform_rows(rows)
+    # Cast to the graph's dtypes: the data hook may give int32 where the model takes int64.
+    rows = [{k: v.astype(graph_dtypes.get(k, v.dtype)) for k, v in r.items()} for r in rows]
+    # --shape pins one shape for every request; with mixed shapes the JSON's per-step shapes must rule.
+    one_shape = len({measure.shape_key(r) for r in rows}) == 1
+    shapes = {k: list(v.shape[1:] if batched else v.shape) for k, v in rows[0].items()} if one_shape else {}
+
+    res: dict[str, Any] = {"schema": SCHEMA, "machine": machine(pa)}
+    res["model"] = {"name": shipped.name, "onnx": str(shipped.onnx), "version": shipped.version, "configs": {v: str(p) for v, p in shipped.configs.items()}}
+    res["inputs"] = {"requests": len(rows), "policy": b.input_shapes, "distinct_shapes": len({measure.shape_key(r) for r in rows})}
+    res["settings"] = asdict(b)
+
+    print(f"[bench] in-process ONNX Runtime baseline on {shipped.onnx.name}", flush=True)
+    lat_s = measure.OrtSettings.from_config(main_cfg)
+    thr_s = measure.OrtSettings.from_config(configs.get("throughput", main_cfg))
+    res["baseline"] = {
+        "latency": measure.baseline_latency(shipped.onnx, lat_s, rows, b.warmup_runs, b.baseline_runs),
+        "throughput": measure.baseline_throughput(shipped.onnx, thr_s, rows, b.baseline_batch_sizes, b.baseline_seconds),
+    }
+
+    with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
+        work = Path(work_s)
+        (work / "logs").mkdir()
+        input_json = pa_mod.write_input_data(work / "perf_input.json", rows, batched)
+        mode = (
+            EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, work / "logs")
+            if b.server == "embedded"
+            else ExternalMode(b.url or "", shipped.name, shipped.configs, "http")
+        )
+        try:
+            res["server"] = {"mode": mode.mode, "description": mode.description}
+            if isinstance(mode, EmbeddedMode):
+                res["server"]["config_changes"] = mode.changes
+            res["variants"] = {}
+            for variant in configs:
+                with mode.serve(variant) as t:
+                    res["server"]["triton_version"] = t.version
+                    pts = measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, b.concurrency, work / "logs", variant)
+                measure.check_readiness(pts, f"variant {variant}")
+                res["variants"][variant] = {"points": {f"c{p.concurrency}": _point(p) for p in pts}}
+            chosen = None
+            if b.tune:
+                if not isinstance(mode, EmbeddedMode) or "throughput" not in configs:
+                    raise ConfigError("bench.tune=true needs bench.server=embedded and a throughput variant", fix="set bench.tune=false")
+                res["tuning"], chosen = tune.tune(mode, pa, b, input_json, shapes, work / "logs")
+        except PipelineError as e:
+            # Keep perf_analyzer's and the server's logs (outside artifacts/) so the failure can be read.
+            kept = Path(tempfile.mkdtemp(prefix="bench-failed-logs-"))
+            shutil.copytree(work / "logs", kept, dirs_exist_ok=True)
+            e.details["logs kept in"] = kept
+            raise type(e)(e.what, e.fix, e.details) from None
+        finally:
+            mode.close()
+        res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        res["ratios"] = report.ratios(res)
+        res["diagnosis"] = report.diagnose(res, configs, graph_dtypes, measure.cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
+
+        with atomic_path(out_dir) as tmp:
+            report.write_outputs(res, tmp)
+            (tmp / "logs").mkdir()
+            for f in (work / "logs").iterdir():
+                os.replace(f, tmp / "logs" / f.name)
+            for v, p in shipped.configs.items():
+                write_text(tmp / "configs" / f"{v}.pbtxt", p.read_text())
+        with atomic_path(curves_dir) as tmp:
+            tmp.mkdir()
+            for v in res["variants"]:
+                write_text(tmp / f"{v}.csv", report.curves_csv(res, v))
+        if chosen is not None and tuned_config is not None:
+            cand = res["tuning"]["chosen"]
+            write_config(tuned_config, tune.shipped_form(configs["throughput"], cand), f"# Tuned by the bench stage: {cand}\n")
+    write_json(out_json, res)
+    return res
+
+
+def _point(p: measure.Point) -> dict:
+    d = {"concurrency": p.concurrency, "valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, "failed_requests": p.failed_requests}
+    d.update(p.metrics)
+    return d
+
+
+def _add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repository", required=True, type=Path, help="the shipped model repository root")
+    p.add_argument("--out-json", required=True, type=Path, help="bench.json (dvc metrics)")
+    p.add_argument("--out-dir", required=True, type=Path, help="report.md, bench.png, perf logs")
+    p.add_argument("--curves-dir", required=True, type=Path, help="<variant>.csv plot data (dvc plots)")
+    p.add_argument("--tuned-config", type=Path, default=None, help="where bench.tune=true writes the tuned throughput.pbtxt")
+
+
+def _body(args: argparse.Namespace) -> None:
+    cfg = load_config(args.params)
+    t0 = time.perf_counter()
+    res = run_bench(cfg, args.repository, args.out_json, args.out_dir, args.curves_dir, args.tuned_config)
+    r = res["ratios"]
+    print(f"[bench] {res['server']['mode']} mode; latency c=1 p50 / ORT p50 = {r['latency_c1_p50_vs_ort_p50']}; "
+          f"throughput/latency c8 = {r['throughput_vs_latency_c8']}, c16 = {r['throughput_vs_latency_c16']} "
+          f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    errors = [d for d in res["diagnosis"] if d["severity"] == "error"]
+    for d in res["diagnosis"]:
+        print(f"[bench] {d['severity']}: {d['rule']} ({d['variant']}): {d['message']}")
+    if errors:
+        raise BenchError(
+            f"the benchmark found {len(errors)} config error(s); outputs were written for inspection",
+            fix=errors[0]["fix"],
+            details={d["rule"]: d["message"] for d in errors},
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for dvc.yaml."""
+    return stage.main("bench", __doc__, _add_args, _body, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

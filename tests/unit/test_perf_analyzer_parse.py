@@ -1,0 +1,85 @@
+"""perf_analyzer CSV parsing, command building and input JSON (no server needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.adapters import perf_analyzer as pa
+from pipeline.core.errors import ToolError
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def test_parse_recorded_csv_by_column_name() -> None:
+    """A CSV recorded from a real perf_analyzer 2.51.0 run (-f --verbose-csv) against our embedded server."""
+    (row,) = pa.parse_csv((DATA / "perf_analyzer_tiny_c1.csv").read_text())
+    assert row["concurrency"] == 1
+    assert row["throughput_infer_s"] == pytest.approx(1063.52)
+    assert row["p50_ms"] == pytest.approx(0.893)  # CSV is in microseconds
+    assert row["p99_ms"] == pytest.approx(1.107)
+    assert row["server_queue_ms"] == pytest.approx(0.601)
+    server = 0.601 + 0.012 + 0.123 + 0.022
+    assert row["server_ms"] == pytest.approx(server)
+    assert row["queue_share"] == pytest.approx(0.601 / server)
+
+
+def test_parse_ignores_column_order_and_trailing_sections() -> None:
+    text = (DATA / "perf_analyzer_tiny_c1.csv").read_text().strip().splitlines()
+    header, values = text[0].split(","), text[1].split(",")
+    order = list(reversed(range(len(header))))
+    shuffled = ",".join(header[i] for i in order) + "\n" + ",".join(values[i] for i in order) + "\n\nServer Metrics\nfoo,bar\n"
+    (row,) = pa.parse_csv(shuffled)
+    assert row["p99_ms"] == pytest.approx(1.107)
+    assert row["server_compute_infer_ms"] == pytest.approx(0.123)
+
+
+def test_parse_without_verbose_columns_names_the_flag() -> None:
+    with pytest.raises(ToolError, match="verbose-csv"):
+        pa.parse_csv("Concurrency,Inferences/Second,p50 latency,p99 latency\n1,10,1000,2000\n")
+
+
+def test_input_json_splits_rows_and_drops_batch_axis() -> None:
+    feed = {"ids": np.arange(6, dtype=np.int64).reshape(2, 3), "mask": np.ones((2, 3), np.int64)}
+    data = pa.input_data_json([feed], batched=True)
+    assert len(data["data"]) == 2
+    assert data["data"][1]["ids"] == {"content": [3, 4, 5], "shape": [3]}
+    unbatched = pa.input_data_json([feed], batched=False)
+    assert unbatched["data"][0]["ids"]["shape"] == [2, 3]
+
+
+def test_build_command_has_every_knob(tmp_path: Path) -> None:
+    p = pa.PerfAnalyzer(Path("/x/perf_analyzer"), "")
+    cmd = pa.build_command(p, "m", "127.0.0.1:1", 8, tmp_path / "in.json", tmp_path / "o.csv",
+                           measurement_interval_ms=1234, stability_percentage=15, max_trials=7, shapes={"ids": [12]})  # fmt: skip
+    s = " ".join(cmd)
+    for part in ("-m m", "-u 127.0.0.1:1", "--concurrency-range 8:8", "--measurement-interval 1234",
+                 "--stability-percentage 15", "--max-trials 7", "--verbose-csv", "--shape ids:12", "-f "):  # fmt: skip
+        assert part in s
+
+
+def test_missing_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pa, "_find_binary", lambda: None)
+    with pytest.raises(ToolError, match="perf_analyzer not found") as e:
+        pa.locate_perf_analyzer()
+    assert "tritonclient[http]==2.51.0" in str(e.value)
+
+
+def test_missing_library_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without our library dirs the real binary lacks libb64 and libcudart; the error names both."""
+    binary = pa._find_binary()
+    if binary is None:
+        pytest.skip("perf_analyzer not installed")
+    monkeypatch.setattr(pa, "_lib_dirs", lambda: [])
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    with pytest.raises(ToolError) as e:
+        pa.locate_perf_analyzer()
+    msg = str(e.value)
+    assert "libb64.so.0d" in msg and "libcudart.so.12" in msg and "nvidia-cuda-runtime-cu12" in msg
+
+
+def test_real_binary_runs() -> None:
+    found = pa.locate_perf_analyzer()
+    assert found.binary.is_file()

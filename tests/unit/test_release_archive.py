@@ -1,0 +1,82 @@
+"""Exporting and importing releases as archives; unsafe archives are refused by tarfile's data filter."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.errors import ReleaseError
+from pipeline.release.archive import export_release, import_release
+from pipeline.release.build import build_release
+from pipeline.release.store import ReleaseStore
+from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ReleaseStore:
+    st = ReleaseStore(tmp_path / "store")
+    build_release(st, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path, tag=False)
+    return st
+
+
+def _rewrite(src: Path, dst: Path, change: dict[str, bytes | None]) -> Path:
+    """Copy a tar.gz, replacing (bytes) or adding entries named in ``change``."""
+    with tarfile.open(src, "r:gz") as tin, tarfile.open(dst, "w:gz") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read() if m.isfile() else None
+            if m.name in change:
+                data = change.pop(m.name)
+                m.size = len(data)
+            tout.addfile(m, io.BytesIO(data) if data is not None else None)
+        for name, data in change.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data or b"")
+            tout.addfile(info, io.BytesIO(data or b""))
+    return dst
+
+
+def test_export_import_roundtrip(tmp_path: Path, store: ReleaseStore) -> None:
+    archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
+    other = ReleaseStore(tmp_path / "other")
+    assert import_release(other, archive) == ("tiny", 1, "imported")
+    assert other.verify_release("tiny", 1)["files"] == store.manifest("tiny", 1)["files"]
+    assert import_release(other, archive) == ("tiny", 1, "already present")
+
+
+def test_archive_entry_escaping_the_target_is_refused(tmp_path: Path, store: ReleaseStore) -> None:
+    archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
+    evil = _rewrite(archive, tmp_path / "evil.tar.gz", {"../evil": b"pwned"})
+    with pytest.raises(ReleaseError, match="unsafe archive entry '../evil'") as e:
+        import_release(ReleaseStore(tmp_path / "other"), evil)
+    assert "OutsideDestinationError" in e.value.render()
+    assert not (tmp_path / "other").exists()
+    assert not list(tmp_path.rglob("evil")) and not Path("/tmp/evil").exists()
+
+
+def test_archive_with_changed_file_is_refused(tmp_path: Path, store: ReleaseStore) -> None:
+    archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
+    bad = _rewrite(archive, tmp_path / "bad.tar.gz", {"tiny/1/files/1/model.py": b"import os\n"})
+    with pytest.raises(ReleaseError, match="does not match its own manifest") as e:
+        import_release(ReleaseStore(tmp_path / "other"), bad)
+    assert "changed: 1/model.py" in e.value.render()
+    extra = _rewrite(archive, tmp_path / "extra.tar.gz", {"tiny/1/files/1/backdoor.py": b"x"})
+    with pytest.raises(ReleaseError, match="unexpected: 1/backdoor.py"):
+        import_release(ReleaseStore(tmp_path / "other"), extra)
+
+
+def test_import_refuses_a_different_release_with_the_same_number(tmp_path: Path, store: ReleaseStore) -> None:
+    archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
+    other = ReleaseStore(tmp_path / "other")
+    build_release(other, tiny_repository(tmp_path / "repo2", marker="x"), parity_report(tmp_path / "p2.json"), None, dvc_lock(tmp_path / "l2"), git_cwd=tmp_path, tag=False)
+    with pytest.raises(ReleaseError, match="already has a different release 1"):
+        import_release(other, archive)
+
+
+def test_not_an_archive(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a tar")
+    with pytest.raises(ReleaseError, match="cannot read release archive"):
+        import_release(ReleaseStore(tmp_path / "s"), junk)

@@ -1,0 +1,65 @@
+"""The `triton-pipeline release ...` commands as a user runs them: exit codes and one-message errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "release", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd), "COLUMNS": "200"})
+
+
+def assert_one_message(r: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert r.returncode != 0, r.stdout
+    assert "Traceback" not in r.stderr and r.stderr.startswith("ERROR "), r.stderr
+    assert "fix:" in r.stderr
+    for n in needles:
+        assert n in r.stderr, r.stderr
+
+
+def test_build_promote_rollback_list_verify(tmp_path: Path) -> None:
+    tiny_repository(tmp_path / "artifacts/model_repository")
+    parity_report(tmp_path / "artifacts/reports/parity.json")
+    dvc_lock(tmp_path / "dvc.lock")
+    store = ["--store", str(tmp_path / "store")]
+    # Defaults: artifacts/model_repository, artifacts/reports/parity.json, dvc.lock, no params.yaml.
+    r = cli(tmp_path, "build", *store)
+    assert r.returncode == 0, r.stderr
+    assert "built release tiny version 1" in r.stdout and "git tag: not tagged (no git repository)" in r.stdout
+    (tmp_path / "artifacts/model_repository/tiny/1/model.py").write_text("# changed model\n")
+    assert cli(tmp_path, "build", *store).returncode == 0
+
+    r = cli(tmp_path, "promote", "--to", "dev", "--version", "1", *store)
+    assert r.returncode == 0 and "promote: tiny version (none) -> 1 in 'dev' (copied)" in r.stdout, r.stdout + r.stderr
+    r = cli(tmp_path, "promote", "--to", "dev", *store)
+    assert r.returncode == 0 and "version 1 -> 2" in r.stdout
+    r = cli(tmp_path, "list", *store)
+    assert r.returncode == 0 and "dev" in r.stdout
+    r = cli(tmp_path, "rollback", "--env", "dev", *store)
+    assert r.returncode == 0 and "rollback: tiny version 2 -> 1 in 'dev'" in r.stdout
+    assert_one_message(cli(tmp_path, "rollback", "--env", "dev", *store), "no earlier release to roll back to in 'dev'")
+    r = cli(tmp_path, "verify", *store)
+    assert r.returncode == 0 and "all checksums match" in r.stdout
+
+    assert_one_message(cli(tmp_path, "promote", "--to", "dev", "--version", "9", *store), "release version 9 of 'tiny' does not exist", "[1, 2]")
+    (tmp_path / "store/releases/tiny/2/files/2/model.py").write_text("# tampered\n")
+    assert_one_message(cli(tmp_path, "verify", *store), "changed: 2/model.py")
+
+
+def test_build_refusals(tmp_path: Path) -> None:
+    tiny_repository(tmp_path / "artifacts/model_repository")
+    dvc_lock(tmp_path / "dvc.lock")
+    assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "s")), "parity report not found")
+    parity_report(tmp_path / "artifacts/reports/parity.json", failed=("fp32",))
+    assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "s")), "parity failed", "fp32")
+    parity_report(tmp_path / "artifacts/reports/parity.json")
+    (tmp_path / "file").write_text("x")
+    assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "file/store")), "the release store is not writable", "NotADirectoryError")
+    assert_one_message(cli(tmp_path, "rollback", "--env", "dev", "--store", str(tmp_path / "s")), "no releases")

@@ -1,0 +1,61 @@
+"""Optional signing with the model-signing package and a local EC key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("model_signing", reason="model-signing is optional (pip install model-signing pyopenssl)")
+from cryptography.hazmat.primitives import serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+
+from pipeline.core.errors import ReleaseError  # noqa: E402
+from pipeline.release.build import build_release  # noqa: E402
+from pipeline.release.promote import promote, verify_store  # noqa: E402
+from pipeline.release.store import ReleaseStore  # noqa: E402
+from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository  # noqa: E402
+
+
+def _keypair(d: Path, name: str) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    priv, pub = d / f"{name}.pem", d / f"{name}.pub.pem"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv, pub
+
+
+def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None:
+    priv, pub = _keypair(tmp_path, "release")
+    _, other_pub = _keypair(tmp_path, "other")
+    store = ReleaseStore(tmp_path / "store")
+    build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path, sign_key=priv, tag=False)
+    assert (tmp_path / "store/releases/tiny/1/release.sig").is_file()
+    assert verify_store(store, public_key=str(pub))
+    assert promote(store, "dev", version=1, public_key=str(pub)).version == 1
+
+    with pytest.raises(ReleaseError, match="signature verification failed"):
+        verify_store(store, public_key=str(other_pub))
+
+    # Rewrite a file AND its manifest entry consistently: checksums pass, the signature does not.
+    rel = tmp_path / "store/releases/tiny/1"
+    (rel / "files/1/model.py").write_text("print('evil')\n")
+    m = json.loads((rel / "manifest.json").read_text())
+    from pipeline.release.store import sha256_local
+
+    digest, size = sha256_local(rel / "files/1/model.py")
+    m["files"]["1/model.py"] = {"sha256": digest, "size": size}
+    (rel / "manifest.json").write_text(json.dumps(m))
+    assert store.verify_release("tiny", 1)
+    with pytest.raises(ReleaseError, match="signature verification failed"):
+        promote(store, "staging", version=1, public_key=str(pub))
+    assert not (tmp_path / "store/envs/staging").exists()
+
+
+def test_unsigned_release_with_public_key_is_refused(tmp_path: Path) -> None:
+    _, pub = _keypair(tmp_path, "k")
+    store = ReleaseStore(tmp_path / "store")
+    build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path, tag=False)
+    with pytest.raises(ReleaseError, match="is not signed"):
+        promote(store, "dev", version=1, public_key=str(pub))
