@@ -17,6 +17,7 @@ from typing import Any, Optional, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from pipeline.core.config import ReleaseConfig, load_config
 from pipeline.core.errors import PipelineError
@@ -25,8 +26,9 @@ app = typer.Typer(help="Build, ship and operate Triton model repositories.", no_
 release_app = typer.Typer(help="Immutable, checksummed releases; promotion and rollback across environments.", no_args_is_help=True)
 app.add_typer(release_app, name="release")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+# markup=False: messages hold paths and lists like "[1, 2]" that rich would read as style tags.
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -38,10 +40,10 @@ def _one_message(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except PipelineError as e:
-            err.print(f"[bold red]ERROR[/] {e.render()}", markup=True, soft_wrap=True)
+            err.print(Text.assemble(("ERROR", "bold red"), " ", e.render()))
             raise typer.Exit(e.exit_code) from None
         except OSError as e:  # a filesystem failure no check anticipated (disk full, I/O error): still one message
-            err.print(f"[bold red]ERROR[/] {type(e).__name__}: {e}\n  fix: check the path, free space and permissions named above", markup=True, soft_wrap=True)
+            err.print(Text.assemble(("ERROR", "bold red"), f" {type(e).__name__}: {e}\n  fix: check the path, free space and permissions named above"))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -102,11 +104,16 @@ def build(
     sign_key: Optional[Path] = typer.Option(None, help="PEM EC private key: sign the release with model-signing"),
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
 ) -> None:
-    """Freeze the current repository into the next immutable, checksummed release."""
-    from pipeline.release.build import build_release
+    """Freeze the current repository into the next immutable, checksummed release (one per model in it)."""
+    from pipeline.release.build import build_release, model_names
 
     st = _store(store, params)
-    res = build_release(st, repository, parity, bench, dvc_lock, model=model, git_cwd=".", sign_key=sign_key, tag=tag)
+    # A repository with TensorRT engines holds <name> and <name>_trt: each has its own version line.
+    for name in [model] if model else model_names(repository) or [None]:
+        _print_build(st, build_release(st, repository, parity, bench, dvc_lock, model=name, git_cwd=".", sign_key=sign_key, tag=tag), sign_key)
+
+
+def _print_build(st: Any, res: Any, sign_key: Optional[Path]) -> None:
     m = res.manifest
     size = sum(f["size"] for f in m["files"].values())
     out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.path(st.release_rel(res.model, res.version))}")

@@ -28,7 +28,6 @@ from pipeline.core.atomic import write_text
 from pipeline.core.errors import ToolError
 
 Feed = dict[str, np.ndarray]
-# perf_analyzer's data type names for numpy dtypes (JSON content is written as numbers).
 _US = 1e-3  # CSV times are microseconds; we report milliseconds
 
 

@@ -197,7 +197,8 @@ class EmbeddedServer:
                 return
             log = self.log()
             # Another process grabbed a port between our check and the bind: try new ports.
-            if "address already in use" in log.lower() or "failed to start" in log.lower() and "port" in log.lower():
+            low = log.lower()
+            if "address already in use" in low or ("failed to start" in low and "port" in low):
                 self._stop_watchdog()
                 kill_group(self.proc)
                 self.requested_ports = None

@@ -85,12 +85,36 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
                 f"at concurrency {c} the throughput variant gives {thr['throughput_infer_s']:.1f} infer/s, "
                 f"not more than the latency variant's {lat['throughput_infer_s']:.1f}",
                 "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)")  # fmt: skip
+    shapes = res.get("inputs", {}).get("distinct_shapes", 1)
+    for name, cfg in configs.items():
+        top = max((int(k[1:]) for k in res["variants"].get(name, {}).get("points", {})), default=0)
+        pt = point(res, name, top)
+        if cfg.HasField("dynamic_batching") and top >= 4 and pt and (pt.get("avg_batch") or 1) < 2:
+            why = (f" The {shapes} distinct input shapes matter: Triton batches only requests of equal shape "
+                   "(for inputs without allow_ragged_batch)." if shapes > 1 else "")  # fmt: skip
+            add("small_batches", "warning", name,
+                f"at concurrency {top} the dynamic batcher formed batches of {pt['avg_batch']:.2f} on average.{why}",
+                "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), "
+                "or raise max_queue_delay (bench.tune=true)")  # fmt: skip
     lat1 = point(res, "latency", 1)
     b = res["baseline"].get("latency", {}).get("p50_ms")
     if lat1 and b and lat1["p50_ms"] > 1.15 * b:
         add("serving_overhead", "warning", "latency",
             f"served p50 {lat1['p50_ms']:.2f} ms is {lat1['p50_ms'] / b:.2f}x the in-process ORT p50 {b:.2f} ms (limit 1.15x)",
             "look at the client/network share in the table; on a loaded machine re-run when it is idle")  # fmt: skip
+    stable = [n for n in configs if point(res, n, 1)]
+    for name, cfg in configs.items():
+        p1 = res["variants"].get(name, {}).get("points", {}).get("c1")
+        if p1 and not p1["valid"] and stable:
+            # One variant stalls where another, on the same server binary and inputs, is stable: its config.
+            hint = ""
+            if cfg.dynamic_batching.HasField("default_queue_policy"):
+                hint = (" It sets dynamic_batching.default_queue_policy (max_queue_size "
+                        f"{cfg.dynamic_batching.default_queue_policy.max_queue_size}); on this server build that "
+                        "policy alone gave 50-190 ms stalls at concurrency 1 in our measurements")  # fmt: skip
+            add("unstable_variant", "warning", name,
+                f"no stable measurement at concurrency 1 while {', '.join(stable)} is stable on the same machine and inputs.{hint}",
+                "read the per-window lines in the perf logs; try variant.<name>.dynamic_batching.max_queue_size=0")  # fmt: skip
     for name, v in res["variants"].items():
         bad = [k for k, p in v.get("points", {}).items() if not p["valid"]]
         if bad:
@@ -140,14 +164,16 @@ def plot_png(res: Result, path: Path) -> None:
     ax2.set(ylabel="server time (ms)", title="server queue vs compute")
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=7)
-    fig.suptitle(f"{res['model']['name']} - {res['server']['description']}", fontsize=9)
+    mode = res["server"]["mode"]
+    what = "python-backend + ONNX Runtime stand-in, shipped scheduling config" if mode == "embedded" else "shipped repository"
+    fig.suptitle(f"{res['model']['name']}: server mode {mode} ({what})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _f(x: float | None, fmt: str = ".2f") -> str:
-    return "n/a" if x is None else format(x, fmt)
+def _f(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
+    return "n/a" if x is None else format(x, fmt) + unit
 
 
 def markdown(res: Result) -> str:
@@ -165,10 +191,10 @@ def markdown(res: Result) -> str:
         "",
         "## Headline",
         "",
-        f"- latency variant c=1 p50 / in-process ORT p50: **{_f(r['latency_c1_p50_vs_ort_p50'])}x** "
+        f"- latency variant c=1 p50 / in-process ORT p50: **{_f(r['latency_c1_p50_vs_ort_p50'], unit='x')}** "
         f"({_f(r['latency_c1_p50_ms'])} ms vs {_f(r['ort_p50_ms'])} ms); queue share {_f(r['latency_c1_queue_share'], '.1%')}",
-        f"- throughput / latency variant: c=8 **{_f(r['throughput_vs_latency_c8'])}x**, c=16 **{_f(r['throughput_vs_latency_c16'])}x**",
-        f"- throughput variant / in-process best batch: c=8 {_f(r['throughput_vs_ort_best_c8'])}x, c=16 {_f(r['throughput_vs_ort_best_c16'])}x",
+        f"- throughput / latency variant: c=8 **{_f(r['throughput_vs_latency_c8'], unit='x')}**, c=16 **{_f(r['throughput_vs_latency_c16'], unit='x')}**",
+        f"- throughput variant / in-process best batch: c=8 {_f(r['throughput_vs_ort_best_c8'], unit='x')}, c=16 {_f(r['throughput_vs_ort_best_c16'], unit='x')}",
         f"- batching tax at c=1 (throughput minus latency variant p50): {_f(r['batching_tax_c1_ms'])} ms, "
         f"queue share {_f(r['throughput_c1_queue_share'], '.1%')}",
         "",

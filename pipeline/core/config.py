@@ -257,9 +257,9 @@ class BenchConfig:
     tune: bool = False
     latency_budget_ms: float = 100.0
     protocol: str = "http"  # perf_analyzer -i: http | grpc
-    # as_sampled: every sample row as its own request (real, mixed lengths; Triton batches only equal
-    # shapes); uniform: only the largest group of same-shape rows (a client padding to one length).
-    input_shapes: str = "as_sampled"
+    # uniform: the largest group of same-shape sample rows (a client padding to one length, which is what
+    # lets Triton batch: it batches only equal shapes); as_sampled: every sample row, mixed lengths.
+    input_shapes: str = "uniform"
     baseline_seconds: float = 2.0  # per batch size, in-process best-batch throughput
     server_timeout_s: float = 180.0  # start + model load
     perf_timeout_s: float = 600.0  # one perf_analyzer run

@@ -50,6 +50,16 @@ def find_model_dir(repository: str | Path, model: str | None = None) -> Path:
     )
 
 
+def model_names(repository: str | Path) -> list[str]:
+    """Every model directory (one with a config.pbtxt) in a Triton repository, or the model dir itself."""
+    repo = Path(repository)
+    if (repo / "config.pbtxt").is_file():
+        return [repo.name]
+    if not repo.is_dir():
+        raise ReleaseError(f"model repository not found: {repo}", fix="run `dvc repro` so the repository stage writes it, or pass --repository")
+    return sorted(p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file())
+
+
 def build_release(
     store: ReleaseStore,
     repository: str | Path,

@@ -128,12 +128,16 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             if isinstance(mode, EmbeddedMode):
                 res["server"]["config_changes"] = mode.changes
             res["variants"] = {}
+            all_points: dict[str, list[measure.Point]] = {}
             for variant in configs:
                 with mode.serve(variant) as t:
                     res["server"]["triton_version"] = t.version
                     pts = measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, b.concurrency, work / "logs", variant)
-                measure.check_readiness(pts, f"variant {variant}")
                 res["variants"][variant] = {"points": {f"c{p.concurrency}": _point(p) for p in pts}}
+                all_points[variant] = pts
+            # One variant without a valid point is a finding for the report; none at all is a failure.
+            if not any(p.valid for pts in all_points.values() for p in pts):
+                measure.check_readiness([p for pts in all_points.values() for p in pts], "any variant")
             chosen = None
             if b.tune:
                 if not isinstance(mode, EmbeddedMode) or "throughput" not in configs:
@@ -158,20 +162,23 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 os.replace(f, tmp / "logs" / f.name)
             for v, p in shipped.configs.items():
                 write_text(tmp / "configs" / f"{v}.pbtxt", p.read_text())
+            if chosen is not None:
+                tuned = tune.shipped_form(configs["throughput"], res["tuning"]["chosen"])
+                write_config(tmp / "tuned" / "throughput.pbtxt", tuned, f"# Tuned by the bench stage: {res['tuning']['chosen']}\n")
         with atomic_path(curves_dir) as tmp:
             tmp.mkdir()
             for v in res["variants"]:
                 write_text(tmp / f"{v}.csv", report.curves_csv(res, v))
         if chosen is not None and tuned_config is not None:
-            cand = res["tuning"]["chosen"]
-            write_config(tuned_config, tune.shipped_form(configs["throughput"], cand), f"# Tuned by the bench stage: {cand}\n")
+            # Explicit request (e.g. --tuned-config <repo>/<model>/configs/throughput.pbtxt): write it there too.
+            shutil.copy2(out_dir / "tuned" / "throughput.pbtxt", tuned_config)
     write_json(out_json, res)
     return res
 
 
 def _point(p: measure.Point) -> dict:
-    d = {"concurrency": p.concurrency, "valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, "failed_requests": p.failed_requests}
-    d.update(p.metrics)
+    d: dict[str, Any] = dict(p.metrics)
+    d.update(concurrency=p.concurrency, valid=p.valid, reason=p.reason, avg_batch=p.avg_batch, failed_requests=p.failed_requests)
     return d
 
 
@@ -180,7 +187,7 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-json", required=True, type=Path, help="bench.json (dvc metrics)")
     p.add_argument("--out-dir", required=True, type=Path, help="report.md, bench.png, perf logs")
     p.add_argument("--curves-dir", required=True, type=Path, help="<variant>.csv plot data (dvc plots)")
-    p.add_argument("--tuned-config", type=Path, default=None, help="where bench.tune=true writes the tuned throughput.pbtxt")
+    p.add_argument("--tuned-config", type=Path, default=None, help="also write the tuned throughput.pbtxt here (bench.tune=true); it is always in <out-dir>/tuned/")
 
 
 def _body(args: argparse.Namespace) -> None:

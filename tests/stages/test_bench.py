@@ -153,3 +153,41 @@ def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals) -> N
         time.sleep(0.5)
     assert not procs_mentioning(str(tmp_path))
     assert not (tmp_path / "out" / "bench.json").exists()
+
+
+def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: Path) -> None:
+    """External mode against a live server in explicit model control (here our own embedded one)."""
+    import urllib.request
+
+    from pipeline.bench.servers import ExternalMode
+
+    model_dir = shipped_repository(tmp_path / "shipped", "tiny")
+    build_embedded_repository(model_dir, tmp_path / "emb")
+    configs = {v: tmp_path / "emb" / "tiny" / "configs" / f"{v}.pbtxt" for v in ("latency", "throughput")}
+    with EmbeddedServer(tmp_path / "emb", "tiny", "latency") as srv:
+        mode = ExternalMode(f"http://{srv.http_url}", "tiny", configs, "http")
+        with mode.serve("throughput") as t:
+            with urllib.request.urlopen(f"http://{t.http_url}/v2/models/tiny/config") as r:
+                live = json.load(r)
+        assert live["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+        assert "External Triton" in mode.description
+
+
+@pytest.mark.slow
+def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    b = cfg.bench
+    b.concurrency, b.tune, b.tune_concurrency, b.latency_budget_ms = [4], True, 4, 1000.0
+    b.tune_queue_delays_us, b.tune_preferred_batch_sizes, b.tune_instance_counts = [0, 1000], [[4, 8]], [1]
+    out = tmp_path / "out"
+    res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves", tuned_config=out / "throughput.pbtxt")
+    t = res["tuning"]
+    assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")} for c in t["candidates"]]
+    from pipeline.adapters.embedded_repo import read_config
+
+    tuned = read_config(out / "throughput.pbtxt")
+    assert tuned.backend == "onnxruntime"  # the shipped form, not the python stand-in
+    assert tuned.dynamic_batching.max_queue_delay_microseconds == t["chosen"]["max_queue_delay_us"]
+    assert "dvc exp run -S" in t["persist"]
+    assert "Tuning of the throughput variant" in (out / "bench" / "report.md").read_text()

@@ -83,3 +83,14 @@ def test_missing_library_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_real_binary_runs() -> None:
     found = pa.locate_perf_analyzer()
     assert found.binary.is_file()
+
+
+def test_parse_recorded_minilm_throughput_run() -> None:
+    """Recorded from the MiniLM throughput variant at concurrency 8 on the embedded server (2-core machine)."""
+    (row,) = pa.parse_csv((DATA / "perf_analyzer_minilm_throughput_c8.csv").read_text())
+    assert row["concurrency"] == 8
+    assert row["throughput_infer_s"] == pytest.approx(162.868)
+    assert row["p50_ms"] == pytest.approx(48.296) and row["p99_ms"] == pytest.approx(88.327)
+    assert row["server_queue_ms"] == pytest.approx(35.099)
+    assert row["server_compute_infer_ms"] == pytest.approx(12.985)
+    assert row["queue_share"] == pytest.approx(35.099 / (35.099 + 0.048 + 12.985 + 0.341))

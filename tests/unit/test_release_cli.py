@@ -63,3 +63,16 @@ def test_build_refusals(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "file/store")), "the release store is not writable", "NotADirectoryError")
     assert_one_message(cli(tmp_path, "rollback", "--env", "dev", "--store", str(tmp_path / "s")), "no releases")
+
+
+def test_repository_with_two_models_gets_one_release_each(tmp_path: Path) -> None:
+    tiny_repository(tmp_path / "artifacts/model_repository")
+    tiny_repository(tmp_path / "artifacts/model_repository", name="tiny_trt")
+    parity_report(tmp_path / "artifacts/reports/parity.json")
+    dvc_lock(tmp_path / "dvc.lock")
+    store = ["--store", str(tmp_path / "store")]
+    r = cli(tmp_path, "build", *store)
+    assert r.returncode == 0, r.stderr
+    assert "built release tiny version 1" in r.stdout and "built release tiny_trt version 1" in r.stdout
+    assert_one_message(cli(tmp_path, "promote", "--to", "dev", *store), "holds 2 models; say which one", "--model")
+    assert cli(tmp_path, "promote", "--to", "dev", "--model", "tiny_trt", *store).returncode == 0

@@ -59,3 +59,16 @@ def test_unsigned_release_with_public_key_is_refused(tmp_path: Path) -> None:
     build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path, tag=False)
     with pytest.raises(ReleaseError, match="is not signed"):
         promote(store, "dev", version=1, public_key=str(pub))
+
+
+def test_signing_on_a_non_local_store(tmp_path: Path) -> None:
+    """model-signing needs local paths: a memory:// store is signed and verified through a temp copy."""
+    import uuid
+
+    priv, pub = _keypair(tmp_path, "k")
+    store = ReleaseStore(f"memory://sign-{uuid.uuid4().hex}")
+    build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path, sign_key=priv, tag=False)
+    assert verify_store(store, public_key=str(pub))
+    store.fs.fs.pipe_file(store.fs.path("releases/tiny/1/manifest.json"), store.fs.read_bytes("releases/tiny/1/manifest.json").replace(b'"tiny"', b'"tiny" '))
+    with pytest.raises(ReleaseError, match="signature verification failed"):
+        verify_store(store, public_key=str(pub))

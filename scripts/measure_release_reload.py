@@ -1,0 +1,126 @@
+"""Measure live promotion and rollback on the real model, under a perf_analyzer load.
+
+    python scripts/measure_release_reload.py [--repository artifacts/model_repository/minilm] [--requests 1200]
+
+The CPU tritonserver from nvidia-pytriton has no onnxruntime backend, so the shipped ONNX
+file is served by the python-backend ONNX Runtime model (pipeline/adapters/triton_ort_model.py)
+with the shipped scheduling config, exactly as the bench does. Two releases of that
+repository are built in a temporary store; version 1 is served; then, while perf_analyzer
+sends real tokenized inputs at concurrency 2, version 2 is promoted live and rolled back
+live. Prints the wall times and the failed-request count (perf_analyzer stops with
+"had error" on the first failed request). Also times store-only promote/rollback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.adapters.embedded_repo import MODEL_PY, read_config, to_python_backend, write_config  # noqa: E402
+from pipeline.adapters.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
+from pipeline.adapters.tritonserver import EmbeddedServer, site_packages  # noqa: E402
+from pipeline.release.build import build_release  # noqa: E402
+from pipeline.release.promote import promote, rollback  # noqa: E402
+from pipeline.release.store import ReleaseStore  # noqa: E402
+
+# The ORT model reads its ONNX path from the config; in a store each version has its own
+# directory, so this wrapper points it at the model.onnx next to it.
+WRAPPER = '''\
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from triton_ort_model import TritonPythonModel as _Ort
+
+
+class TritonPythonModel(_Ort):
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        here = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
+        cfg.setdefault("parameters", {})["onnx_path"] = {"string_value": here}
+        super().initialize(dict(args, model_config=json.dumps(cfg)))
+'''
+
+
+def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
+    """``out/<name>/`` serving the shipped ONNX through the python backend, scheduling unchanged."""
+    name = read_config(shipped / "config.pbtxt").name or shipped.name
+    d = out / name
+    (d / "1").mkdir(parents=True)
+    (d / "configs").mkdir()
+    version = next(p for p in shipped.iterdir() if p.is_dir() and p.name.isdigit())
+    shutil.copy2(version / "model.onnx", d / "1/model.onnx")
+    shutil.copy2(MODEL_PY, d / "1/triton_ort_model.py")
+    (d / "1/model.py").write_text(WRAPPER + f"# {marker}\n")
+    (d / "1/sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
+    for cfg_path in sorted((shipped / "configs").glob("*.pbtxt")):
+        cfg, _ = to_python_backend(read_config(cfg_path), Path("unused"))
+        del cfg.parameters["onnx_path"]
+        write_config(d / "configs" / cfg_path.name, cfg)
+    cfg, _ = to_python_backend(read_config(shipped / "config.pbtxt"), Path("unused"))
+    del cfg.parameters["onnx_path"]
+    write_config(d / "config.pbtxt", cfg)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repository", type=Path, default=Path("artifacts/model_repository/minilm"))
+    ap.add_argument("--requests", type=int, default=1200)
+    args = ap.parse_args()
+    from pipeline.models.minilm import sample_inputs
+
+    with tempfile.TemporaryDirectory(prefix="release-reload-") as tmp:
+        root = Path(tmp)
+        parity = root / "parity.json"
+        parity.write_text(json.dumps({"passed": True, "artifacts": {}}))
+        lock = root / "dvc.lock"
+        lock.write_text("stages: {}\n")
+        store = ReleaseStore(root / "store")
+        for i in (1, 2):
+            repo = serving_repository(args.repository, root / f"repo{i}", f"build {i}")
+            build_release(store, repo, parity, None, lock, git_cwd=root, tag=False)
+        model = store.models()[0]
+        promote(store, "dev", version=1)
+        data = write_input_data(root / "input.json", sample_inputs(), batched=True)
+        pa = locate_perf_analyzer()
+        with EmbeddedServer(store.env_repository("dev"), model, timeout_s=300, log_dir=root / "logs") as srv:
+            cmd = [str(pa.binary), "-m", model, "-u", srv.http_url, "-i", "http", "--concurrency-range", "2",
+                   "--request-count", str(args.requests), "--input-data", str(data)]  # fmt: skip
+            load = subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            try:
+                import time
+
+                time.sleep(3)
+                up = promote(store, "dev", version=2, reload_url=srv.http_url)
+                time.sleep(1)
+                down = rollback(store, "dev", reload_url=srv.http_url)
+                covered = load.poll() is None
+                out, _ = load.communicate(timeout=1800)
+            finally:
+                if load.poll() is None:
+                    load.kill()
+        failed = "had error" in out or load.returncode != 0
+        print(f"live promote 1->2 under load: {up.timings['total_s']:.2f} s  {_fmt(up.timings)}")
+        print(f"live rollback 2->1 under load: {down.timings['total_s']:.2f} s  {_fmt(down.timings)}")
+        print(f"perf_analyzer: exit {load.returncode}, {'FAILED requests' if failed else '0 failed requests'}, "
+              f"load covered both switches: {covered}")
+        print("\n".join(ln for ln in out.splitlines() if "Request count" in ln or "Throughput" in ln or "p99" in ln or "error" in ln))
+        a = promote(store, "staging", version=1)
+        b = promote(store, "staging", version=2)
+        c = rollback(store, "staging")
+        print(f"store-only: first promote {a.timings['total_s']:.2f} s, promote {b.timings['total_s']:.2f} s, rollback {c.timings['total_s']:.2f} s")
+        return 0 if not failed and covered else 1
+
+
+def _fmt(t: dict[str, float]) -> str:
+    return "(" + ", ".join(f"{k.removesuffix('_s')} {v:.2f}" for k, v in t.items() if k != "total_s") + ")"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
