@@ -66,3 +66,14 @@ def remove_stale(*paths: str | os.PathLike[str]) -> None:
             shutil.rmtree(p)
         elif p.exists() or p.is_symlink():
             p.unlink()
+
+
+def read_json(path: str | os.PathLike[str], error: type[Exception], what: str, fix: str) -> Any:
+    """Read a JSON file; raise ``error`` (a PipelineError subclass) saying whether it is missing or unreadable."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} not found: {p}", fix=fix)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise error(f"{what} {p} is not readable JSON", fix=fix, details={"error": e}) from None

@@ -10,13 +10,12 @@ match its target.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.core.atomic import write_json
+from pipeline.core.atomic import read_json, write_json
 from pipeline.core.config import TargetConfig
 from pipeline.core.errors import EngineError
 from pipeline.core.gpu import name_matches
@@ -97,12 +96,7 @@ def write_manifest(path: str | os.PathLike[str], manifest: EngineManifest) -> No
 def read_manifest(path: str | os.PathLike[str]) -> EngineManifest:
     """Read a manifest; raise EngineError if missing or malformed."""
     p = Path(path)
-    if not p.is_file():
-        raise EngineError(f"engine manifest not found: {p}", fix="run the engine stage: dvc repro engine@<target> (or dvc pull)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as e:
-        raise EngineError(f"cannot read engine manifest {p}", fix="rebuild it: dvc repro engine@<target>", details={"error": e}) from None
+    data = read_json(p, EngineError, "engine manifest", "run the engine stage: dvc repro engine@<target> (or dvc pull)")
     if not isinstance(data, dict):
         raise EngineError(f"{p} is not a JSON object", fix="rebuild it: dvc repro engine@<target>")
     return EngineManifest.from_dict(data, origin=str(p))

@@ -8,7 +8,6 @@ that ship artifacts (:func:`artifact_passed`).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.core.config import ErrorStat, ToleranceConfig
+from pipeline.core.atomic import read_json
 from pipeline.core.errors import ParityError
 
 SCHEMA_VERSION = 1
@@ -194,12 +194,7 @@ def artifact_passed(report: dict[str, Any], kind: str) -> tuple[bool, str]:
 def load_report(path: Path | str) -> dict[str, Any]:
     """Read a parity.json; raise ParityError if missing or unreadable."""
     p = Path(path)
-    if not p.is_file():
-        raise ParityError(f"parity report not found: {p}", fix="run the parity stage first (dvc repro parity)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (ValueError, OSError) as e:
-        raise ParityError(f"parity report {p} is not readable JSON", details={"error": e}, fix="rerun the parity stage") from None
+    data = read_json(p, ParityError, "parity report", "run the parity stage first (dvc repro parity)")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
         raise ParityError(f"parity report {p} has an unknown format", details={"schema": data.get("schema") if isinstance(data, dict) else None}, fix="rerun the parity stage")
     return data

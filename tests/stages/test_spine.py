@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pipeline.adapters import onnx_tools, triton_config
-from pipeline.core.errors import ModelSourceError, OnnxModelError
+from pipeline.core.errors import ModelSourceError
 from pipeline.stages import export, fp16, repository, simplify
 from tests.conftest import TINY_MLP, run_module
 
