@@ -191,7 +191,9 @@ def sweep(
         valid, reason = run.valid, run.reason()
         if valid and failed:
             valid, reason = False, f"{failed:.0f} requests failed on the server"
-        points.append(Point(c, valid, reason, run.row if valid else {}, avg_batch, failed))
+        # The 1-minute load average after the run: on a shared machine it tells which points others disturbed.
+        metrics = dict(run.row, loadavg_1m=round(os.getloadavg()[0], 2)) if valid else {}
+        points.append(Point(c, valid, reason, metrics, avg_batch, failed))
         status = f"p50 {run.row['p50_ms']:.2f} ms, {run.row['throughput_infer_s']:.1f} infer/s" if valid else f"INVALID ({reason})"
         print(f"[bench] {tag} c={c}: {status}", flush=True)
     return points

@@ -77,7 +77,7 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
                     "re-render the config from the ONNX graph (repository stage)")  # fmt: skip
         if cfg.HasField("optimization") and cfg.optimization.graph.level == 2:
             add("graph_level_off", "warning", name, "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
-                "set variant.<name>.graph_optimization_level=1 (Triton: 1 = optimized, 2 = off)")  # fmt: skip
+                "set variant.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)")  # fmt: skip
     for c in sorted({int(k[1:]) for v in res["variants"].values() for k in v.get("points", {})}):
         lat, thr = point(res, "latency", c), point(res, "throughput", c)
         if c >= 4 and lat and thr and thr["throughput_infer_s"] <= lat["throughput_infer_s"]:
@@ -110,8 +110,9 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
             hint = ""
             if cfg.dynamic_batching.HasField("default_queue_policy"):
                 hint = (" It sets dynamic_batching.default_queue_policy (max_queue_size "
-                        f"{cfg.dynamic_batching.default_queue_policy.max_queue_size}); on this server build that "
-                        "policy alone gave 50-190 ms stalls at concurrency 1 in our measurements")  # fmt: skip
+                        f"{cfg.dynamic_batching.default_queue_policy.max_queue_size}). Measured on MiniLM, 2 cores: that policy with "
+                        "intra_op_thread_count 2 gave 50-190 ms stalls at concurrency 1; without it, or with 1 thread, "
+                        "runs were stable")  # fmt: skip
             add("unstable_variant", "warning", name,
                 f"no stable measurement at concurrency 1 while {', '.join(stable)} is stable on the same machine and inputs.{hint}",
                 "read the per-window lines in the perf logs; try variant.<name>.dynamic_batching.max_queue_size=0")  # fmt: skip
@@ -200,8 +201,8 @@ def markdown(res: Result) -> str:
         "",
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
         "",
-        "| variant | c | p50 ms | p95 ms | p99 ms | infer/s | queue ms | compute ms | queue share | avg batch | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| variant | c | p50 ms | p95 ms | p99 ms | infer/s | queue ms | compute ms | queue share | avg batch | load 1m | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, v in res["variants"].items():
         for p in v["points"].values():
@@ -210,10 +211,10 @@ def markdown(res: Result) -> str:
                 lines.append(
                     f"| {name} | {p['concurrency']} | {p['p50_ms']:.2f} | {p['p95_ms']:.2f} | {p['p99_ms']:.2f} | "
                     f"{p['throughput_infer_s']:.1f} | {p['server_queue_ms']:.2f} | {comp:.2f} | {p['queue_share']:.1%} | "
-                    f"{_f(p.get('avg_batch'))} | ok |"
+                    f"{_f(p.get('avg_batch'))} | {_f(p.get('loadavg_1m'))} | ok |"
                 )
             else:
-                lines.append(f"| {name} | {p['concurrency']} | - | - | - | - | - | - | - | - | INVALID: {p['reason'][:80]} |")
+                lines.append(f"| {name} | {p['concurrency']} | - | - | - | - | - | - | - | - | - | INVALID: {p['reason'][-90:]} |")
     b = res["baseline"]
     lat, thr = b.get("latency", {}), b.get("throughput", {})
     lines += [
@@ -221,7 +222,8 @@ def markdown(res: Result) -> str:
         "## In-process ONNX Runtime baseline (same file, same inputs, same thread counts)",
         "",
         f"- batch 1: p50 {_f(lat.get('p50_ms'))} ms, p95 {_f(lat.get('p95_ms'))} ms, p99 {_f(lat.get('p99_ms'))} ms "
-        f"over {lat.get('n')} runs after warmup; settings {lat.get('settings')}",
+        f"over {lat.get('n')} runs after warmup; settings {lat.get('settings')} (measured before and after the sweep; "
+        f"the faster is used, the other p50 was {_f(b.get('latency_after', {}).get('p50_ms'))} ms)",
         f"- best throughput {_f(thr.get('best_infer_s'), '.1f')} infer/s at batch {thr.get('best_batch')}; per batch: "
         + ", ".join(f"{k}: {v:.1f}" for k, v in thr.get("per_batch_infer_s", {}).items()),
         "",

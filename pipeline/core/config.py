@@ -169,7 +169,7 @@ class VariantConfig:
     instance_count: int = 1
     intra_op_threads: int = 2
     inter_op_threads: int = 1
-    # Triton's ORT graph level: 1 = all optimizations, -1 = basic, 2 = OFF (not "more").
+    # Triton's ORT graph level: -1 basic, 1 extended, 2 = OFF (not "more"), 0 = all (same as absent).
     graph_optimization_level: int = 1
     dynamic_batching: Optional[DynamicBatchingConfig] = None
 
@@ -365,7 +365,7 @@ def _check_semantics(cfg: PipelineConfig, origin: str) -> None:
         if v.graph_optimization_level not in (-1, 0, 1, 2):
             raise ConfigError(
                 f"variant.{name}.graph_optimization_level={v.graph_optimization_level} is not a Triton ORT level",
-                fix="use 1 (all optimizations), -1 (basic) or 2 (off)",
+                fix="use 1 (extended), 0 (all, incl. layout), -1 (basic) or 2 (off)",
             )
     if cfg.repository.default_variant not in ("latency", "throughput"):
         raise ConfigError(

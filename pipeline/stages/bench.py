@@ -151,6 +151,12 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             raise type(e)(e.what, e.fix, e.details) from None
         finally:
             mode.close()
+        # Again after the sweep: the ratio uses the faster of the two in-process p50s, so drift in machine
+        # load between baseline and sweep can only make the served numbers look worse, never better.
+        again = measure.baseline_latency(shipped.onnx, lat_s, rows, b.warmup_runs, b.baseline_runs)
+        res["baseline"]["latency_after"] = again
+        if again["p50_ms"] < res["baseline"]["latency"]["p50_ms"]:
+            res["baseline"]["latency"], res["baseline"]["latency_after"] = again, res["baseline"]["latency"]
         res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         res["ratios"] = report.ratios(res)
         res["diagnosis"] = report.diagnose(res, configs, graph_dtypes, measure.cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
@@ -164,7 +170,10 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 write_text(tmp / "configs" / f"{v}.pbtxt", p.read_text())
             if chosen is not None:
                 tuned = tune.shipped_form(configs["throughput"], res["tuning"]["chosen"])
-                write_config(tmp / "tuned" / "throughput.pbtxt", tuned, f"# Tuned by the bench stage: {res['tuning']['chosen']}\n")
+                # Keep the shipped file's explanatory header (graph level meaning etc.) above ours.
+                shipped_header = "".join(ln + "\n" for ln in shipped.configs["throughput"].read_text().splitlines() if ln.startswith("#"))
+                header = f"# Tuned by the bench stage (concurrency {b.tune_concurrency}, p99 budget {b.latency_budget_ms} ms): {res['tuning']['chosen']}\n"
+                write_config(tmp / "tuned" / "throughput.pbtxt", tuned, header + shipped_header)
         with atomic_path(curves_dir) as tmp:
             tmp.mkdir()
             for v in res["variants"]:
