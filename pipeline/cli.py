@@ -1,7 +1,7 @@
 """The user-facing command ``triton-pipeline``.
 
-Sub-commands are grouped in sub-apps (``release`` now; ``doctor``, ``serve``, ``report``
-can be added the same way with ``app.add_typer``). Every command turns a
+``doctor`` checks what this machine can run; ``release`` groups the release commands
+(more sub-apps are added with ``app.add_typer``). Every command turns a
 :class:`~pipeline.core.errors.PipelineError` into one message on stderr and a non-zero
 exit code, without a traceback.
 """
@@ -50,6 +50,32 @@ def _one_message(fn: F) -> F:
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@app.command("doctor")
+def doctor() -> None:
+    """Check the tools this machine can run: tritonserver, perf_analyzer, GPUs and TensorRT."""
+    from pipeline.adapters.perf_analyzer import locate_perf_analyzer
+    from pipeline.adapters.tritonserver import locate_tritonserver
+    from pipeline.core.gpu import probe_machine
+
+    table = Table("check", "status", "detail")
+    failed = False
+    for name, locate in (("tritonserver", locate_tritonserver), ("perf_analyzer", locate_perf_analyzer)):
+        try:
+            found = locate()
+            table.add_row(name, "ok", str(getattr(found, "binary", found)))
+        except PipelineError as e:
+            failed = True
+            table.add_row(name, "MISSING", e.render())
+    probe = probe_machine()
+    gpus = probe.get("gpus") or []
+    table.add_row("GPUs", "ok" if gpus else "none", ", ".join(f"{g.get('name')} (sm {g.get('compute_capability')})" for g in gpus) or "GPU targets will be skipped")
+    trt = probe.get("tensorrt") or {}
+    table.add_row("TensorRT", "ok" if trt.get("version") else "absent", str(trt.get("version") or trt.get("error") or "engine stages will be skipped"))
+    out.print(table)
+    if failed:
+        raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------- shared options
