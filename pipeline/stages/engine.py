@@ -11,7 +11,6 @@ means no cache yet). A build failure on a matching GPU is an error, not a skip.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -22,6 +21,7 @@ from typing import Any, Optional
 from pipeline.adapters import tensorrt as trt_adapter
 from pipeline.adapters.onnx_tools import load_model
 from pipeline.core import atomic
+from pipeline.core.atomic import read_json
 from pipeline.core.config import TargetConfig, load_config
 from pipeline.core.engine_manifest import (
     MANIFEST_NAME,
@@ -140,10 +140,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     target = resolve_target(cfg, a.target)
-    try:
-        probe = json.loads(a.probe.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise EngineError(f"cannot read the machine probe {a.probe}", fix="run the probe stage: dvc repro probe", details={"error": e}) from None
+    probe = read_json(a.probe, EngineError, "machine probe", "run the probe stage: dvc repro probe")
     argv = [
         "--params", str(a.params), "--target", a.target, "--onnx", str(a.onnx), "--probe", str(a.probe),
         "--out", str(a.out), "--timing-cache", str(a.timing_cache),
