@@ -66,16 +66,15 @@ def test_gpu_target_ships_fp16_on_kind_gpu(tiny_cfg, tmp_path: Path) -> None:
     assert "KIND_GPU" in (mdir / "configs" / "latency.pbtxt").read_text()
 
 
-def test_cnn_exports_and_simplifies(make_params, tmp_path: Path) -> None:
+def test_cnn_produces_a_repository(make_params, tmp_path: Path) -> None:
     from pipeline.core.config import load_config
 
     cfg = load_config(make_params("model=cnn"))
-    out = tmp_path / "cnn.onnx"
-    rep = export.run_export(cfg.model, cfg.export, out)
-    assert rep["sanity_max_abs_diff"]["logits"] < 1e-4 and rep["sanity_batches"][0] == 2
-    srep = simplify.simplify(out, tmp_path / "cnn.sim.onnx", cfg.simplify, cfg.model)
-    assert srep["nodes_after"] <= srep["nodes_before"]
-    assert "BatchNormalization" not in srep["ops_after"]
+    p = build_all(cfg, tmp_path)
+    assert "BatchNormalization" not in {n.op_type for n in onnx.load(str(p["sim"])).graph.node}
+    lat = triton_config.parse(tmp_path / "repo" / "cnn" / "configs" / "latency.pbtxt")
+    assert [list(i.dims) for i in lat.input] == [[3, 32, 32]] and [list(o.dims) for o in lat.output] == [[10]]
+    assert (tmp_path / "repo" / "cnn" / "1" / "model.onnx").is_file()
 
 
 def test_checkpoints_safetensors_and_pt(tiny_cfg, tmp_path: Path) -> None:
