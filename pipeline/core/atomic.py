@@ -7,13 +7,14 @@ complete new one, never half of it; a failure leaves the old one in place.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 @contextlib.contextmanager
@@ -77,3 +78,19 @@ def read_json(path: str | os.PathLike[str], error: type[Exception], what: str, f
         return json.loads(p.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
         raise error(f"{what} {p} is not readable JSON", fix=fix, details={"error": e}) from None
+
+
+def stream_digest(f: IO[bytes], chunk: int = 1 << 20) -> tuple[str, int]:
+    """sha256 hex digest and size of an open binary stream, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    size = 0
+    for block in iter(lambda: f.read(chunk), b""):
+        h.update(block)
+        size += len(block)
+    return h.hexdigest(), size
+
+
+def file_digest(path: str | os.PathLike[str]) -> tuple[str, int]:
+    """sha256 hex digest and size of a local file."""
+    with open(path, "rb") as f:
+        return stream_digest(f)

@@ -9,13 +9,12 @@ match its target.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from pipeline.core.atomic import read_json, write_json
+from pipeline.core.atomic import file_digest, read_json, write_json
 from pipeline.core.config import TargetConfig
 from pipeline.core.errors import EngineError
 from pipeline.core.gpu import name_matches
@@ -28,11 +27,7 @@ STATUSES = ("built", "skipped")
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path)[0]
 
 
 @dataclass

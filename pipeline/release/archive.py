@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.atomic import atomic_path
+from pipeline.core.atomic import atomic_path, file_digest
 from pipeline.core.errors import ReleaseError
 from pipeline.release import manifest as mf
-from pipeline.release.store import RELEASE_ENTRIES, ReleaseStore, sha256_local
+from pipeline.release.store import RELEASE_ENTRIES, ReleaseStore
 
 
 def export_release(store: ReleaseStore, model: str, version: int, out: str | os.PathLike[str]) -> Path:
@@ -107,4 +107,4 @@ class _LocalFS:
         return sorted(p.relative_to(base).as_posix() for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
 
     def sha256(self, rel: str) -> tuple[str, int]:
-        return sha256_local(self.root / rel)
+        return file_digest(self.root / rel)

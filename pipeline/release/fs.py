@@ -15,7 +15,6 @@ go through :class:`StoreFS`. Only two operations differ by backend, and both are
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import tempfile
@@ -25,9 +24,9 @@ from pathlib import Path
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from pipeline.core.atomic import stream_digest
 from pipeline.core.errors import ReleaseError
 
-_CHUNK = 1 << 20
 
 
 class StoreFS:
@@ -90,13 +89,8 @@ class StoreFS:
 
     def sha256(self, rel: str) -> tuple[str, int]:
         """sha256 hex digest and size of a file, streamed in 1 MiB chunks."""
-        h = hashlib.sha256()
-        size = 0
         with self.fs.open(self.path(rel), "rb") as f:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                h.update(chunk)
-                size += len(chunk)
-        return h.hexdigest(), size
+            return stream_digest(f)
 
     # ------------------------------------------------------------ write
     def probe_writable(self, rel: str = "") -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.atomic import file_digest
 from pipeline.core.errors import ReleaseError
 from pipeline.release import manifest as mf
 from pipeline.release import pointer
@@ -175,7 +176,7 @@ class ReleaseStore:
                 rel = p.relative_to(source_dir).as_posix()
                 if rel.split("/")[0] == version_dirs[0]:
                     rel = f"{version}/" + rel.split("/", 1)[1]  # the source's version dir becomes <N>/
-                digest, size = sha256_local(p)
+                digest, size = file_digest(p)
                 files[rel] = {"sha256": digest, "size": size}
                 self.fs.put_file(p, f"{staged}/files/{rel}")
             # What landed in the store is checked against what was read at the source.
@@ -321,15 +322,3 @@ class ReleaseStore:
         """Record a promote/rollback after the flip (the pointer stays the truth if this fails)."""
         hist = self.env_state(env, model).history + [event]
         self.fs.write_atomic(self.history_rel(env, model), (json.dumps(hist, indent=2) + "\n").encode())
-
-
-def sha256_local(path: Path) -> tuple[str, int]:
-    import hashlib
-
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size

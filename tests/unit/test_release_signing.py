@@ -42,9 +42,9 @@ def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None
     rel = tmp_path / "store/releases/tiny/1"
     (rel / "files/1/model.py").write_text("print('evil')\n")
     m = json.loads((rel / "manifest.json").read_text())
-    from pipeline.release.store import sha256_local
+    from pipeline.core.atomic import file_digest
 
-    digest, size = sha256_local(rel / "files/1/model.py")
+    digest, size = file_digest(rel / "files/1/model.py")
     m["files"]["1/model.py"] = {"sha256": digest, "size": size}
     (rel / "manifest.json").write_text(json.dumps(m))
     assert store.verify_release("tiny", 1)
