@@ -18,6 +18,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.adapters import triton_config
 from pipeline.adapters.tritonserver import site_packages
 from pipeline.core.atomic import write_text
 from pipeline.core.errors import BenchError
@@ -40,14 +41,9 @@ class ShippedModel:
 
 def read_config(path: Path) -> mc.ModelConfig:
     """Parse a config.pbtxt with Triton's schema; a syntax error names the file."""
-    try:
-        return text_format.Parse(path.read_text(encoding="utf-8"), mc.ModelConfig())
-    except (text_format.ParseError, OSError) as e:
-        raise BenchError(
-            f"cannot parse Triton config {path}",
-            fix="re-run the repository stage (dvc repro repository) so the config is rendered from the schema",
-            details={"error": e},
-        ) from None
+    return triton_config.parse(
+        path, BenchError, "re-run the repository stage (dvc repro repository) so the config is rendered from the schema"
+    )
 
 
 def write_config(path: Path, cfg: mc.ModelConfig, header: str = "") -> None:

@@ -13,18 +13,22 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.config import TargetConfig, VariantConfig
-from pipeline.core.errors import RepositoryError
+from pipeline.core.errors import PipelineError, RepositoryError
 from pipeline.core.specs import IOSpec
 
 # Triton's onnxruntime backend (src/onnxruntime.cc, ModelState constructor) maps optimization.graph.level:
 # -1 -> ORT_ENABLE_BASIC, 1 -> ORT_ENABLE_EXTENDED, 2 -> ORT_DISABLE_ALL, anything else (0 or absent)
 # -> ORT_ENABLE_ALL. So 2 is not "more" optimization but none at all.
-GRAPH_LEVEL_MEANING = {
-    1: "ORT_ENABLE_EXTENDED (basic + extended fusions: attention, GELU, LayerNorm, ...)",
-    -1: "ORT_ENABLE_BASIC (constant folding, redundant node removal)",
-    0: "ORT_ENABLE_ALL (extended + layout optimizations; also what an absent level gives)",
-    2: "ORT_DISABLE_ALL (graph optimizations OFF)",
+# (pipeline/adapters/triton_ort_model.py repeats this table: it runs inside the python-backend stub,
+# which cannot import this package.)
+ORT_LEVEL_NAME = {1: "ORT_ENABLE_EXTENDED", -1: "ORT_ENABLE_BASIC", 0: "ORT_ENABLE_ALL", 2: "ORT_DISABLE_ALL"}
+_LEVEL_NOTE = {
+    1: "basic + extended fusions: attention, GELU, LayerNorm, ...",
+    -1: "constant folding, redundant node removal",
+    0: "extended + layout optimizations; also what an absent level gives",
+    2: "graph optimizations OFF",
 }
+GRAPH_LEVEL_MEANING = {level: f"{name} ({_LEVEL_NOTE[level]})" for level, name in ORT_LEVEL_NAME.items()}
 
 
 def io_dims(spec: IOSpec, batched: bool, key: str) -> list[int]:
@@ -114,6 +118,18 @@ def render(cfg: mc.ModelConfig, comment: list[str] | None = None) -> str:
     return (header(comment) if comment else "") + text_format.MessageToString(cfg)
 
 
-def parse(path: str | Path) -> mc.ModelConfig:
-    """Read a config.pbtxt back into a ModelConfig (comments are ignored by text_format)."""
-    return text_format.Parse(Path(path).read_text(encoding="utf-8"), mc.ModelConfig())
+def parse_text(text: str, where: str, error: type[PipelineError] = RepositoryError, fix: str = "re-run the repository stage: dvc repro repository") -> mc.ModelConfig:
+    """Parse config.pbtxt text with Triton's schema (comments are ignored); ``error`` names ``where`` and ``fix``."""
+    try:
+        return text_format.Parse(text, mc.ModelConfig())
+    except text_format.ParseError as e:
+        raise error(f"cannot parse Triton config {where}", fix=fix, details={"error": e}) from None
+
+
+def parse(path: str | Path, error: type[PipelineError] = RepositoryError, fix: str = "re-run the repository stage: dvc repro repository") -> mc.ModelConfig:
+    """Read and parse a config.pbtxt; an unreadable or invalid file raises ``error`` naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise error(f"cannot read Triton config {path}", fix=fix, details={"error": e}) from None
+    return parse_text(text, str(path), error, fix)

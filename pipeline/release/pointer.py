@@ -17,6 +17,7 @@ from __future__ import annotations
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.adapters import triton_config
 from pipeline.core.errors import ReleaseError
 
 HEADER = (
@@ -29,10 +30,7 @@ HEADER = (
 
 def parse_config(text: str, where: str, fix: str = "restore it with `release promote` or `release rollback`") -> mc.ModelConfig:
     """Parse a config.pbtxt with Triton's own schema; ``fix`` says how to repair it where it was read."""
-    try:
-        return text_format.Parse(text, mc.ModelConfig())
-    except text_format.ParseError as e:
-        raise ReleaseError(f"cannot parse Triton config {where}", fix=fix, details={"error": e}) from None
+    return triton_config.parse_text(text, where, ReleaseError, fix)
 
 
 def live_versions(cfg: mc.ModelConfig) -> list[int]:
