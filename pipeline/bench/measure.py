@@ -20,13 +20,12 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.adapters import perf_analyzer as pa_mod
+from pipeline.adapters import triton_config
 from pipeline.core.config import BenchConfig
 from pipeline.core.errors import BenchError
 
 Feed = dict[str, np.ndarray]
 
-# Same mapping as Triton's onnxruntime backend (and pipeline/adapters/triton_ort_model.py).
-GRAPH_LEVEL_ORT = {0: "ORT_ENABLE_ALL", -1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
 
 
 # ---------------------------------------------------------------- request rows
@@ -79,7 +78,7 @@ def ort_session(onnx_path: Path, s: OrtSettings):  # noqa: ANN201 - onnxruntime 
     so = ort.SessionOptions()
     so.intra_op_num_threads = s.intra_op_threads
     so.inter_op_num_threads = s.inter_op_threads
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_LEVEL_ORT.get(s.graph_level, "ORT_ENABLE_ALL"))
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, triton_config.ORT_LEVEL_NAME.get(s.graph_level, "ORT_ENABLE_ALL"))
     return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
 
