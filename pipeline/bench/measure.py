@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
@@ -82,15 +83,14 @@ def ort_session(onnx_path: Path, s: OrtSettings):  # noqa: ANN201 - onnxruntime 
     return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
 
-def _pct(x: list[float]) -> dict[str, float]:
+def percentiles(x: list[float]) -> dict[str, float]:
     a = np.asarray(x) * 1e3
     p50, p95, p99 = np.percentile(a, [50, 95, 99])
     return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99), "mean_ms": float(a.mean()), "n": int(a.size)}
 
 
-def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: int, runs: int) -> dict:
-    """Batch-1 latency in process: ``warmup`` untimed runs, then ``runs`` timed, cycling the rows."""
-    sess = ort_session(onnx_path, s)
+def time_runs(sess, rows: list[Feed], warmup: int, runs: int) -> list[float]:  # noqa: ANN001 - onnxruntime type
+    """Seconds per batch-1 ``sess.run``: ``warmup`` untimed runs, then ``runs`` timed, cycling the rows."""
     for i in range(warmup):
         sess.run(None, rows[i % len(rows)])
     times = []
@@ -98,7 +98,12 @@ def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: 
         t0 = time.perf_counter()
         sess.run(None, rows[i % len(rows)])
         times.append(time.perf_counter() - t0)
-    return {**_pct(times), "settings": asdict(s)}
+    return times
+
+
+def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: int, runs: int) -> dict:
+    """Batch-1 latency in process, in a fresh session with the served settings."""
+    return {**percentiles(time_runs(ort_session(onnx_path, s), rows, warmup, runs)), "settings": asdict(s)}
 
 
 def baseline_throughput(onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0) -> dict:
@@ -167,15 +172,19 @@ def sweep(
     concurrency: list[int],
     work_dir: Path,
     tag: str,
+    interval_ms: int | None = None,
 ) -> list[Point]:
-    """perf_analyzer at each concurrency; unstable or failed runs are kept as invalid points."""
+    """perf_analyzer at each concurrency; unstable or failed runs are kept as invalid points.
+
+    ``interval_ms`` overrides bench.measurement_interval_ms (the paired c=1 rounds use short windows).
+    """
     points = []
     for c in concurrency:
         csv_path = work_dir / f"{tag}_c{c}.csv"
         cmd = pa_mod.build_command(
             pa, model, perf_url, c, input_json, csv_path,
             protocol=bench.protocol,
-            measurement_interval_ms=bench.measurement_interval_ms,
+            measurement_interval_ms=interval_ms or bench.measurement_interval_ms,
             stability_percentage=bench.stability_percentage,
             max_trials=bench.max_trials,
             shapes=shapes,
@@ -196,6 +205,51 @@ def sweep(
         status = f"p50 {run.row['p50_ms']:.2f} ms, {run.row['throughput_infer_s']:.1f} infer/s" if valid else f"INVALID ({reason})"
         print(f"[bench] {tag} c={c}: {status}", flush=True)
     return points
+
+
+def paired_c1(
+    serve_c1: Callable[[int], Point], ort_p50: Callable[[], float], want: int, max_rounds: int, max_drift: float
+) -> dict:
+    """Served c=1 p50 against in-process ORT p50 measured right before and right after it.
+
+    This machine's speed drifts by tens of percent within a minute (a shared VM), so an
+    in-process number taken minutes away from the served one can make the ratio say
+    anything. Each round brackets one perf_analyzer c=1 run between two in-process
+    timings; a round counts only if those two agree within ``max_drift`` (the machine
+    kept its speed for the whole round). Rounds run until ``want`` count or ``max_rounds``
+    ran; the ratio is the median over counted rounds. Which rounds count, and when to
+    stop, depend only on the in-process pair, never on the ratio.
+    """
+    out_rounds: list[dict] = []
+    for i in range(max_rounds):
+        if sum(r["counted"] for r in out_rounds) >= want:
+            break
+        before = ort_p50()
+        pt = serve_c1(i)
+        after = ort_p50()
+        drift = abs(after - before) / min(before, after)
+        served = pt.metrics.get("p50_ms") if pt.valid else None
+        base = (before + after) / 2
+        out_rounds.append({
+            "round": i, "ort_p50_before_ms": before, "ort_p50_after_ms": after, "drift": drift,
+            "served_valid": pt.valid, "served_reason": pt.reason, "served": dict(pt.metrics),
+            "ratio": served / base if served else None,
+            "counted": bool(served) and drift <= max_drift,
+        })  # fmt: skip
+    counted = [r for r in out_rounds if r["counted"]]
+    summary: dict = {"rounds": out_rounds, "max_drift": max_drift, "counted_rounds": len(counted)}
+    if counted:
+        summary["ratio"] = float(np.median([r["ratio"] for r in counted]))
+        summary["served_p50_ms"] = float(np.median([r["served"]["p50_ms"] for r in counted]))
+        summary["ort_p50_ms"] = float(np.median([(r["ort_p50_before_ms"] + r["ort_p50_after_ms"]) / 2 for r in counted]))
+        summary["ratio_range"] = [min(r["ratio"] for r in counted), max(r["ratio"] for r in counted)]
+    else:
+        summary["ratio"] = None
+        summary["reason"] = (
+            f"no round kept the in-process p50 within {max_drift:.0%} (drifts "
+            + ", ".join(f"{r['drift']:.0%}" for r in out_rounds) + ") or the served run was invalid"
+        )
+    return summary
 
 
 def check_readiness(points: list[Point], tag: str) -> None:

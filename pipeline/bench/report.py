@@ -25,15 +25,43 @@ def point(res: Result, variant: str, c: int) -> dict | None:
     return p if p and p.get("valid") else None
 
 
+SERVED_VS_ORT_LIMIT = 1.15  # issue 4: latency variant c=1 p50 at most this times in-process ORT p50
+
+
+def headline_c1(res: Result) -> tuple[dict | None, float | None, str]:
+    """The served c=1 metrics and in-process ORT p50 behind the headline ratio, and how they were paired.
+
+    ``paired``: the counted round with the median ratio (see measure.paired_c1); ``unpaired``:
+    the sweep's c=1 point against the start/end baseline (when bench.paired_rounds=0);
+    ``drifted``: paired rounds ran but none counted, so there is no headline number.
+    """
+    paired = res.get("paired_c1")
+    if paired:
+        counted = sorted((r for r in paired["rounds"] if r["counted"]), key=lambda r: r["ratio"])
+        if not counted:
+            return None, None, "drifted"
+        mid = counted[(len(counted) - 1) // 2]
+        return mid["served"], (mid["ort_p50_before_ms"] + mid["ort_p50_after_ms"]) / 2, "paired"
+    return point(res, "latency", 1), res["baseline"].get("latency", {}).get("p50_ms"), "unpaired"
+
+
 def ratios(res: Result) -> dict[str, float | None]:
     """The headline numbers: served vs in-process, and throughput vs latency variant."""
     out: dict[str, float | None] = {}
     lat1 = point(res, "latency", 1)
     base = res["baseline"]
     b_lat = base.get("latency", {}).get("p50_ms")
-    out["latency_c1_p50_ms"] = lat1["p50_ms"] if lat1 else None
-    out["ort_p50_ms"] = b_lat
-    out["latency_c1_p50_vs_ort_p50"] = lat1["p50_ms"] / b_lat if lat1 and b_lat else None
+    paired = res.get("paired_c1")
+    served, ort_p50, _ = headline_c1(res)
+    out["latency_c1_p50_ms"] = paired["served_p50_ms"] if paired and paired.get("ratio") else (served or {}).get("p50_ms")
+    out["ort_p50_ms"] = paired["ort_p50_ms"] if paired and paired.get("ratio") else ort_p50
+    if paired:
+        out["latency_c1_p50_vs_ort_p50"] = paired.get("ratio")
+        out["latency_c1_paired_rounds_counted"] = paired["counted_rounds"]
+    else:
+        out["latency_c1_p50_vs_ort_p50"] = served["p50_ms"] / ort_p50 if served and ort_p50 else None
+    # The sweep's c=1 point against the start/end baseline: kept to show what pairing corrects.
+    out["latency_c1_p50_vs_ort_p50_unpaired"] = lat1["p50_ms"] / b_lat if lat1 and b_lat else None
     out["latency_c1_queue_share"] = lat1["queue_share"] if lat1 else None
     best = base.get("throughput", {}).get("best_infer_s")
     for c in (8, 16):
@@ -96,12 +124,7 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
                 f"at concurrency {top} the dynamic batcher formed batches of {pt['avg_batch']:.2f} on average.{why}",
                 "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), "
                 "or raise max_queue_delay (bench.tune=true)")  # fmt: skip
-    lat1 = point(res, "latency", 1)
-    b = res["baseline"].get("latency", {}).get("p50_ms")
-    if lat1 and b and lat1["p50_ms"] > 1.15 * b:
-        add("serving_overhead", "warning", "latency",
-            f"served p50 {lat1['p50_ms']:.2f} ms is {lat1['p50_ms'] / b:.2f}x the in-process ORT p50 {b:.2f} ms (limit 1.15x)",
-            "look at the client/network share in the table; on a loaded machine re-run when it is idle")  # fmt: skip
+    out += _latency_findings(res)
     stable = [n for n in configs if point(res, n, 1)]
     for name, cfg in configs.items():
         p1 = res["variants"].get(name, {}).get("points", {}).get("c1")
@@ -121,6 +144,34 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
         if bad:
             add("invalid_measurement", "warning", name, f"no stable measurement at {', '.join(bad)} (not reported as numbers)",
                 "raise bench.measurement_interval_ms or bench.stability_percentage; stop other load")  # fmt: skip
+    return out
+
+
+def _latency_findings(res: Result) -> list[dict]:
+    """Where the latency variant's c=1 time goes, and whether it is within the limit of in-process ORT."""
+    served, ort_p50, method = headline_c1(res)
+    if method == "drifted":
+        p = res["paired_c1"]
+        return [{"rule": "machine_drift", "severity": "warning", "variant": "latency",
+                 "message": f"no served/in-process ratio: {p['reason']}",
+                 "fix": "re-run on a quiet machine, or raise bench.paired_rounds / bench.paired_max_drift"}]  # fmt: skip
+    if not served or not ort_p50:
+        return []
+    client = served["avg_ms"] - served["server_ms"]
+    around = served["server_queue_ms"] + served["server_compute_input_ms"] + served["server_compute_output_ms"]
+    beyond = served["server_compute_infer_ms"] - ort_p50
+    stand_in = " (embedded: python-backend IPC, Python and caches gone cold after each run)" if res["server"]["mode"] == "embedded" else ""
+    breakdown = (f"served c=1 avg {served['avg_ms']:.2f} ms = client/HTTP {client:.2f} + server queue/input/output {around:.2f} "
+                 f"+ compute infer {served['server_compute_infer_ms']:.2f} ms, which is in-process ORT p50 {ort_p50:.2f} "
+                 f"+ {beyond:.2f} ms{stand_in}; pairing: {method}")  # fmt: skip
+    out = [{"rule": "latency_breakdown", "severity": "info", "variant": "latency", "message": breakdown,
+            "fix": "nothing to fix: where the time goes"}]  # fmt: skip
+    ratio = served["p50_ms"] / ort_p50
+    r = (res.get("ratios") or {}).get("latency_c1_p50_vs_ort_p50") or ratio
+    if r > SERVED_VS_ORT_LIMIT:
+        out.append({"rule": "serving_overhead", "severity": "warning", "variant": "latency",
+                    "message": f"served p50 is {r:.2f}x the in-process ORT p50 (limit {SERVED_VS_ORT_LIMIT}x); {breakdown}",
+                    "fix": "the largest term above is where to look; on a loaded machine re-run when it is idle"})  # fmt: skip
     return out
 
 
@@ -177,6 +228,30 @@ def _f(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
     return "n/a" if x is None else format(x, fmt) + unit
 
 
+def _pairing(res: Result) -> str:
+    p = res.get("paired_c1")
+    if not p:
+        return "unpaired: sweep c=1 point vs the faster of the start/end baselines"
+    if p.get("ratio") is None:
+        return f"paired, no round counted: {p['reason']}"
+    lo, hi = p["ratio_range"]
+    return (f"median of {p['counted_rounds']} of {len(p['rounds'])} paired rounds, range {lo:.2f}-{hi:.2f}x; "
+            f"unpaired sweep ratio {_f(res['ratios'].get('latency_c1_p50_vs_ort_p50_unpaired'), unit='x')}")
+
+
+def _paired_table(res: Result) -> list[str]:
+    p = res.get("paired_c1")
+    if not p:
+        return []
+    lines = ["", f"## Latency c=1 paired with in-process ORT (a round counts if its two ORT p50s agree within {p['max_drift']:.0%})", "",
+             "| round | ORT p50 before ms | served p50 ms | ORT p50 after ms | drift | ratio | counted |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in p["rounds"]:
+        served = _f(r["served"].get("p50_ms")) if r["served_valid"] else f"INVALID: {r['served_reason'][-60:]}"
+        lines.append(f"| {r['round']} | {r['ort_p50_before_ms']:.2f} | {served} | {r['ort_p50_after_ms']:.2f} | "
+                     f"{r['drift']:.0%} | {_f(r['ratio'], unit='x')} | {'yes' if r['counted'] else 'no'} |")  # fmt: skip
+    return lines
+
+
 def markdown(res: Result) -> str:
     """The human report: mode, machine, table, ratios, diagnosis."""
     r, m, s = res["ratios"], res["machine"], res["server"]
@@ -193,7 +268,8 @@ def markdown(res: Result) -> str:
         "## Headline",
         "",
         f"- latency variant c=1 p50 / in-process ORT p50: **{_f(r['latency_c1_p50_vs_ort_p50'], unit='x')}** "
-        f"({_f(r['latency_c1_p50_ms'])} ms vs {_f(r['ort_p50_ms'])} ms); queue share {_f(r['latency_c1_queue_share'], '.1%')}",
+        f"({_f(r['latency_c1_p50_ms'])} ms vs {_f(r['ort_p50_ms'])} ms, {_pairing(res)}); "
+        f"queue share {_f(r['latency_c1_queue_share'], '.1%')}",
         f"- throughput / latency variant: c=8 **{_f(r['throughput_vs_latency_c8'], unit='x')}**, c=16 **{_f(r['throughput_vs_latency_c16'], unit='x')}**",
         f"- throughput variant / in-process best batch: c=8 {_f(r['throughput_vs_ort_best_c8'], unit='x')}, c=16 {_f(r['throughput_vs_ort_best_c16'], unit='x')}",
         f"- batching tax at c=1 (throughput minus latency variant p50): {_f(r['batching_tax_c1_ms'])} ms, "
@@ -226,6 +302,9 @@ def markdown(res: Result) -> str:
         f"the faster is used, the other p50 was {_f(b.get('latency_after', {}).get('p50_ms'))} ms)",
         f"- best throughput {_f(thr.get('best_infer_s'), '.1f')} infer/s at batch {thr.get('best_batch')}; per batch: "
         + ", ".join(f"{k}: {v:.1f}" for k, v in thr.get("per_batch_infer_s", {}).items()),
+    ]
+    lines += _paired_table(res)
+    lines += [
         "",
         "## Diagnosis",
         "",

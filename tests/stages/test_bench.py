@@ -38,6 +38,8 @@ def tiny_cfg() -> PipelineConfig:
     b = cfg.bench
     b.server, b.concurrency, b.measurement_interval_ms, b.max_trials, b.stability_percentage = "embedded", [1, 4], 500, 6, 50
     b.warmup_runs, b.baseline_runs, b.baseline_seconds, b.baseline_batch_sizes = 5, 50, 0.2, [1, 4]
+    # Behaviour, not speed: every round counts (drift up to 1000%) on a busy CI machine.
+    b.paired_rounds, b.paired_max_rounds, b.paired_max_drift, b.paired_measurement_interval_ms = 2, 3, 10.0, 500
     return cfg
 
 
@@ -69,11 +71,14 @@ def test_bench_stage_end_to_end(tmp_path: Path) -> None:
     assert set(data["variants"]) == {"latency", "throughput"}
     lat1 = data["variants"]["latency"]["points"]["c1"]
     assert lat1["valid"] and lat1["p50_ms"] > 0 and lat1["avg_batch"] == pytest.approx(1.0)
-    assert data["ratios"]["latency_c1_p50_vs_ort_p50"] > 0
+    paired = data["paired_c1"]
+    assert [r["served_valid"] for r in paired["rounds"]] == [True, True] and paired["counted_rounds"] == 2
+    assert data["ratios"]["latency_c1_p50_vs_ort_p50"] == pytest.approx(paired["ratio"]) and paired["ratio"] > 0
+    assert data["ratios"]["latency_c1_p50_vs_ort_p50_unpaired"] > 0
     assert data["baseline"]["latency"]["settings"]["intra_op_threads"] == 1  # same as the tiny config
     assert data["machine"]["cpu_model"] and data["machine"]["versions"]["perf_analyzer"] == "2.51.0"
     report = (out / "bench" / "report.md").read_text()
-    assert "Server mode: embedded" in report and "stand-in" in report
+    assert "Server mode: embedded" in report and "stand-in" in report and "paired rounds" in report
     assert (out / "bench" / "bench.png").stat().st_size > 0
     assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
     assert res["ratios"] == data["ratios"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import report
+from pipeline.bench import measure, report
 from tests.tiny_triton import variant_config
 
 
@@ -17,7 +20,7 @@ def _pt(c: int, p50: float, thr: float, queue: float, compute: float, batch: flo
     return {"concurrency": c, "valid": True, "reason": "", "p50_ms": p50, "p95_ms": p50 * 1.1, "p99_ms": p50 * 1.2,
             "throughput_infer_s": thr, "server_queue_ms": queue, "server_compute_input_ms": 0.0,
             "server_compute_infer_ms": compute, "server_compute_output_ms": 0.0, "server_ms": server,
-            "queue_share": queue / server, "avg_batch": batch, "loadavg_1m": 0.5}  # fmt: skip
+            "queue_share": queue / server, "avg_batch": batch, "loadavg_1m": 0.5, "avg_ms": p50 + 0.3}  # fmt: skip
 
 
 def _res(lat: dict, thr: dict, shapes: int = 1) -> dict:
@@ -85,3 +88,57 @@ def test_report_marks_invalid_points_and_names_the_mode(tmp_path: Path) -> None:
     assert "| throughput | 1 | - |" in md and "INVALID" in md
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert report.curves_csv(res, "throughput").strip() == ",".join(report.CURVE_FIELDS)  # no invalid rows
+
+
+def _paired(ort: list[float], served: list[float | None], max_drift: float = 0.10, want: int = 99) -> dict:
+    """paired_c1 over recorded numbers: ORT p50s are consumed before/after each served run."""
+    ort_iter = iter(ort)
+
+    def serve(i: int) -> measure.Point:
+        p50 = served[i]
+        if p50 is None:
+            return measure.Point(1, False, "exit 2: Failed to obtain stable measurement")
+        return measure.Point(1, True, "", _pt(1, p50, 200, 0.03, p50 - 0.5), 1.0)
+
+    return measure.paired_c1(serve, lambda: next(ort_iter), want, len(served), max_drift)
+
+
+def test_paired_rounds_count_only_when_the_machine_kept_its_speed() -> None:
+    # Round 1's ORT p50 moved 4.3 -> 5.9 ms (37%): it does not count, whatever its ratio (a flattering 0.9x here).
+    p = _paired([4.3, 4.3, 4.3, 5.9, 4.4, 4.6, 4.4, 4.4], [5.0, 4.6, 5.2, None])
+    assert [r["counted"] for r in p["rounds"]] == [True, False, True, False]
+    assert p["counted_rounds"] == 2
+    assert p["ratio"] == pytest.approx(np.median([5.0 / 4.3, 5.2 / 4.5]))
+    assert p["ratio_range"] == [pytest.approx(5.2 / 4.5), pytest.approx(5.0 / 4.3)]
+    assert p["rounds"][3]["ratio"] is None and "stable" in p["rounds"][3]["served_reason"]
+    # Stopping depends on how many rounds counted, not on their ratios: 2 wanted -> round 3 never runs.
+    assert len(_paired([4.3, 4.3, 4.3, 5.9, 4.4, 4.6, 4.4, 4.4], [5.0, 4.6, 5.2, None], want=2)["rounds"]) == 3
+
+
+def test_headline_prefers_paired_and_has_no_number_when_every_round_drifted() -> None:
+    res = _res({"c1": _pt(1, 6.4, 150, 0.03, 6.0), "c8": _pt(8, 50, 160, 40, 6)}, {"c8": _pt(8, 28, 280, 10, 16, 4.5)})
+    res["paired_c1"] = _paired([4.3, 4.4, 4.4, 4.3, 4.3, 4.4], [4.9, 4.95, 5.0])
+    res["ratios"] = r = report.ratios(res)
+    assert r["latency_c1_p50_vs_ort_p50"] == pytest.approx(4.95 / 4.35)
+    assert r["latency_c1_p50_vs_ort_p50_unpaired"] == pytest.approx(6.4 / 4.0)  # the sweep point vs a distant baseline
+    assert r["latency_c1_paired_rounds_counted"] == 3
+    found = {d["rule"]: d for d in report.diagnose(res, _configs(), {}, 2, 0.02)}
+    assert "serving_overhead" not in found  # 1.14x is within the 1.15x limit
+    assert "in-process ORT p50 4.35 + 0.10 ms" in found["latency_breakdown"]["message"]
+    assert "client/HTTP 0.77" in found["latency_breakdown"]["message"]
+
+    res["paired_c1"] = _paired([4.3, 5.9, 5.8, 4.4], [4.9, 5.0])
+    res["ratios"] = r = report.ratios(res)
+    assert r["latency_c1_p50_vs_ort_p50"] is None and r["latency_c1_p50_vs_ort_p50_unpaired"] is not None
+    found = {d["rule"]: d for d in report.diagnose(res, _configs(), {}, 2, 0.02)}
+    assert "37%" in found["machine_drift"]["message"] and "latency_breakdown" not in found
+
+
+def test_paired_rounds_are_in_the_report(tmp_path: Path) -> None:
+    res = _res({"c1": _pt(1, 4.4, 200, 0.03, 4.3)}, {"c1": _pt(1, 6.5, 140, 2.1, 4.3)})
+    res["paired_c1"] = _paired([4.3, 4.3, 4.3, 5.9], [5.0, 4.6])
+    res["ratios"] = report.ratios(res)
+    res["diagnosis"] = report.diagnose(res, _configs(), {}, 2, 0.02)
+    md = report.markdown(res)
+    assert "median of 1 of 2 paired rounds" in md
+    assert "| 1 | 4.30 | 4.60 | 5.90 | 37% | 0.90x | no |" in md
