@@ -12,6 +12,12 @@ it reads the same config keys that backend reads:
 - ``parameters { key: "onnx_path" }``: absolute path of the ONNX file to serve
   (added by the embedded repository builder; the shipped file, not a copy).
 
+It also counts, as Triton custom metrics (python backend ``pb_utils.MetricFamily``), the
+nanoseconds spent inside ``session.run`` and inside ``execute`` and the number of
+executions, so the bench can split Triton's "compute infer" time into ONNX Runtime and the
+python backend's own cost (IPC to this stub, Python) - a cost the real onnxruntime backend
+does not have.
+
 It runs inside the python-backend stub process, so it imports nothing from the
 ``pipeline`` package: only numpy, onnxruntime and triton_python_backend_utils. The
 stub's embedded interpreter ignores ``PYTHONPATH``, so the builder writes
@@ -23,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 _PATHS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sys_path.json")
 if os.path.isfile(_PATHS):
@@ -66,6 +73,7 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
         self.batched = int(config.get("max_batch_size", 0)) > 0
+        self.timers = _Timers(config.get("name", ""), args.get("model_instance_name", ""))
 
     def execute(self, requests: list) -> list:
         """Run the requests Triton batched together as one ORT call per input-shape group.
@@ -73,6 +81,18 @@ class TritonPythonModel:
         Triton's dynamic batcher only groups requests with equal shapes, but group
         defensively so a mixed list still gives every request its own rows back.
         """
+        t0 = time.perf_counter_ns()
+        responses = self._execute(requests)
+        self.timers.add(execute_ns=time.perf_counter_ns() - t0)
+        return responses
+
+    def _run(self, feed: dict) -> list:
+        t0 = time.perf_counter_ns()
+        outs = self.session.run(self.outputs, feed)
+        self.timers.add(ort_ns=time.perf_counter_ns() - t0)
+        return outs
+
+    def _execute(self, requests: list) -> list:
         responses: list = [None] * len(requests)
         groups: dict[tuple, list[int]] = {}
         feeds_per_req = []
@@ -85,11 +105,11 @@ class TritonPythonModel:
             try:
                 if not (self.batched and len(idx) > 1):
                     for i in idx:
-                        responses[i] = self._response(self.session.run(self.outputs, feeds_per_req[i]))
+                        responses[i] = self._response(self._run(feeds_per_req[i]))
                     continue
                 feed = {n: np.concatenate([feeds_per_req[i][n] for i in idx], axis=0) for n in self.inputs}
                 sizes = [feeds_per_req[i][self.inputs[0]].shape[0] for i in idx]
-                outs = self.session.run(self.outputs, feed)
+                outs = self._run(feed)
                 offsets = np.cumsum([0] + sizes)
                 for j, i in enumerate(idx):
                     responses[i] = self._response([o[offsets[j] : offsets[j + 1]] for o in outs])
@@ -105,3 +125,56 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.session = None
+        self.timers.close()
+
+
+class _Timers:
+    """Counters on Triton's /metrics: ns in session.run, ns in execute, executions.
+
+    Each metric update is a message from this stub to the server, so updates are summed
+    here and flushed at most every FLUSH_S seconds: a request pays for it once in a few
+    hundred, not every time. Without the metrics API (metrics off, an old python backend)
+    the counters are absent and the bench reports Triton's compute time unsplit.
+    """
+
+    NAMES = {
+        "ort_ns": "pipeline_standin_ort_run_ns",
+        "execute_ns": "pipeline_standin_execute_ns",
+        "executions": "pipeline_standin_executions",
+    }
+    FLUSH_S = 0.5
+
+    def __init__(self, model: str, instance: str) -> None:
+        self.families: list = []  # a MetricFamily must outlive its Metrics: keep both
+        self.metrics: dict = {}
+        self.pending = dict.fromkeys(self.NAMES, 0.0)
+        self.last_flush = time.monotonic()
+        try:
+            for key, name in self.NAMES.items():
+                fam = pb_utils.MetricFamily(name=name, description=f"embedded bench stand-in: {key}", kind=pb_utils.MetricFamily.COUNTER)
+                self.families.append(fam)
+                self.metrics[key] = fam.Metric(labels={"model": model, "instance": instance})
+        except Exception:  # noqa: BLE001 - timing is optional, serving is not
+            self.metrics = {}
+
+    def add(self, ort_ns: int = 0, execute_ns: int = 0) -> None:
+        if not self.metrics:
+            return
+        self.pending["ort_ns"] += ort_ns
+        if execute_ns:
+            # Counted once per execute, after it: the flush below is never inside a timed span.
+            self.pending["execute_ns"] += execute_ns
+            self.pending["executions"] += 1
+            if time.monotonic() - self.last_flush >= self.FLUSH_S:
+                self.flush()
+
+    def flush(self) -> None:
+        for key, value in self.pending.items():
+            if value:
+                self.metrics[key].increment(float(value))
+        self.pending = dict.fromkeys(self.NAMES, 0.0)
+        self.last_flush = time.monotonic()
+
+    def close(self) -> None:
+        self.metrics = {}  # Metrics before their families
+        self.families = []

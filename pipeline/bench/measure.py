@@ -148,6 +148,42 @@ def model_stats(http_url: str, model: str) -> dict[str, float]:
     }
 
 
+STANDIN_COUNTERS = {
+    "pipeline_standin_ort_run_ns": "ort_ns",
+    "pipeline_standin_execute_ns": "execute_ns",
+    "pipeline_standin_executions": "executions",
+}
+
+
+def standin_counters(metrics_url: str, model: str) -> dict[str, float]:
+    """The embedded stand-in's cumulative timers from Triton's /metrics (empty if absent or unreachable)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not metrics_url:
+        return {}
+    try:
+        with urllib.request.urlopen(f"http://{metrics_url}/metrics", timeout=10) as r:  # noqa: S310 - loopback
+            text = r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return {}
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for sample in fam.samples:
+            key = STANDIN_COUNTERS.get(sample.name.removesuffix("_total"))
+            if key and sample.labels.get("model") == model:
+                out[key] = out.get(key, 0.0) + sample.value  # summed over instances
+    return out
+
+
+def standin_split(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Per execution over a run: ms inside ORT and ms inside the stub's execute (empty without counters)."""
+    n = after.get("executions", 0.0) - before.get("executions", 0.0)
+    if not n or not all(k in after for k in STANDIN_COUNTERS.values()):
+        return {}
+    ms = {k: (after[k] - before.get(k, 0.0)) / n / 1e6 for k in ("ort_ns", "execute_ns")}
+    return {"standin_ort_ms": ms["ort_ns"], "standin_execute_ms": ms["execute_ns"], "standin_executions": n}
+
+
 # ---------------------------------------------------------------- perf sweeps
 @dataclass
 class Point:
@@ -173,6 +209,7 @@ def sweep(
     work_dir: Path,
     tag: str,
     interval_ms: int | None = None,
+    metrics_url: str = "",
 ) -> list[Point]:
     """perf_analyzer at each concurrency; unstable or failed runs are kept as invalid points.
 
@@ -189,9 +226,9 @@ def sweep(
             max_trials=bench.max_trials,
             shapes=shapes,
         )  # fmt: skip
-        before = model_stats(http_url, model)
+        before, t_before = model_stats(http_url, model), standin_counters(metrics_url, model)
         run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=bench.perf_timeout_s)
-        after = model_stats(http_url, model)
+        after, t_after = model_stats(http_url, model), standin_counters(metrics_url, model)
         (work_dir / f"{tag}_c{c}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         avg_batch = delta["inference_count"] / delta["execution_count"] if delta.get("execution_count") else None
@@ -200,7 +237,7 @@ def sweep(
         if valid and failed:
             valid, reason = False, f"{failed:.0f} requests failed on the server"
         # The 1-minute load average after the run: on a shared machine it tells which points others disturbed.
-        metrics = dict(run.row, loadavg_1m=round(os.getloadavg()[0], 2)) if valid else {}
+        metrics = dict(run.row, loadavg_1m=round(os.getloadavg()[0], 2), **standin_split(t_before, t_after)) if valid else {}
         points.append(Point(c, valid, reason, metrics, avg_batch, failed))
         status = f"p50 {run.row['p50_ms']:.2f} ms, {run.row['throughput_infer_s']:.1f} infer/s" if valid else f"INVALID ({reason})"
         print(f"[bench] {tag} c={c}: {status}", flush=True)

@@ -43,6 +43,7 @@ class Target:
     model: str
     variant: str
     version: str = ""
+    metrics_url: str = ""  # Triton's /metrics host:port (embedded: carries the stand-in's ORT timers)
 
 
 def server_version(http_url: str) -> str:
@@ -79,7 +80,7 @@ class EmbeddedMode:
     def serve(self, variant: str) -> Iterator[Target]:
         with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv:
             url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
-            yield Target(srv.http_url, url, self.shipped.name, variant, server_version(srv.http_url))
+            yield Target(srv.http_url, url, self.shipped.name, variant, server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}")
 
     def close(self) -> None:
         self._tmp.cleanup()

@@ -71,6 +71,9 @@ def test_bench_stage_end_to_end(tmp_path: Path) -> None:
     assert set(data["variants"]) == {"latency", "throughput"}
     lat1 = data["variants"]["latency"]["points"]["c1"]
     assert lat1["valid"] and lat1["p50_ms"] > 0 and lat1["avg_batch"] == pytest.approx(1.0)
+    # The stand-in's own timers (Triton custom metrics): time inside ORT is part of time inside execute.
+    assert lat1["standin_executions"] > 10 and 0 < lat1["standin_ort_ms"] <= lat1["standin_execute_ms"]
+    assert data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] > 0
     paired = data["paired_c1"]
     assert [r["served_valid"] for r in paired["rounds"]] == [True, True] and paired["counted_rounds"] == 2
     assert data["ratios"]["latency_c1_p50_vs_ort_p50"] == pytest.approx(paired["ratio"]) and paired["ratio"] > 0
@@ -79,6 +82,7 @@ def test_bench_stage_end_to_end(tmp_path: Path) -> None:
     assert data["machine"]["cpu_model"] and data["machine"]["versions"]["perf_analyzer"] == "2.51.0"
     report = (out / "bench" / "report.md").read_text()
     assert "Server mode: embedded" in report and "stand-in" in report and "paired rounds" in report
+    assert "python backend" in next(d["message"] for d in data["diagnosis"] if d["rule"] == "latency_breakdown")
     assert (out / "bench" / "bench.png").stat().st_size > 0
     assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
     assert res["ratios"] == data["ratios"]
