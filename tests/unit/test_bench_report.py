@@ -142,3 +142,15 @@ def test_paired_rounds_are_in_the_report(tmp_path: Path) -> None:
     md = report.markdown(res)
     assert "median of 1 of 2 paired rounds" in md
     assert "| 1 | 4.30 | 4.60 | 5.90 | 37% | 0.90x | no |" in md
+
+
+def test_standin_split_is_per_execution_and_absent_without_counters() -> None:
+    before = {"ort_ns": 1e9, "execute_ns": 1.2e9, "executions": 100.0}
+    after = {"ort_ns": 1e9 + 200 * 4.3e6, "execute_ns": 1.2e9 + 200 * 4.45e6, "executions": 300.0}
+    split = measure.standin_split(before, after)
+    assert split["standin_ort_ms"] == pytest.approx(4.3) and split["standin_execute_ms"] == pytest.approx(4.45)
+    assert split["standin_executions"] == 200
+    assert measure.standin_split({}, {}) == {}  # external Triton: no stand-in, no split
+    assert measure.standin_split(before, before) == {}  # nothing ran
+    served = {"server_compute_infer_ms": 4.7, **split}
+    assert report.standin_cost_ms(served) == pytest.approx(0.4) and report.standin_cost_ms({"server_compute_infer_ms": 4.7}) is None
