@@ -257,8 +257,8 @@ class BenchConfig:
     # Latency c=1 vs in-process ORT: rounds of [ORT p50, perf_analyzer c=1, ORT p50]; a round counts when the
     # two ORT p50s agree within paired_max_drift (the machine kept its speed). Rounds run until paired_rounds
     # count or paired_max_rounds ran; paired_rounds 0 = only the sweep's (unpaired) ratio.
-    paired_rounds: int = 3
-    paired_max_rounds: int = 8
+    paired_rounds: int = 5
+    paired_max_rounds: int = 10
     paired_max_drift: float = 0.10
     paired_measurement_interval_ms: int = 1000  # short rounds: less time for the machine to change speed
     tune: bool = False
