@@ -25,7 +25,11 @@ from pipeline.core.errors import BenchError
 
 MODEL_PY = Path(__file__).with_name("triton_ort_model.py")
 # What we change, so reports can list it next to "identical scheduling config".
-CHANGED_FIELDS = ("platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path")
+CHANGED_FIELDS = (
+    "platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path", "parameters.standin_flush_s",
+)  # fmt: skip
+# The stand-in sums its timers and publishes them on /metrics at most this often (a metric update is IPC).
+STANDIN_FLUSH_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ def to_python_backend(cfg: mc.ModelConfig, onnx_path: Path) -> tuple[mc.ModelCon
             group.ClearField("gpus")
             notes.append(f"instance_group '{group.name}': KIND_GPU -> KIND_CPU (no GPU on this machine)")
     out.parameters["onnx_path"].string_value = str(onnx_path)
+    out.parameters["standin_flush_s"].string_value = str(STANDIN_FLUSH_S)
     return out, notes
 
 

@@ -73,7 +73,8 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
         self.batched = int(config.get("max_batch_size", 0)) > 0
-        self.timers = _Timers(config.get("name", ""), args.get("model_instance_name", ""))
+        flush_s = float(_param(config, "standin_flush_s", "0.5") or 0.5)
+        self.timers = _Timers(config.get("name", ""), args.get("model_instance_name", ""), flush_s)
 
     def execute(self, requests: list) -> list:
         """Run the requests Triton batched together as one ORT call per input-shape group.
@@ -132,8 +133,9 @@ class _Timers:
     """Counters on Triton's /metrics: ns in session.run, ns in execute, executions.
 
     Each metric update is a message from this stub to the server, so updates are summed
-    here and flushed at most every FLUSH_S seconds: a request pays for it once in a few
-    hundred, not every time. Without the metrics API (metrics off, an old python backend)
+    here and flushed at most every ``flush_s`` seconds (parameter ``standin_flush_s``): a
+    request pays for it once in a few hundred, not every time. The bench lines the counters
+    up with its measurement windows by sending one request ``flush_s`` after a run. Without the metrics API (metrics off, an old python backend)
     the counters are absent and the bench reports Triton's compute time unsplit.
     """
 
@@ -142,9 +144,8 @@ class _Timers:
         "execute_ns": "pipeline_standin_execute_ns",
         "executions": "pipeline_standin_executions",
     }
-    FLUSH_S = 0.5
-
-    def __init__(self, model: str, instance: str) -> None:
+    def __init__(self, model: str, instance: str, flush_s: float) -> None:
+        self.flush_s = flush_s
         self.families: list = []  # a MetricFamily must outlive its Metrics: keep both
         self.metrics: dict = {}
         self.pending = dict.fromkeys(self.NAMES, 0.0)
@@ -165,7 +166,7 @@ class _Timers:
             # Counted once per execute, after it: the flush below is never inside a timed span.
             self.pending["execute_ns"] += execute_ns
             self.pending["executions"] += 1
-            if time.monotonic() - self.last_flush >= self.FLUSH_S:
+            if time.monotonic() - self.last_flush >= self.flush_s:
                 self.flush()
 
     def flush(self) -> None:

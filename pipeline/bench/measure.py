@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.adapters import perf_analyzer as pa_mod
 from pipeline.adapters import triton_config
+from pipeline.adapters.embedded_repo import STANDIN_FLUSH_S
 from pipeline.core.config import BenchConfig
 from pipeline.core.errors import BenchError
 
@@ -175,6 +176,29 @@ def standin_counters(metrics_url: str, model: str) -> dict[str, float]:
     return out
 
 
+def flush_standin(http_url: str, model: str, row: Feed) -> bool:
+    """Make the stand-in publish every execution so far: one request after its flush interval.
+
+    The stand-in flushes its timers from inside ``execute`` once ``STANDIN_FLUSH_S`` has
+    passed, so a request sent that long after a run flushes everything up to and including
+    itself. Returns False if the request failed (the counters are then not lined up).
+    """
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+    time.sleep(STANDIN_FLUSH_S + 0.05)
+    inputs = []
+    for name, arr in row.items():
+        inp = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+        inp.set_data_from_numpy(arr)
+        inputs.append(inp)
+    try:
+        httpclient.InferenceServerClient(http_url).infer(model, inputs)
+    except (InferenceServerException, OSError):
+        return False
+    return True
+
+
 def standin_split(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """Per execution over a run: ms inside ORT and ms inside the stub's execute (empty without counters)."""
     n = after.get("executions", 0.0) - before.get("executions", 0.0)
@@ -210,10 +234,13 @@ def sweep(
     tag: str,
     interval_ms: int | None = None,
     metrics_url: str = "",
+    probe_row: Feed | None = None,
 ) -> list[Point]:
     """perf_analyzer at each concurrency; unstable or failed runs are kept as invalid points.
 
     ``interval_ms`` overrides bench.measurement_interval_ms (the paired c=1 rounds use short windows).
+    With ``metrics_url`` and ``probe_row`` (embedded server), each point also gets the stand-in's
+    split of compute time, its counters lined up with the run by :func:`flush_standin`.
     """
     points = []
     for c in concurrency:
@@ -226,9 +253,12 @@ def sweep(
             max_trials=bench.max_trials,
             shapes=shapes,
         )  # fmt: skip
-        before, t_before = model_stats(http_url, model), standin_counters(metrics_url, model)
+        timed = bool(metrics_url and probe_row)
+        # Counters were flushed after the previous run (or nothing ran yet): nothing is pending now.
+        before, t_before = model_stats(http_url, model), standin_counters(metrics_url, model) if timed else {}
         run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=bench.perf_timeout_s)
-        after, t_after = model_stats(http_url, model), standin_counters(metrics_url, model)
+        after = model_stats(http_url, model)  # before the flush request, so Triton's counts are perf_analyzer's only
+        t_after = standin_counters(metrics_url, model) if timed and flush_standin(http_url, model, probe_row) else {}
         (work_dir / f"{tag}_c{c}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         avg_batch = delta["inference_count"] / delta["execution_count"] if delta.get("execution_count") else None
