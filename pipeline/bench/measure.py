@@ -13,9 +13,9 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc

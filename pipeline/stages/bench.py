@@ -81,6 +81,11 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         raise ConfigError("bench.server=external needs bench.url", fix="set bench.url=<host>:<http port> of the running Triton")
     if b.input_shapes not in ("as_sampled", "uniform"):
         raise ConfigError(f"bench.input_shapes={b.input_shapes!r}", fix="set bench.input_shapes=as_sampled or uniform")
+    if b.paired_rounds < 0 or b.paired_max_rounds < b.paired_rounds or b.paired_max_drift <= 0:
+        raise ConfigError(
+            f"bench.paired_rounds={b.paired_rounds}, paired_max_rounds={b.paired_max_rounds}, paired_max_drift={b.paired_max_drift}",
+            fix="use 0 <= paired_rounds <= paired_max_rounds and paired_max_drift > 0 (e.g. 5, 10, 0.10); paired_rounds=0 turns pairing off",
+        )
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     shipped = find_shipped(repository / cfg.model.name)

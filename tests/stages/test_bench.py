@@ -22,7 +22,7 @@ from pipeline.adapters import perf_analyzer as pa_mod
 from pipeline.adapters.embedded_repo import build_embedded_repository
 from pipeline.adapters.triton_process import EmbeddedServer
 from pipeline.core.config import PipelineConfig, TensorSpec, load_config
-from pipeline.core.errors import ToolError
+from pipeline.core.errors import ConfigError, ToolError
 from pipeline.stages.bench import run_bench
 from tests.tiny_triton import shipped_repository
 
@@ -125,6 +125,17 @@ def test_missing_perf_analyzer_fails_before_any_server(tmp_path: Path, monkeypat
     with pytest.raises(ToolError, match="perf_analyzer not found"):
         run_bench(tiny_cfg(), tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     assert not (out / "bench.json").exists()
+
+
+@pytest.mark.parametrize(("rounds", "max_rounds", "drift"), [(-1, 10, 0.1), (5, 3, 0.1), (5, 10, 0.0)])
+def test_bad_pairing_settings_fail_before_any_server(tmp_path: Path, rounds: int, max_rounds: int, drift: float) -> None:
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    cfg.bench.paired_rounds, cfg.bench.paired_max_rounds, cfg.bench.paired_max_drift = rounds, max_rounds, drift
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="paired_rounds") as e:
+        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    assert "paired_max_rounds" in e.value.fix and not out.exists()
 
 
 def _start_stage(tmp_path: Path) -> subprocess.Popen:
