@@ -243,6 +243,7 @@ def sweep(
     split of compute time, its counters lined up with the run by :func:`flush_standin`.
     """
     points = []
+    timed = bool(metrics_url and probe_row)
     for c in concurrency:
         csv_path = work_dir / f"{tag}_c{c}.csv"
         cmd = pa_mod.build_command(
@@ -253,7 +254,6 @@ def sweep(
             max_trials=bench.max_trials,
             shapes=shapes,
         )  # fmt: skip
-        timed = bool(metrics_url and probe_row)
         # Counters were flushed after the previous run (or nothing ran yet): nothing is pending now.
         before, t_before = model_stats(http_url, model), standin_counters(metrics_url, model) if timed else {}
         run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=bench.perf_timeout_s)

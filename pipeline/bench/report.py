@@ -60,8 +60,9 @@ def ratios(res: Result) -> dict[str, float | None]:
     b_lat = base.get("latency", {}).get("p50_ms")
     paired = res.get("paired_c1")
     served, ort_p50, _ = headline_c1(res)
-    out["latency_c1_p50_ms"] = paired["served_p50_ms"] if paired and paired.get("ratio") else (served or {}).get("p50_ms")
-    out["ort_p50_ms"] = paired["ort_p50_ms"] if paired and paired.get("ratio") else ort_p50
+    counted = paired if paired and paired.get("ratio") else None  # medians over counted rounds, when there are any
+    out["latency_c1_p50_ms"] = counted["served_p50_ms"] if counted else (served or {}).get("p50_ms")
+    out["ort_p50_ms"] = counted["ort_p50_ms"] if counted else ort_p50
     if paired:
         out["latency_c1_p50_vs_ort_p50"] = paired.get("ratio")
         out["latency_c1_paired_rounds_counted"] = paired["counted_rounds"]

@@ -137,15 +137,18 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             for variant in configs:
                 with mode.serve(variant) as t:
                     res["server"]["triton_version"] = t.version
-                    pts = measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, b.concurrency, work / "logs", variant,
-                                        metrics_url=t.metrics_url, probe_row=rows[0])  # fmt: skip
+
+                    def run(conc: list[int], tag: str, interval_ms: int | None = None) -> list[measure.Point]:
+                        return measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, conc, work / "logs", tag,
+                                             interval_ms, t.metrics_url, rows[0])  # fmt: skip
+
+                    pts = run(b.concurrency, variant)
                     if variant == "latency" and b.paired_rounds > 0:
                         print(f"[bench] latency c=1 paired with in-process ORT: until {b.paired_rounds} round(s) count, at most {b.paired_max_rounds}", flush=True)
                         sess = measure.ort_session(shipped.onnx, lat_s)  # the bench process's own session, as in the baseline
                         res["paired_c1"] = measure.paired_c1(
-                            lambda i, t=t: measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, [1], work / "logs",
-                                                         f"latency_paired{i}", b.paired_measurement_interval_ms, t.metrics_url, rows[0])[0],
-                            lambda sess=sess: measure.percentiles(measure.time_runs(sess, rows, b.warmup_runs, b.baseline_runs))["p50_ms"],
+                            lambda i: run([1], f"latency_paired{i}", b.paired_measurement_interval_ms)[0],
+                            lambda: measure.percentiles(measure.time_runs(sess, rows, b.warmup_runs, b.baseline_runs))["p50_ms"],
                             b.paired_rounds,
                             b.paired_max_rounds,
                             b.paired_max_drift,

@@ -24,11 +24,17 @@ def assert_one_message(r: subprocess.CompletedProcess[str], *needles: str) -> No
         assert n in r.stderr, r.stderr
 
 
-def test_build_promote_rollback_list_verify(tmp_path: Path) -> None:
-    tiny_repository(tmp_path / "artifacts/model_repository")
+def project(tmp_path: Path, *models: str) -> list[str]:
+    """A project dir with a passing parity report and dvc.lock; returns the --store arguments."""
+    for name in models:
+        tiny_repository(tmp_path / "artifacts/model_repository", name=name)
     parity_report(tmp_path / "artifacts/reports/parity.json")
     dvc_lock(tmp_path / "dvc.lock")
-    store = ["--store", str(tmp_path / "store")]
+    return ["--store", str(tmp_path / "store")]
+
+
+def test_build_promote_rollback_list_verify(tmp_path: Path) -> None:
+    store = project(tmp_path, "tiny")
     # Defaults: artifacts/model_repository, artifacts/reports/parity.json, dvc.lock, no params.yaml.
     r = cli(tmp_path, "build", *store)
     assert r.returncode == 0, r.stderr
@@ -66,11 +72,7 @@ def test_build_refusals(tmp_path: Path) -> None:
 
 
 def test_repository_with_two_models_gets_one_release_each(tmp_path: Path) -> None:
-    tiny_repository(tmp_path / "artifacts/model_repository")
-    tiny_repository(tmp_path / "artifacts/model_repository", name="tiny_trt")
-    parity_report(tmp_path / "artifacts/reports/parity.json")
-    dvc_lock(tmp_path / "dvc.lock")
-    store = ["--store", str(tmp_path / "store")]
+    store = project(tmp_path, "tiny", "tiny_trt")
     r = cli(tmp_path, "build", *store)
     assert r.returncode == 0, r.stderr
     assert "built release tiny version 1" in r.stdout and "built release tiny_trt version 1" in r.stdout
