@@ -105,10 +105,18 @@ def to_python_backend(cfg: mc.ModelConfig, onnx_path: Path) -> tuple[mc.ModelCon
     return out, notes
 
 
+def variant_model(name: str, variant: str) -> str:
+    """The model name under which ``variant`` is served when all variants are loaded together."""
+    return f"{name}__{variant}"
+
+
 def build_embedded_repository(
     model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 ) -> tuple[ShippedModel, dict[str, list[str]]]:
     """Write ``out_dir/<name>/`` serving the shipped ONNX file with every shipped variant.
+
+    ``<name>/configs/<variant>.pbtxt`` serves one variant at a time (--model-config-name);
+    ``<name>__<variant>/`` holds each variant as a model of its own, to load them side by side.
 
     Returns the shipped model and, per variant, the list of changes made to its config.
     """
@@ -131,6 +139,13 @@ def build_embedded_repository(
         cfg.name = shipped.name
         write_config(dest / "configs" / f"{variant}.pbtxt", cfg, header)
         changes[variant] = notes
+        # The same variant as a model of its own, so one server can hold every variant at once (paired rounds).
+        twin = Path(out_dir) / variant_model(shipped.name, variant)
+        if twin.exists():
+            shutil.rmtree(twin)
+        shutil.copytree(dest / shipped.version, twin / shipped.version)
+        cfg.name = twin.name
+        write_config(twin / "config.pbtxt", cfg, header)
     first = next(iter(shipped.configs))
     default = "latency" if "latency" in shipped.configs else first
     shutil.copy2(dest / "configs" / f"{default}.pbtxt", dest / "config.pbtxt")

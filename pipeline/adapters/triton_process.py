@@ -105,9 +105,11 @@ class EmbeddedServer:
         timeout_s: float = 120.0,
         log_dir: str | os.PathLike[str] | None = None,
         ports: tuple[int, int, int] | None = None,
+        also_load: tuple[str, ...] = (),
     ) -> None:
         self.repo_dir = Path(repo_dir).resolve()
         self.model = model
+        self.also_load = also_load  # more models served beside ``model`` (all must become ready)
         self.config_name = config_name
         self.timeout_s = timeout_s
         self.requested_ports = ports
@@ -145,7 +147,7 @@ class EmbeddedServer:
             f"--model-repository={self.repo_dir}",
             f"--backend-directory={backend_dir(inst)}",
             "--model-control-mode=explicit",
-            f"--load-model={self.model}",
+            *(f"--load-model={m}" for m in (self.model, *self.also_load)),
             "--strict-model-config=true",
             "--exit-on-error=true",  # a model that fails to load ends the server: we report at once
             "--http-address=127.0.0.1",
@@ -181,7 +183,7 @@ class EmbeddedServer:
             log_root = Path(self._tmp.name)
         for attempt in range(attempts):
             self.http_port, self.grpc_port, self.metrics_port = self._pick_ports()
-            self.log_path = log_root / f"tritonserver-{self.config_name or 'default'}-{attempt}.log"
+            self.log_path = log_root / f"tritonserver-{self.config_name or self.model}-{attempt}.log"
             with open(self.log_path, "wb") as out:
                 self.proc = subprocess.Popen(
                     self._command(inst),
@@ -204,7 +206,7 @@ class EmbeddedServer:
                 self.requested_ports = None
                 continue
             raise ToolError(
-                f"tritonserver could not load model '{self.model}'"
+                "tritonserver could not load model " + ", ".join(f"'{m}'" for m in (self.model, *self.also_load))
                 + (f" with --model-config-name={self.config_name}" if self.config_name else ""),
                 fix="read the server log lines below; the model config or the model file is wrong",
                 details={
@@ -236,7 +238,8 @@ class EmbeddedServer:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 return False
-            if self._get("/v2/health/ready") == 200 and self._get(f"/v2/models/{self.model}/ready") == 200:
+            models = (self.model, *self.also_load)
+            if self._get("/v2/health/ready") == 200 and all(self._get(f"/v2/models/{m}/ready") == 200 for m in models):
                 return True
             time.sleep(0.25)
         return False

@@ -274,49 +274,100 @@ def sweep(
     return points
 
 
-def paired_c1(
-    serve_c1: Callable[[int], Point], ort_p50: Callable[[], float], want: int, max_rounds: int, max_drift: float
+def bracketed_rounds(
+    step: Callable[[int], dict],
+    ratio: Callable[[dict, float], float | None],
+    ort_p50: Callable[[], float],
+    want: int,
+    max_rounds: int,
+    max_drift: float,
 ) -> dict:
-    """Served c=1 p50 against in-process ORT p50 measured right before and right after it.
+    """Rounds of [in-process ORT p50, ``step``, ORT p50]; the median ratio over the rounds that count.
 
-    This machine's speed drifts by tens of percent within a minute (a shared VM), so an
-    in-process number taken minutes away from the served one can make the ratio say
-    anything. Each round brackets one perf_analyzer c=1 run between two in-process
-    timings; a round counts only if those two agree within ``max_drift`` (the machine
-    kept its speed for the whole round). Rounds run until ``want`` count or ``max_rounds``
-    ran; the ratio is the median over counted rounds. Which rounds count, and when to
-    stop, depend only on the in-process pair, never on the ratio.
+    This machine's speed drifts by tens of percent within a minute (a shared VM), so two
+    numbers taken minutes apart can make a ratio say anything. Each round brackets one
+    ``step`` (served measurements) between two in-process timings; a round counts only if
+    those agree within ``max_drift`` (the machine kept its speed for the whole round) and
+    ``ratio(step result, mean ORT p50)`` gave a number. Rounds run until ``want`` count or
+    ``max_rounds`` ran. Which rounds count, and when to stop, depend only on the in-process
+    pair and on validity, never on the ratio's value.
     """
     out_rounds: list[dict] = []
     for i in range(max_rounds):
         if sum(r["counted"] for r in out_rounds) >= want:
             break
         before = ort_p50()
-        pt = serve_c1(i)
+        detail = step(i)
         after = ort_p50()
         drift = abs(after - before) / min(before, after)
-        served = pt.metrics.get("p50_ms") if pt.valid else None
-        base = (before + after) / 2
-        out_rounds.append({
-            "round": i, "ort_p50_before_ms": before, "ort_p50_after_ms": after, "drift": drift,
-            "served_valid": pt.valid, "served_reason": pt.reason, "served": dict(pt.metrics),
-            "ratio": served / base if served else None,
-            "counted": bool(served) and drift <= max_drift,
-        })  # fmt: skip
+        r = ratio(detail, (before + after) / 2)
+        out_rounds.append({"round": i, "ort_p50_before_ms": before, "ort_p50_after_ms": after, "drift": drift,
+                           **detail, "ratio": r, "counted": r is not None and drift <= max_drift})  # fmt: skip
     counted = [r for r in out_rounds if r["counted"]]
     summary: dict = {"rounds": out_rounds, "max_drift": max_drift, "counted_rounds": len(counted)}
     if counted:
         summary["ratio"] = float(np.median([r["ratio"] for r in counted]))
-        summary["served_p50_ms"] = float(np.median([r["served"]["p50_ms"] for r in counted]))
         summary["ort_p50_ms"] = float(np.median([(r["ort_p50_before_ms"] + r["ort_p50_after_ms"]) / 2 for r in counted]))
         summary["ratio_range"] = [min(r["ratio"] for r in counted), max(r["ratio"] for r in counted)]
     else:
         summary["ratio"] = None
         summary["reason"] = (
             f"no round kept the in-process p50 within {max_drift:.0%} (drifts "
-            + ", ".join(f"{r['drift']:.0%}" for r in out_rounds) + ") or the served run was invalid"
+            + ", ".join(f"{r['drift']:.0%}" for r in out_rounds) + ") or a served run was invalid"
         )
     return summary
+
+
+def paired_c1(
+    serve_c1: Callable[[int], Point], ort_p50: Callable[[], float], want: int, max_rounds: int, max_drift: float
+) -> dict:
+    """Served c=1 p50 against the in-process ORT p50 measured right before and right after it."""
+
+    def step(i: int) -> dict:
+        pt = serve_c1(i)
+        return {"served_valid": pt.valid, "served_reason": pt.reason, "served": dict(pt.metrics)}
+
+    def ratio(d: dict, ort_ms: float) -> float | None:
+        return d["served"]["p50_ms"] / ort_ms if d["served_valid"] else None
+
+    summary = bracketed_rounds(step, ratio, ort_p50, want, max_rounds, max_drift)
+    if summary["ratio"] is not None:
+        summary["served_p50_ms"] = float(np.median([r["served"]["p50_ms"] for r in summary["rounds"] if r["counted"]]))
+    return summary
+
+
+def paired_throughput(
+    serve: Callable[[str, int, int], Point],
+    ort_p50: Callable[[], float],
+    concurrency: list[int],
+    want: int,
+    max_rounds: int,
+    max_drift: float,
+) -> dict[str, dict]:
+    """Throughput variant over latency variant at each concurrency, both measured inside one bracketed round.
+
+    ``serve(variant, concurrency, round)`` runs perf_analyzer on one variant of a server that
+    holds both. The order alternates between rounds (latency first, then throughput first),
+    so a machine that speeds up or slows down within a round favours neither variant.
+    """
+    out: dict[str, dict] = {}
+    for c in concurrency:
+
+        def step(i: int, c: int = c) -> dict:
+            order = ["latency", "throughput"] if i % 2 == 0 else ["throughput", "latency"]
+            pts = {v: serve(v, c, i) for v in order}
+            return {"order": order, **{v: {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics} for v, p in pts.items()}}
+
+        def ratio(d: dict, _ort_ms: float) -> float | None:
+            lat, thr = d["latency"], d["throughput"]
+            return thr["throughput_infer_s"] / lat["throughput_infer_s"] if lat["valid"] and thr["valid"] else None
+
+        s = bracketed_rounds(step, ratio, ort_p50, want, max_rounds, max_drift)
+        for v in ("latency", "throughput"):
+            if s["ratio"] is not None:
+                s[f"{v}_infer_s"] = float(np.median([r[v]["throughput_infer_s"] for r in s["rounds"] if r["counted"]]))
+        out[f"c{c}"] = s
+    return out
 
 
 def check_readiness(points: list[Point], tag: str) -> None:

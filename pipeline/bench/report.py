@@ -45,6 +45,11 @@ def headline_c1(res: Result) -> tuple[dict | None, float | None, str]:
     return point(res, "latency", 1), res["baseline"].get("latency", {}).get("p50_ms"), "unpaired"
 
 
+def paired_throughput(res: Result, c: int) -> dict | None:
+    """The paired throughput/latency rounds at concurrency ``c`` (see measure.paired_throughput), if they ran."""
+    return (res.get("paired_throughput") or {}).get(f"c{c}")
+
+
 def standin_cost_ms(served: dict | None) -> float | None:
     """Triton compute infer minus the stand-in's mean time inside ORT: the python backend's cost per request."""
     if not served or "standin_ort_ms" not in served:
@@ -81,7 +86,13 @@ def ratios(res: Result) -> dict[str, float | None]:
     best = base.get("throughput", {}).get("best_infer_s")
     for c in (8, 16):
         lat, thr = point(res, "latency", c), point(res, "throughput", c)
-        out[f"throughput_vs_latency_c{c}"] = thr["throughput_infer_s"] / lat["throughput_infer_s"] if lat and thr else None
+        unpaired = thr["throughput_infer_s"] / lat["throughput_infer_s"] if lat and thr else None
+        pair = paired_throughput(res, c)
+        # Paired (both variants in one server, same bracketed round) when it ran; None if it ran and nothing counted.
+        out[f"throughput_vs_latency_c{c}"] = pair.get("ratio") if pair else unpaired
+        out[f"throughput_vs_latency_c{c}_unpaired"] = unpaired
+        if pair:
+            out[f"throughput_vs_latency_c{c}_paired_rounds_counted"] = pair["counted_rounds"]
         out[f"throughput_vs_ort_best_c{c}"] = thr["throughput_infer_s"] / best if thr and best else None
     thr1 = point(res, "throughput", 1)
     out["batching_tax_c1_ms"] = thr1["p50_ms"] - lat1["p50_ms"] if thr1 and lat1 else None
@@ -121,13 +132,22 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
         if cfg.HasField("optimization") and cfg.optimization.graph.level == 2:
             add("graph_level_off", "warning", name, "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
                 "set variant.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)")  # fmt: skip
+    better_fix = "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
     for c in sorted({int(k[1:]) for v in res["variants"].values() for k in v.get("points", {})}):
-        lat, thr = point(res, "latency", c), point(res, "throughput", c)
-        if c >= 4 and lat and thr and thr["throughput_infer_s"] <= lat["throughput_infer_s"]:
+        lat, thr, pair = point(res, "latency", c), point(res, "throughput", c), paired_throughput(res, c)
+        if pair and pair.get("ratio") is not None:
+            # The paired rounds saw both variants in the same minute: they outrank the sweep's points.
+            if pair["ratio"] <= 1:
+                add("throughput_not_better", "warning", "throughput",
+                    f"at concurrency {c} the throughput variant gives {pair['throughput_infer_s']:.1f} infer/s, not more than the "
+                    f"latency variant's {pair['latency_infer_s']:.1f} (median of {pair['counted_rounds']} paired rounds)", better_fix)  # fmt: skip
+        elif pair:
+            add("machine_drift", "warning", "throughput", f"no paired throughput/latency ratio at concurrency {c}: {pair['reason']}",
+                "re-run on a quiet machine, or raise bench.paired_throughput_max_rounds / bench.paired_max_drift")  # fmt: skip
+        elif c >= 4 and lat and thr and thr["throughput_infer_s"] <= lat["throughput_infer_s"]:
             add("throughput_not_better", "warning", "throughput",
                 f"at concurrency {c} the throughput variant gives {thr['throughput_infer_s']:.1f} infer/s, "
-                f"not more than the latency variant's {lat['throughput_infer_s']:.1f}",
-                "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)")  # fmt: skip
+                f"not more than the latency variant's {lat['throughput_infer_s']:.1f}", better_fix)  # fmt: skip
     shapes = res.get("inputs", {}).get("distinct_shapes", 1)
     for name, cfg in configs.items():
         top = max((int(k[1:]) for k in res["variants"].get(name, {}).get("points", {})), default=0)
@@ -259,6 +279,42 @@ def _pairing(res: Result) -> str:
             f"unpaired sweep ratio {_f(res['ratios'].get('latency_c1_p50_vs_ort_p50_unpaired'), unit='x')}")
 
 
+def _throughput_pairing(res: Result) -> str:
+    parts = []
+    for c in (8, 16):
+        p, unpaired = paired_throughput(res, c), _f(res["ratios"].get(f"throughput_vs_latency_c{c}_unpaired"), unit="x")
+        if not p:
+            parts.append(f"c={c} unpaired: the sweep's points, measured in separate servers")
+        elif p.get("ratio") is None:
+            parts.append(f"c={c} paired, no round counted: {p['reason']}")
+        else:
+            lo, hi = p["ratio_range"]
+            parts.append(f"c={c}: median of {p['counted_rounds']} of {len(p['rounds'])} paired rounds, range {lo:.2f}-{hi:.2f}x, "
+                         f"unpaired sweep ratio {unpaired}")  # fmt: skip
+    return "; ".join(parts)
+
+
+def _paired_throughput_table(res: Result) -> list[str]:
+    pt = res.get("paired_throughput")
+    if not pt:
+        return []
+    drift = next(iter(pt.values()))["max_drift"]
+    lines = ["", "## Throughput vs latency variant, paired: one server holds both, each round brackets the two runs between "
+             f"in-process ORT p50s (counts if they agree within {drift:.0%}; order alternates)", "",
+             "| c | round | order | ORT p50 before ms | latency infer/s | throughput infer/s | ORT p50 after ms | drift | ratio | counted |",
+             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def tput(d: dict) -> str:
+        return _f(d.get("throughput_infer_s"), ".1f") if d["valid"] else f"INVALID: {d['reason'][-50:]}"
+
+    for key, p in pt.items():
+        for r in p["rounds"]:
+            lines.append(f"| {key[1:]} | {r['round']} | {' then '.join(r['order'])} | {r['ort_p50_before_ms']:.2f} | {tput(r['latency'])} | "
+                         f"{tput(r['throughput'])} | {r['ort_p50_after_ms']:.2f} | {r['drift']:.0%} | {_f(r['ratio'], unit='x')} | "
+                         f"{'yes' if r['counted'] else 'no'} |")  # fmt: skip
+    return lines
+
+
 def _paired_table(res: Result) -> list[str]:
     p = res.get("paired_c1")
     if not p:
@@ -292,7 +348,8 @@ def markdown(res: Result) -> str:
         f"queue share {_f(r['latency_c1_queue_share'], '.1%')}"
         + (f"; without the python backend's measured cost: {_f(r['latency_c1_p50_vs_ort_p50_standin_removed'], unit='x')} "
            "(a lower bound for Triton's onnxruntime backend)" if r.get("latency_c1_p50_vs_ort_p50_standin_removed") else ""),
-        f"- throughput / latency variant: c=8 **{_f(r['throughput_vs_latency_c8'], unit='x')}**, c=16 **{_f(r['throughput_vs_latency_c16'], unit='x')}**",
+        f"- throughput / latency variant: c=8 **{_f(r['throughput_vs_latency_c8'], unit='x')}**, c=16 **{_f(r['throughput_vs_latency_c16'], unit='x')}** "
+        f"({_throughput_pairing(res)})",
         f"- throughput variant / in-process best batch: c=8 {_f(r['throughput_vs_ort_best_c8'], unit='x')}, c=16 {_f(r['throughput_vs_ort_best_c16'], unit='x')}",
         f"- batching tax at c=1 (throughput minus latency variant p50): {_f(r['batching_tax_c1_ms'])} ms, "
         f"queue share {_f(r['throughput_c1_queue_share'], '.1%')}",
@@ -326,6 +383,7 @@ def markdown(res: Result) -> str:
         + ", ".join(f"{k}: {v:.1f}" for k, v in thr.get("per_batch_infer_s", {}).items()),
     ]
     lines += _paired_table(res)
+    lines += _paired_throughput_table(res)
     lines += [
         "",
         "## Diagnosis",

@@ -21,6 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.adapters.embedded_repo import (
     CHANGED_FIELDS,
     build_embedded_repository,
+    variant_model,
     write_config,
 )
 from pipeline.adapters.triton_process import EmbeddedServer
@@ -81,6 +82,19 @@ class EmbeddedMode:
         with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv:
             url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
             yield Target(srv.http_url, url, self.shipped.name, variant, server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}")
+
+    @contextlib.contextmanager
+    def serve_together(self, variants: list[str]) -> Iterator[dict[str, Target]]:
+        """One server holding every variant as a model of its own: switching between them costs nothing.
+
+        The paired throughput rounds alternate between variants within seconds; separate
+        servers would put a restart (and this VM's drift) between the two numbers compared.
+        """
+        names = [variant_model(self.shipped.name, v) for v in variants]
+        with EmbeddedServer(self.repo, names[0], timeout_s=self.timeout_s, log_dir=self.log_dir, also_load=tuple(names[1:])) as srv:
+            url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
+            ver, metrics = server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}"
+            yield {v: Target(srv.http_url, url, n, v, ver, metrics) for v, n in zip(variants, names, strict=True)}
 
     def close(self) -> None:
         self._tmp.cleanup()

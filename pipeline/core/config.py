@@ -261,6 +261,11 @@ class BenchConfig:
     paired_max_rounds: int = 10
     paired_max_drift: float = 0.10
     paired_measurement_interval_ms: int = 1000  # short rounds: less time for the machine to change speed
+    # Throughput vs latency variant, the same way: one server holds both variants; each round brackets
+    # [latency at c, throughput at c] (order alternating) between two ORT p50s. 0 = the sweep's ratio only.
+    paired_throughput_concurrency: list[int] = field(default_factory=lambda: [8, 16])
+    paired_throughput_rounds: int = 3
+    paired_throughput_max_rounds: int = 6
     tune: bool = False
     latency_budget_ms: float = 100.0
     protocol: str = "http"  # perf_analyzer -i: http | grpc

@@ -30,7 +30,7 @@ import onnx
 from pipeline.adapters import perf_analyzer as pa_mod
 from pipeline.adapters.embedded_repo import find_shipped, read_config, write_config
 from pipeline.bench import measure, report, tune
-from pipeline.bench.servers import EmbeddedMode, ExternalMode
+from pipeline.bench.servers import EmbeddedMode, ExternalMode, Target
 from pipeline.core import stage
 from pipeline.core.atomic import atomic_path, remove_stale, write_json, write_text
 from pipeline.core.config import PipelineConfig, load_config
@@ -86,6 +86,13 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             f"bench.paired_rounds={b.paired_rounds}, paired_max_rounds={b.paired_max_rounds}, paired_max_drift={b.paired_max_drift}",
             fix="use 0 <= paired_rounds <= paired_max_rounds and paired_max_drift > 0 (e.g. 5, 10, 0.10); paired_rounds=0 turns pairing off",
         )
+    pt_rounds, pt_max, pt_conc = b.paired_throughput_rounds, b.paired_throughput_max_rounds, b.paired_throughput_concurrency
+    if pt_rounds < 0 or pt_max < pt_rounds or any(int(c) < 1 for c in pt_conc):
+        raise ConfigError(
+            f"bench.paired_throughput_rounds={pt_rounds}, paired_throughput_max_rounds={pt_max}, paired_throughput_concurrency={list(pt_conc)}",
+            fix="use 0 <= paired_throughput_rounds <= paired_throughput_max_rounds and concurrencies >= 1 (e.g. 3, 6, [8, 16]); "
+            "paired_throughput_rounds=0 turns pairing off",
+        )
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     shipped = find_shipped(repository / cfg.model.name)
@@ -134,27 +141,39 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 res["server"]["config_changes"] = mode.changes
             res["variants"] = {}
             all_points: dict[str, list[measure.Point]] = {}
+            sess = measure.ort_session(shipped.onnx, lat_s)  # the bench process's own session, as in the baseline
+
+            def run(t: Target, conc: list[int], tag: str, interval_ms: int | None = None) -> list[measure.Point]:
+                return measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, conc, work / "logs", tag,
+                                     interval_ms, t.metrics_url, rows[0])  # fmt: skip
+
+            def ort_p50() -> float:
+                return measure.percentiles(measure.time_runs(sess, rows, b.warmup_runs, b.baseline_runs))["p50_ms"]
+
             for variant in configs:
                 with mode.serve(variant) as t:
                     res["server"]["triton_version"] = t.version
-
-                    def run(conc: list[int], tag: str, interval_ms: int | None = None) -> list[measure.Point]:
-                        return measure.sweep(pa, b, t.model, t.http_url, t.perf_url, input_json, shapes, conc, work / "logs", tag,
-                                             interval_ms, t.metrics_url, rows[0])  # fmt: skip
-
-                    pts = run(b.concurrency, variant)
+                    pts = run(t, b.concurrency, variant)
                     if variant == "latency" and b.paired_rounds > 0:
                         print(f"[bench] latency c=1 paired with in-process ORT: until {b.paired_rounds} round(s) count, at most {b.paired_max_rounds}", flush=True)
-                        sess = measure.ort_session(shipped.onnx, lat_s)  # the bench process's own session, as in the baseline
                         res["paired_c1"] = measure.paired_c1(
-                            lambda i: run([1], f"latency_paired{i}", b.paired_measurement_interval_ms)[0],
-                            lambda: measure.percentiles(measure.time_runs(sess, rows, b.warmup_runs, b.baseline_runs))["p50_ms"],
-                            b.paired_rounds,
-                            b.paired_max_rounds,
-                            b.paired_max_drift,
+                            lambda i: run(t, [1], f"latency_paired{i}", b.paired_measurement_interval_ms)[0],
+                            ort_p50, b.paired_rounds, b.paired_max_rounds, b.paired_max_drift,
                         )  # fmt: skip
                 res["variants"][variant] = {"points": {f"c{p.concurrency}": _point(p) for p in pts}}
                 all_points[variant] = pts
+            pair = ["latency", "throughput"]
+            if isinstance(mode, EmbeddedMode) and set(pair) <= configs.keys() and pt_rounds > 0 and pt_conc:
+                print(f"[bench] throughput vs latency variant paired at c={list(pt_conc)}, both variants in one server: "
+                      f"until {pt_rounds} round(s) count, at most {pt_max}", flush=True)  # fmt: skip
+                with mode.serve_together(pair) as ts:
+                    # A fresh server's first run per model pays first-request costs (allocations for each batch shape): discarded.
+                    for v in pair:
+                        run(ts[v], [max(pt_conc)], f"paired_warmup_{v}", b.paired_measurement_interval_ms)
+                    res["paired_throughput"] = measure.paired_throughput(
+                        lambda v, c, i: run(ts[v], [c], f"paired{i}_{v}", b.paired_measurement_interval_ms)[0],
+                        ort_p50, [int(c) for c in pt_conc], pt_rounds, pt_max, b.paired_max_drift,
+                    )  # fmt: skip
             # One variant without a valid point is a finding for the report; none at all is a failure.
             if not any(p.valid for pts in all_points.values() for p in pts):
                 measure.check_readiness([p for pts in all_points.values() for p in pts], "any variant")

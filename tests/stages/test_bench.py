@@ -40,6 +40,7 @@ def tiny_cfg() -> PipelineConfig:
     b.warmup_runs, b.baseline_runs, b.baseline_seconds, b.baseline_batch_sizes = 5, 50, 0.2, [1, 4]
     # Behaviour, not speed: every round counts (drift up to 1000%) on a busy CI machine.
     b.paired_rounds, b.paired_max_rounds, b.paired_max_drift, b.paired_measurement_interval_ms = 2, 3, 10.0, 500
+    b.paired_throughput_concurrency, b.paired_throughput_rounds, b.paired_throughput_max_rounds = [4], 1, 2
     return cfg
 
 
@@ -78,6 +79,15 @@ def test_bench_stage_end_to_end(tmp_path: Path) -> None:
     assert [r["served_valid"] for r in paired["rounds"]] == [True, True] and paired["counted_rounds"] == 2
     assert data["ratios"]["latency_c1_p50_vs_ort_p50"] == pytest.approx(paired["ratio"]) and paired["ratio"] > 0
     assert data["ratios"]["latency_c1_p50_vs_ort_p50_unpaired"] > 0
+    # Both variants in one server, bracketed by in-process timings: one counted round wanted, at most two run.
+    rounds = data["paired_throughput"]["c4"]["rounds"]
+    assert len(rounds) <= 2 and [r["order"][0] for r in rounds] == ["latency", "throughput"][: len(rounds)]
+    tput = rounds[-1]
+    assert tput["counted"] and tput["latency"]["throughput_infer_s"] > 0
+    assert tput["throughput"]["avg_batch"] >= 1 and tput["latency"]["avg_batch"] == pytest.approx(1.0)
+    assert tput["ratio"] == pytest.approx(tput["throughput"]["throughput_infer_s"] / tput["latency"]["throughput_infer_s"])
+    assert (out / "bench" / "logs" / "paired_warmup_latency_c4.csv").exists()
+    assert data["paired_throughput"]["c4"]["ratio"] == tput["ratio"]
     assert data["baseline"]["latency"]["settings"]["intra_op_threads"] == 1  # same as the tiny config
     assert data["machine"]["cpu_model"] and data["machine"]["versions"]["perf_analyzer"] == "2.51.0"
     report = (out / "bench" / "report.md").read_text()
@@ -136,6 +146,18 @@ def test_bad_pairing_settings_fail_before_any_server(tmp_path: Path, rounds: int
     with pytest.raises(ConfigError, match="paired_rounds") as e:
         run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     assert "paired_max_rounds" in e.value.fix and not out.exists()
+
+
+@pytest.mark.parametrize(("rounds", "max_rounds", "conc"), [(-1, 6, [8]), (3, 2, [8]), (3, 6, [0, 8])])
+def test_bad_throughput_pairing_settings_fail_before_any_server(tmp_path: Path, rounds: int, max_rounds: int, conc: list[int]) -> None:
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    b = cfg.bench
+    b.paired_throughput_rounds, b.paired_throughput_max_rounds, b.paired_throughput_concurrency = rounds, max_rounds, conc
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="paired_throughput_rounds") as e:
+        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    assert "paired_throughput_max_rounds" in e.value.fix and str(conc) in e.value.what and not out.exists()
 
 
 def _start_stage(tmp_path: Path) -> subprocess.Popen:
