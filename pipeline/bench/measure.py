@@ -107,25 +107,34 @@ def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: 
     return {**percentiles(time_runs(ort_session(onnx_path, s), rows, warmup, runs)), "settings": asdict(s)}
 
 
-def baseline_throughput(onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0) -> dict:
-    """Inferences/s in process for each batch size; batches are built from same-shape rows."""
-    sess = ort_session(onnx_path, s)
+def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
+    """One batch of ``b`` rows per input shape, tiling each same-shape group (Triton batches only equal shapes)."""
     groups: dict[tuple, list[Feed]] = {}
     for r in rows:
         groups.setdefault(shape_key(r), []).append(r)
-    per_batch: dict[str, float] = {}
-    for b in batch_sizes:
-        batches = []
-        for g in groups.values():
-            picks = [g[i % len(g)] for i in range(b)]  # tile a shape group up to b rows
-            batches.append({k: np.concatenate([p[k] for p in picks]) for k in picks[0]})
-        for i in range(max(3, 20 // b)):  # a fresh session's first runs grow its arena: keep them out
-            sess.run(None, batches[i % len(batches)])
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            sess.run(None, batches[n % len(batches)])
-            n += 1
-        per_batch[str(b)] = n * b / (time.perf_counter() - t0)
+    out = []
+    for g in groups.values():
+        picks = [g[i % len(g)] for i in range(b)]
+        out.append({k: np.concatenate([p[k] for p in picks]) for k in picks[0]})
+    return out
+
+
+def infer_per_s(sess, batches: list[Feed], seconds: float) -> float:  # noqa: ANN001 - onnxruntime type
+    """Inferences/s of back-to-back ``sess.run`` over ``batches`` for ``seconds``, after a few untimed runs."""
+    b = next(iter(batches[0].values())).shape[0]
+    for i in range(max(3, 20 // b)):  # a fresh session's first runs grow its arena: keep them out
+        sess.run(None, batches[i % len(batches)])
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, batches[n % len(batches)])
+        n += 1
+    return n * b / (time.perf_counter() - t0)
+
+
+def baseline_throughput(onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0) -> dict:
+    """Inferences/s in process for each batch size; batches are built from same-shape rows."""
+    sess = ort_session(onnx_path, s)
+    per_batch = {str(b): infer_per_s(sess, same_shape_batches(rows, b), seconds) for b in batch_sizes}
     best = max(per_batch, key=per_batch.__getitem__)
     return {"per_batch_infer_s": per_batch, "best_batch": int(best), "best_infer_s": per_batch[best], "settings": asdict(s)}
 
@@ -277,42 +286,44 @@ def sweep(
 def bracketed_rounds(
     step: Callable[[int], dict],
     ratio: Callable[[dict, float], float | None],
-    ort_p50: Callable[[], float],
+    gauge: Callable[[], float],
+    gauge_key: str,
     want: int,
     max_rounds: int,
     max_drift: float,
 ) -> dict:
-    """Rounds of [in-process ORT p50, ``step``, ORT p50]; the median ratio over the rounds that count.
+    """Rounds of [in-process gauge, ``step``, gauge]; the median ratio over the rounds that count.
 
     This machine's speed drifts by tens of percent within a minute (a shared VM), so two
     numbers taken minutes apart can make a ratio say anything. Each round brackets one
-    ``step`` (served measurements) between two in-process timings; a round counts only if
-    those agree within ``max_drift`` (the machine kept its speed for the whole round) and
-    ``ratio(step result, mean ORT p50)`` gave a number. Rounds run until ``want`` count or
-    ``max_rounds`` ran. Which rounds count, and when to stop, depend only on the in-process
-    pair and on validity, never on the ratio's value.
+    ``step`` (served measurements) between two in-process ONNX Runtime measurements (the
+    gauge, stored as ``<gauge_key>_before`` / ``_after``); a round counts only if those
+    agree within ``max_drift`` (the machine kept its speed for the whole round) and
+    ``ratio(step result, mean gauge)`` gave a number. Rounds run until ``want`` count or
+    ``max_rounds`` ran. Which rounds count, and when to stop, depend only on the gauge pair
+    and on validity, never on the ratio's value.
     """
     out_rounds: list[dict] = []
     for i in range(max_rounds):
         if sum(r["counted"] for r in out_rounds) >= want:
             break
-        before = ort_p50()
+        before = gauge()
         detail = step(i)
-        after = ort_p50()
+        after = gauge()
         drift = abs(after - before) / min(before, after)
         r = ratio(detail, (before + after) / 2)
-        out_rounds.append({"round": i, "ort_p50_before_ms": before, "ort_p50_after_ms": after, "drift": drift,
+        out_rounds.append({"round": i, f"{gauge_key}_before": before, f"{gauge_key}_after": after, "drift": drift,
                            **detail, "ratio": r, "counted": r is not None and drift <= max_drift})  # fmt: skip
     counted = [r for r in out_rounds if r["counted"]]
-    summary: dict = {"rounds": out_rounds, "max_drift": max_drift, "counted_rounds": len(counted)}
+    summary: dict = {"rounds": out_rounds, "max_drift": max_drift, "counted_rounds": len(counted), "gauge": gauge_key}
     if counted:
         summary["ratio"] = float(np.median([r["ratio"] for r in counted]))
-        summary["ort_p50_ms"] = float(np.median([(r["ort_p50_before_ms"] + r["ort_p50_after_ms"]) / 2 for r in counted]))
+        summary[gauge_key] = float(np.median([(r[f"{gauge_key}_before"] + r[f"{gauge_key}_after"]) / 2 for r in counted]))
         summary["ratio_range"] = [min(r["ratio"] for r in counted), max(r["ratio"] for r in counted)]
     else:
         summary["ratio"] = None
         summary["reason"] = (
-            f"no round kept the in-process p50 within {max_drift:.0%} (drifts "
+            f"no round kept the in-process gauge ({gauge_key}) within {max_drift:.0%} (drifts "
             + ", ".join(f"{r['drift']:.0%}" for r in out_rounds) + ") or a served run was invalid"
         )
     return summary
@@ -321,7 +332,7 @@ def bracketed_rounds(
 def paired_c1(
     serve_c1: Callable[[int], Point], ort_p50: Callable[[], float], want: int, max_rounds: int, max_drift: float
 ) -> dict:
-    """Served c=1 p50 against the in-process ORT p50 measured right before and right after it."""
+    """Served c=1 p50 against the in-process batch-1 ORT p50 measured right before and right after it."""
 
     def step(i: int) -> dict:
         pt = serve_c1(i)
@@ -330,7 +341,7 @@ def paired_c1(
     def ratio(d: dict, ort_ms: float) -> float | None:
         return d["served"]["p50_ms"] / ort_ms if d["served_valid"] else None
 
-    summary = bracketed_rounds(step, ratio, ort_p50, want, max_rounds, max_drift)
+    summary = bracketed_rounds(step, ratio, ort_p50, "ort_p50_ms", want, max_rounds, max_drift)
     if summary["ratio"] is not None:
         summary["served_p50_ms"] = float(np.median([r["served"]["p50_ms"] for r in summary["rounds"] if r["counted"]]))
     return summary
@@ -338,7 +349,7 @@ def paired_c1(
 
 def paired_throughput(
     serve: Callable[[str, int, int], Point],
-    ort_p50: Callable[[], float],
+    ort_best: Callable[[], float],
     concurrency: list[int],
     want: int,
     max_rounds: int,
@@ -348,7 +359,9 @@ def paired_throughput(
 
     ``serve(variant, concurrency, round)`` runs perf_analyzer on one variant of a server that
     holds both. The order alternates between rounds (latency first, then throughput first),
-    so a machine that speeds up or slows down within a round favours neither variant.
+    so a machine that speeds up or slows down within a round favours neither variant. The
+    gauge is in-process ORT inferences/s at the baseline's best batch size, so each round
+    also gives the throughput variant against in-process best-batch throughput of that minute.
     """
     out: dict[str, dict] = {}
     for c in concurrency:
@@ -358,14 +371,19 @@ def paired_throughput(
             pts = {v: serve(v, c, i) for v in order}
             return {"order": order, **{v: {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics} for v, p in pts.items()}}
 
-        def ratio(d: dict, _ort_ms: float) -> float | None:
+        def ratio(d: dict, _ort: float) -> float | None:
             lat, thr = d["latency"], d["throughput"]
             return thr["throughput_infer_s"] / lat["throughput_infer_s"] if lat["valid"] and thr["valid"] else None
 
-        s = bracketed_rounds(step, ratio, ort_p50, want, max_rounds, max_drift)
-        for v in ("latency", "throughput"):
-            if s["ratio"] is not None:
-                s[f"{v}_infer_s"] = float(np.median([r[v]["throughput_infer_s"] for r in s["rounds"] if r["counted"]]))
+        s = bracketed_rounds(step, ratio, ort_best, "ort_best_infer_s", want, max_rounds, max_drift)
+        for r in s["rounds"]:
+            mean = (r["ort_best_infer_s_before"] + r["ort_best_infer_s_after"]) / 2
+            r["throughput_vs_ort_best"] = r["throughput"]["throughput_infer_s"] / mean if r["throughput"]["valid"] else None
+        counted = [r for r in s["rounds"] if r["counted"]]
+        if counted:
+            for v in ("latency", "throughput"):
+                s[f"{v}_infer_s"] = float(np.median([r[v]["throughput_infer_s"] for r in counted]))
+            s["throughput_vs_ort_best"] = float(np.median([r["throughput_vs_ort_best"] for r in counted]))
         out[f"c{c}"] = s
     return out
 
