@@ -7,7 +7,9 @@
 For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.concurrency with
 real sample inputs, records client percentiles, throughput, the server's queue/compute
 split and the batch size actually formed; beside it, ORT timed in this process on the
-same ONNX file, inputs and thread counts. Writes bench.json (dvc metrics), per-variant
+same ONNX file, inputs and thread counts. The headline ratios are measured in paired
+rounds (served runs bracketed by in-process timings, see measure.bracketed_rounds), because
+this VM's speed drifts within a minute. Writes bench.json (dvc metrics), per-variant
 curves (dvc plots), a markdown report with a PNG, and a diagnosis.
 """
 
