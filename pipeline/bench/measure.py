@@ -379,11 +379,14 @@ def paired_throughput(
         for r in s["rounds"]:
             mean = (r["ort_best_infer_s_before"] + r["ort_best_infer_s_after"]) / 2
             r["throughput_vs_ort_best"] = r["throughput"]["throughput_infer_s"] / mean if r["throughput"]["valid"] else None
+            # What the throughput variant's scheduling costs a request, e.g. the batching tax at c=1.
+            r["p50_delta_ms"] = r["throughput"]["p50_ms"] - r["latency"]["p50_ms"] if r["ratio"] is not None else None
         counted = [r for r in s["rounds"] if r["counted"]]
         if counted:
             for v in ("latency", "throughput"):
                 s[f"{v}_infer_s"] = float(np.median([r[v]["throughput_infer_s"] for r in counted]))
             s["throughput_vs_ort_best"] = float(np.median([r["throughput_vs_ort_best"] for r in counted]))
+            s["p50_delta_ms"] = float(np.median([r["p50_delta_ms"] for r in counted]))
         out[f"c{c}"] = s
     return out
 

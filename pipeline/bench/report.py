@@ -97,8 +97,14 @@ def ratios(res: Result) -> dict[str, float | None]:
         out[f"throughput_vs_ort_best_c{c}"] = pair.get("throughput_vs_ort_best") if pair else unpaired_best
         out[f"throughput_vs_ort_best_c{c}_unpaired"] = unpaired_best
     thr1 = point(res, "throughput", 1)
-    out["batching_tax_c1_ms"] = thr1["p50_ms"] - lat1["p50_ms"] if thr1 and lat1 else None
+    # The batching tax, two ways: the queue wait Triton measured on the throughput variant at c=1 (direct), and
+    # its p50 above the latency variant's (paired when c=1 is in bench.paired_throughput_concurrency).
+    out["throughput_c1_queue_ms"] = thr1["server_queue_ms"] if thr1 else None
     out["throughput_c1_queue_share"] = thr1["queue_share"] if thr1 else None
+    unpaired_tax = thr1["p50_ms"] - lat1["p50_ms"] if thr1 and lat1 else None
+    pair1 = paired_throughput(res, 1)
+    out["batching_tax_c1_ms"] = pair1.get("p50_delta_ms") if pair1 else unpaired_tax
+    out["batching_tax_c1_ms_unpaired"] = unpaired_tax
     return out
 
 
@@ -135,11 +141,13 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
             add("graph_level_off", "warning", name, "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
                 "set variant.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)")  # fmt: skip
     better_fix = "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
-    for c in sorted({int(k[1:]) for v in res["variants"].values() for k in v.get("points", {})}):
+    swept = {int(k[1:]) for v in res["variants"].values() for k in v.get("points", {})}
+    for c in sorted(swept | {int(k[1:]) for k in res.get("paired_throughput") or {}}):
         lat, thr, pair = point(res, "latency", c), point(res, "throughput", c), paired_throughput(res, c)
         if pair and pair.get("ratio") is not None:
             # The paired rounds saw both variants in the same minute: they outrank the sweep's points.
-            if pair["ratio"] <= 1:
+            # Below c=4 there is too little concurrency to batch: the throughput variant is not expected to win.
+            if c >= 4 and pair["ratio"] <= 1:
                 add("throughput_not_better", "warning", "throughput",
                     f"at concurrency {c} the throughput variant gives {pair['throughput_infer_s']:.1f} infer/s, not more than the "
                     f"latency variant's {pair['latency_infer_s']:.1f} (median of {pair['counted_rounds']} paired rounds)", better_fix)  # fmt: skip
@@ -305,8 +313,8 @@ def _paired_throughput_table(res: Result) -> list[str]:
     lines = ["", "## Throughput vs latency variant, paired: one server holds both, each round brackets the two runs between "
              f"in-process ORT best-batch throughputs (counts if they agree within {drift:.0%}; order alternates)", "",
              "| c | round | order | ORT best before infer/s | latency infer/s | throughput infer/s | ORT best after infer/s | drift "
-             "| throughput / latency | throughput / ORT best | counted |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| throughput / latency | throughput / ORT best | p50 latency / throughput ms | counted |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
 
     def tput(d: dict) -> str:
         return _f(d.get("throughput_infer_s"), ".1f") if d["valid"] else f"INVALID: {d['reason'][-50:]}"
@@ -315,7 +323,8 @@ def _paired_throughput_table(res: Result) -> list[str]:
         for r in p["rounds"]:
             lines.append(f"| {key[1:]} | {r['round']} | {' then '.join(r['order'])} | {r['ort_best_infer_s_before']:.1f} | {tput(r['latency'])} | "
                          f"{tput(r['throughput'])} | {r['ort_best_infer_s_after']:.1f} | {r['drift']:.0%} | {_f(r['ratio'], unit='x')} | "
-                         f"{_f(r['throughput_vs_ort_best'], unit='x')} | {'yes' if r['counted'] else 'no'} |")  # fmt: skip
+                         f"{_f(r['throughput_vs_ort_best'], unit='x')} | {_f(r['latency'].get('p50_ms'))} / {_f(r['throughput'].get('p50_ms'))} | "
+                         f"{'yes' if r['counted'] else 'no'} |")  # fmt: skip
     return lines
 
 
@@ -358,8 +367,10 @@ def markdown(res: Result) -> str:
         + (f" (paired: in-process ORT at batch {res['baseline'].get('throughput', {}).get('best_batch')} timed around each round; "
            f"unpaired against the start baseline: c=8 {_f(r.get('throughput_vs_ort_best_c8_unpaired'), unit='x')}, "
            f"c=16 {_f(r.get('throughput_vs_ort_best_c16_unpaired'), unit='x')})" if res.get("paired_throughput") else ""),
-        f"- batching tax at c=1 (throughput minus latency variant p50): {_f(r['batching_tax_c1_ms'])} ms, "
-        f"queue share {_f(r['throughput_c1_queue_share'], '.1%')}",
+        f"- batching tax at c=1: the throughput variant's requests wait {_f(r.get('throughput_c1_queue_ms'))} ms in Triton's queue "
+        f"({_f(r['throughput_c1_queue_share'], '.1%')} of server time); its p50 is {_f(r['batching_tax_c1_ms'])} ms above the "
+        f"latency variant's ({'paired rounds, see below' if paired_throughput(res, 1) else 'unpaired sweep points'}"
+        f"{'; unpaired sweep: ' + _f(r.get('batching_tax_c1_ms_unpaired')) + ' ms' if paired_throughput(res, 1) else ''})",
         "",
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
         "",

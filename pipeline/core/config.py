@@ -263,7 +263,7 @@ class BenchConfig:
     paired_measurement_interval_ms: int = 1000  # short rounds: less time for the machine to change speed
     # Throughput vs latency variant, the same way: one server holds both variants; each round brackets
     # [latency at c, throughput at c] (order alternating) between two ORT p50s. 0 = the sweep's ratio only.
-    paired_throughput_concurrency: list[int] = field(default_factory=lambda: [8, 16])
+    paired_throughput_concurrency: list[int] = field(default_factory=lambda: [1, 8, 16])  # 1: the batching tax
     paired_throughput_rounds: int = 3
     paired_throughput_max_rounds: int = 6
     tune: bool = False

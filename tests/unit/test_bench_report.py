@@ -185,19 +185,24 @@ def test_paired_throughput_outranks_the_sweep_in_ratios_findings_and_report() ->
     # The sweep's points (minutes apart, separate servers) say 1.05x at c=16 and 0.95x at c=4; the paired rounds say 1.3x.
     res = _res({"c4": _pt(4, 25, 200, 20, 5), "c8": _pt(8, 50, 160, 40, 6), "c16": _pt(16, 90, 200, 80, 6)},
                {"c4": _pt(4, 26, 190, 5, 20, 3.7), "c8": _pt(8, 28, 280, 10, 16, 4.5), "c16": _pt(16, 60, 210, 30, 20, 8)})  # fmt: skip
-    res["paired_throughput"], _ = _paired_tput([320] * 8, {8: [(200, 250), (210, 260)], 16: [(180, 234), (200, 260)]})
+    res["paired_throughput"], _ = _paired_tput([320] * 12, {1: [(190, 135), (200, 140)], 8: [(200, 250), (210, 260)], 16: [(180, 234), (200, 260)]})
     res["ratios"] = r = report.ratios(res)
     assert r["throughput_vs_latency_c16"] == pytest.approx(1.3) and r["throughput_vs_latency_c16_unpaired"] == pytest.approx(1.05)
     assert r["throughput_vs_latency_c8_paired_rounds_counted"] == 2
     assert r["throughput_vs_ort_best_c8"] == pytest.approx(255 / 320) and r["throughput_vs_ort_best_c8_unpaired"] == pytest.approx(280 / 300)
+    # The batching tax from the paired c=1 rounds: the throughput variant's p50 above the latency variant's, same minute.
+    assert r["batching_tax_c1_ms"] == pytest.approx(np.median([1000 / 135 - 1000 / 190, 1000 / 140 - 1000 / 200]))
+    assert r["batching_tax_c1_ms_unpaired"] is None  # no c=1 sweep points in this result
     res["diagnosis"] = report.diagnose(res, _configs(), {}, 2, 0.02)
-    assert "throughput_not_better" not in {d["rule"] for d in res["diagnosis"]}  # unpaired c=4 is not judged once pairs exist
-    del res["paired_throughput"]
+    # Unpaired c=4 is not judged once pairs exist; paired c=1 (0.7x) is not expected to win.
+    assert "throughput_not_better" not in {d["rule"] for d in res["diagnosis"]}
+    paired = res.pop("paired_throughput")
     assert "concurrency 4" in next(d["message"] for d in report.diagnose(res, _configs(), {}, 2, 0.02) if d["rule"] == "throughput_not_better")
-    res["paired_throughput"], _ = _paired_tput([320] * 8, {8: [(200, 250), (210, 260)], 16: [(180, 234), (200, 260)]})
+    res["paired_throughput"] = paired
     md = report.markdown(res)
     assert "c=16: median of 2 of 2 paired rounds, range 1.30-1.30x, unpaired sweep ratio 1.05x" in md
-    assert "| 8 | 1 | throughput then latency | 320.0 | 210.0 | 260.0 | 320.0 | 0% | 1.24x | 0.81x | yes |" in md
+    assert "| 8 | 1 | throughput then latency | 320.0 | 210.0 | 260.0 | 320.0 | 0% | 1.24x | 0.81x | 38.10 / 30.77 | yes |" in md
+    assert "p50 is 2.14 ms above the latency variant's (paired rounds" in md
     # Paired rounds that show no gain are a finding even where the sweep looked fine; none counted = machine_drift.
     res["paired_throughput"], _ = _paired_tput([300] * 4 + [300, 210] * 2, {8: [(200, 190)] * 2, 16: [(200, 260)] * 2})
     res["ratios"] = r = report.ratios(res)
