@@ -168,7 +168,8 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             if isinstance(mode, EmbeddedMode) and set(pair) <= configs.keys() and pt_rounds > 0 and pt_conc:
                 print(f"[bench] throughput vs latency variant paired at c={list(pt_conc)}, both variants in one server: "
                       f"until {pt_rounds} round(s) count, at most {pt_max}", flush=True)  # fmt: skip
-                # The gauge: in-process ORT at the baseline's best batch size, with the throughput variant's settings.
+                # The gauge: in-process ORT at the baseline's best batch size, with the throughput variant's settings,
+                # timed as long as one perf_analyzer window of the rounds.
                 thr_sess = measure.ort_session(shipped.onnx, thr_s)
                 best_batches = measure.same_shape_batches(rows, res["baseline"]["throughput"]["best_batch"])
                 with mode.serve_together(pair) as ts:
@@ -177,7 +178,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                         run(ts[v], [max(pt_conc)], f"paired_warmup_{v}", b.paired_measurement_interval_ms)
                     res["paired_throughput"] = measure.paired_throughput(
                         lambda v, c, i: run(ts[v], [c], f"paired{i}_{v}", b.paired_measurement_interval_ms)[0],
-                        lambda: measure.infer_per_s(thr_sess, best_batches, b.baseline_seconds),
+                        lambda: measure.infer_per_s(thr_sess, best_batches, b.paired_measurement_interval_ms / 1000),
                         [int(c) for c in pt_conc], pt_rounds, pt_max, b.paired_max_drift,
                     )  # fmt: skip
             # One variant without a valid point is a finding for the report; none at all is a failure.
