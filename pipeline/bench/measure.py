@@ -284,7 +284,7 @@ def sweep(
 
 
 def bracketed_rounds(
-    step: Callable[[int], dict],
+    steps: Callable[[int], list[Callable[[], dict]]],
     ratio: Callable[[dict, float], float | None],
     gauge: Callable[[], float],
     gauge_key: str,
@@ -292,33 +292,34 @@ def bracketed_rounds(
     max_rounds: int,
     max_drift: float,
 ) -> dict:
-    """Rounds of [in-process gauge, ``step``, gauge]; the median ratio over the rounds that count.
+    """Rounds of [gauge, step, gauge, step, ..., gauge]; the median ratio over the rounds that count.
 
-    This machine's speed drifts by tens of percent within a minute (a shared VM), so two
-    numbers taken minutes apart can make a ratio say anything. Each round brackets one
-    ``step`` (served measurements) between two in-process ONNX Runtime measurements (the
-    gauge, stored as ``<gauge_key>_before`` / ``_after``); a round counts only if those
-    agree within ``max_drift`` (the machine kept its speed for the whole round) and
-    ``ratio(step result, mean gauge)`` gave a number. Rounds run until ``want`` count or
-    ``max_rounds`` ran. Which rounds count, and when to stop, depend only on the gauge pair
-    and on validity, never on the ratio's value.
+    This machine's speed drifts by tens of percent within a minute (a shared VM; it flips
+    between a fast and a slow state every few seconds), so two numbers taken apart can make
+    a ratio say anything. Each of a round's ``steps(round)`` (served measurements) sits
+    between two in-process ONNX Runtime measurements, the gauge; a round counts only if all
+    its gauges agree within ``max_drift`` (the machine kept its speed for every step) and
+    ``ratio(merged step results, mean gauge)`` gave a number. Rounds run until ``want``
+    count or ``max_rounds`` ran. Which rounds count, and when to stop, depend only on the
+    gauges and on validity, never on the ratio's value.
     """
     out_rounds: list[dict] = []
     for i in range(max_rounds):
         if sum(r["counted"] for r in out_rounds) >= want:
             break
-        before = gauge()
-        detail = step(i)
-        after = gauge()
-        drift = abs(after - before) / min(before, after)
-        r = ratio(detail, (before + after) / 2)
-        out_rounds.append({"round": i, f"{gauge_key}_before": before, f"{gauge_key}_after": after, "drift": drift,
-                           **detail, "ratio": r, "counted": r is not None and drift <= max_drift})  # fmt: skip
+        gauges, detail = [gauge()], {}
+        for step in steps(i):
+            detail.update(step())
+            gauges.append(gauge())
+        drift = (max(gauges) - min(gauges)) / min(gauges)
+        r = ratio(detail, float(np.mean(gauges)))
+        out_rounds.append({"round": i, f"{gauge_key}_before": gauges[0], f"{gauge_key}_after": gauges[-1], "gauges": gauges,
+                           "drift": drift, **detail, "ratio": r, "counted": r is not None and drift <= max_drift})  # fmt: skip
     counted = [r for r in out_rounds if r["counted"]]
     summary: dict = {"rounds": out_rounds, "max_drift": max_drift, "counted_rounds": len(counted), "gauge": gauge_key}
     if counted:
         summary["ratio"] = float(np.median([r["ratio"] for r in counted]))
-        summary[gauge_key] = float(np.median([(r[f"{gauge_key}_before"] + r[f"{gauge_key}_after"]) / 2 for r in counted]))
+        summary[gauge_key] = float(np.median([np.mean(r["gauges"]) for r in counted]))
         summary["ratio_range"] = [min(r["ratio"] for r in counted), max(r["ratio"] for r in counted)]
     else:
         summary["ratio"] = None
@@ -334,14 +335,17 @@ def paired_c1(
 ) -> dict:
     """Served c=1 p50 against the in-process batch-1 ORT p50 measured right before and right after it."""
 
-    def step(i: int) -> dict:
-        pt = serve_c1(i)
-        return {"served_valid": pt.valid, "served_reason": pt.reason, "served": dict(pt.metrics)}
+    def steps(i: int) -> list[Callable[[], dict]]:
+        def step() -> dict:
+            pt = serve_c1(i)
+            return {"served_valid": pt.valid, "served_reason": pt.reason, "served": dict(pt.metrics)}
+
+        return [step]
 
     def ratio(d: dict, ort_ms: float) -> float | None:
         return d["served"]["p50_ms"] / ort_ms if d["served_valid"] else None
 
-    summary = bracketed_rounds(step, ratio, ort_p50, "ort_p50_ms", want, max_rounds, max_drift)
+    summary = bracketed_rounds(steps, ratio, ort_p50, "ort_p50_ms", want, max_rounds, max_drift)
     if summary["ratio"] is not None:
         summary["served_p50_ms"] = float(np.median([r["served"]["p50_ms"] for r in summary["rounds"] if r["counted"]]))
     return summary
@@ -358,26 +362,31 @@ def paired_throughput(
     """Throughput variant over latency variant at each concurrency, both measured inside one bracketed round.
 
     ``serve(variant, concurrency, round)`` runs perf_analyzer on one variant of a server that
-    holds both. The order alternates between rounds (latency first, then throughput first),
-    so a machine that speeds up or slows down within a round favours neither variant. The
-    gauge is in-process ORT inferences/s at the baseline's best batch size, so each round
-    also gives the throughput variant against in-process best-batch throughput of that minute.
+    holds both. A round is [gauge, one variant, gauge, the other, gauge]: a speed flip during
+    either run shows in its gauges. The order alternates between rounds, so what is left of
+    the machine's drift favours neither variant. The gauge is in-process ORT inferences/s at
+    the baseline's best batch size, so each round also gives the throughput variant against
+    in-process best-batch throughput of that minute.
     """
     out: dict[str, dict] = {}
     for c in concurrency:
 
-        def step(i: int, c: int = c) -> dict:
+        def steps(i: int, c: int = c) -> list[Callable[[], dict]]:
             order = ["latency", "throughput"] if i % 2 == 0 else ["throughput", "latency"]
-            pts = {v: serve(v, c, i) for v in order}
-            return {"order": order, **{v: {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics} for v, p in pts.items()}}
+
+            def run(v: str) -> dict:
+                p = serve(v, c, i)
+                return {v: {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics}}
+
+            return [lambda v=v: {"order": order, **run(v)} for v in order]
 
         def ratio(d: dict, _ort: float) -> float | None:
             lat, thr = d["latency"], d["throughput"]
             return thr["throughput_infer_s"] / lat["throughput_infer_s"] if lat["valid"] and thr["valid"] else None
 
-        s = bracketed_rounds(step, ratio, ort_best, "ort_best_infer_s", want, max_rounds, max_drift)
+        s = bracketed_rounds(steps, ratio, ort_best, "ort_best_infer_s", want, max_rounds, max_drift)
         for r in s["rounds"]:
-            mean = (r["ort_best_infer_s_before"] + r["ort_best_infer_s_after"]) / 2
+            mean = float(np.mean(r["gauges"]))
             r["throughput_vs_ort_best"] = r["throughput"]["throughput_infer_s"] / mean if r["throughput"]["valid"] else None
             # What the throughput variant's scheduling costs a request, e.g. the batching tax at c=1.
             r["p50_delta_ms"] = r["throughput"]["p50_ms"] - r["latency"]["p50_ms"] if r["ratio"] is not None else None

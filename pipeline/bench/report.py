@@ -310,19 +310,19 @@ def _paired_throughput_table(res: Result) -> list[str]:
     if not pt:
         return []
     drift = next(iter(pt.values()))["max_drift"]
-    lines = ["", "## Throughput vs latency variant, paired: one server holds both, each round brackets the two runs between "
-             f"in-process ORT best-batch throughputs (counts if they agree within {drift:.0%}; order alternates)", "",
-             "| c | round | order | ORT best before infer/s | latency infer/s | throughput infer/s | ORT best after infer/s | drift "
+    lines = ["", "## Throughput vs latency variant, paired: one server holds both; in-process ORT best-batch throughput is timed "
+             f"before, between and after the two runs (a round counts if all three agree within {drift:.0%}); order alternates", "",
+             "| c | round | order | ORT best infer/s: before / between / after | latency infer/s | throughput infer/s | drift "
              "| throughput / latency | throughput / ORT best | p50 latency / throughput ms | counted |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
 
     def tput(d: dict) -> str:
         return _f(d.get("throughput_infer_s"), ".1f") if d["valid"] else f"INVALID: {d['reason'][-50:]}"
 
     for key, p in pt.items():
         for r in p["rounds"]:
-            lines.append(f"| {key[1:]} | {r['round']} | {' then '.join(r['order'])} | {r['ort_best_infer_s_before']:.1f} | {tput(r['latency'])} | "
-                         f"{tput(r['throughput'])} | {r['ort_best_infer_s_after']:.1f} | {r['drift']:.0%} | {_f(r['ratio'], unit='x')} | "
+            lines.append(f"| {key[1:]} | {r['round']} | {' then '.join(r['order'])} | {' / '.join(f'{g:.0f}' for g in r['gauges'])} | "
+                         f"{tput(r['latency'])} | {tput(r['throughput'])} | {r['drift']:.0%} | {_f(r['ratio'], unit='x')} | "
                          f"{_f(r['throughput_vs_ort_best'], unit='x')} | {_f(r['latency'].get('p50_ms'))} / {_f(r['throughput'].get('p50_ms'))} | "
                          f"{'yes' if r['counted'] else 'no'} |")  # fmt: skip
     return lines
