@@ -119,22 +119,49 @@ def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
     return out
 
 
-def infer_per_s(sess, batches: list[Feed], seconds: float) -> float:  # noqa: ANN001 - onnxruntime type
-    """Inferences/s of back-to-back ``sess.run`` over ``batches`` for ``seconds``, after a few untimed runs."""
+def _warm(sess, batches: list[Feed]) -> None:  # noqa: ANN001 - onnxruntime type
+    """A few untimed runs: a fresh session's first runs at a new shape grow its arena."""
     b = next(iter(batches[0].values())).shape[0]
-    for i in range(max(3, 20 // b)):  # a fresh session's first runs grow its arena: keep them out
+    for i in range(max(3, 20 // b)):
         sess.run(None, batches[i % len(batches)])
+
+
+def _run_for(sess, batches: list[Feed], seconds: float) -> tuple[int, float]:  # noqa: ANN001 - onnxruntime type
+    """Back-to-back ``sess.run`` over ``batches`` for ``seconds``: (inferences, elapsed s)."""
+    b = next(iter(batches[0].values())).shape[0]
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         sess.run(None, batches[n % len(batches)])
         n += 1
-    return n * b / (time.perf_counter() - t0)
+    return n * b, time.perf_counter() - t0
 
 
-def baseline_throughput(onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0) -> dict:
-    """Inferences/s in process for each batch size; batches are built from same-shape rows."""
+def infer_per_s(sess, batches: list[Feed], seconds: float) -> float:  # noqa: ANN001 - onnxruntime type
+    """Inferences/s of back-to-back ``sess.run`` over ``batches`` for ``seconds``, after a few untimed runs."""
+    _warm(sess, batches)
+    n, dt = _run_for(sess, batches, seconds)
+    return n / dt
+
+
+def baseline_throughput(
+    onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0, slices: int = 4
+) -> dict:
+    """Inferences/s in process for each batch size; batches are built from same-shape rows.
+
+    Each batch size gets ``seconds`` in ``slices`` interleaved slices: this machine's speed
+    flips within seconds, and back-to-back blocks would let it pick the "best" batch size.
+    """
     sess = ort_session(onnx_path, s)
-    per_batch = {str(b): infer_per_s(sess, same_shape_batches(rows, b), seconds) for b in batch_sizes}
+    batches = {b: same_shape_batches(rows, b) for b in batch_sizes}
+    for b in batch_sizes:
+        _warm(sess, batches[b])
+    done = {b: [0, 0.0] for b in batch_sizes}
+    for _ in range(slices):
+        for b in batch_sizes:
+            n, dt = _run_for(sess, batches[b], seconds / slices)
+            done[b][0] += n
+            done[b][1] += dt
+    per_batch = {str(b): n / dt for b, (n, dt) in done.items()}
     best = max(per_batch, key=per_batch.__getitem__)
     return {"per_batch_infer_s": per_batch, "best_batch": int(best), "best_infer_s": per_batch[best], "settings": asdict(s)}
 

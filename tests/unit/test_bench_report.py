@@ -1,4 +1,4 @@
-"""Diagnosis rules, ratios and report rendering of the bench stage, on hand-made results."""
+"""Diagnosis rules, ratios, paired rounds and report rendering of the bench stage, on hand-made results (and the in-process baseline on a tiny model)."""
 
 from __future__ import annotations
 
@@ -225,3 +225,22 @@ def test_standin_split_is_per_execution_and_absent_without_counters() -> None:
     assert measure.standin_split(before, before) == {}  # nothing ran
     served = {"server_compute_infer_ms": 4.7, **split}
     assert report.standin_cost_ms(served) == pytest.approx(0.4) and report.standin_cost_ms({"server_compute_infer_ms": 4.7}) is None
+
+
+def test_baseline_throughput_interleaves_batch_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real ORT on a tiny model; the slices alternate between batch sizes, so drift cannot crown one of them."""
+    from tests.tiny_triton import tiny_onnx
+
+    order: list[int] = []
+    real = measure._run_for
+
+    def spy(sess, batches, seconds):  # noqa: ANN001, ANN202
+        order.append(next(iter(batches[0].values())).shape[0])
+        return real(sess, batches, seconds)
+
+    monkeypatch.setattr(measure, "_run_for", spy)
+    rows = [{"x": np.full((1, 16), i, np.float32)} for i in range(3)]
+    out = measure.baseline_throughput(tiny_onnx(tmp_path / "m.onnx"), measure.OrtSettings(1, 1, 1), rows, [1, 4], 0.2, slices=3)
+    assert order == [1, 4, 1, 4, 1, 4]
+    assert set(out["per_batch_infer_s"]) == {"1", "4"} and all(v > 0 for v in out["per_batch_infer_s"].values())
+    assert out["best_infer_s"] == max(out["per_batch_infer_s"].values())
