@@ -261,8 +261,8 @@ class BenchConfig:
     paired_max_rounds: int = 10
     paired_max_drift: float = 0.10
     paired_measurement_interval_ms: int = 1000  # short rounds: less time for the machine to change speed (also the best-batch gauge's time)
-    # Throughput vs latency variant, the same way: one server holds both variants; each round brackets
-    # [latency at c, throughput at c] (order alternating) between two ORT p50s. 0 = the sweep's ratio only.
+    # Throughput vs latency variant, paired too: one server holds both variants; each round runs both at c (order
+    # alternating) with in-process ORT best-batch throughput timed before, between and after. 0 rounds = the sweep's only.
     paired_throughput_concurrency: list[int] = field(default_factory=lambda: [1, 8, 16])  # 1: the batching tax
     paired_throughput_rounds: int = 3
     paired_throughput_max_rounds: int = 6
