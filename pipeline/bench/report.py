@@ -374,6 +374,9 @@ def markdown(res: Result) -> str:
         "",
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
         "",
+        *(["The sweep measures one point after another, each variant in its own server: rows taken minutes apart are not "
+           "comparable on a machine whose speed drifts. Variant against variant, and served against in-process, are in the "
+           "paired tables below.", ""] if res.get("paired_throughput") or res.get("paired_c1") else []),
         "| variant | c | p50 ms | p95 ms | p99 ms | infer/s | queue ms | compute ms | queue share | avg batch | load 1m | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -206,6 +206,7 @@ def test_paired_throughput_outranks_the_sweep_in_ratios_findings_and_report() ->
     assert "c=16: median of 2 of 2 paired rounds, range 1.30-1.30x, unpaired sweep ratio 1.05x" in md
     assert "| 8 | 1 | throughput then latency | 320 / 320 / 320 | 210.0 | 260.0 | 0% | 1.24x | 0.81x | 38.10 / 30.77 | yes |" in md
     assert "p50 is 2.14 ms above the latency variant's (paired rounds" in md
+    assert "rows taken minutes apart are not comparable" in md
     # Paired rounds that show no gain are a finding even where the sweep looked fine; none counted = machine_drift.
     res["paired_throughput"], _ = _paired_tput([300] * 6 + [300, 210, 300] * 2, {8: [(200, 190)] * 2, 16: [(200, 260)] * 2})
     res["ratios"] = r = report.ratios(res)
