@@ -41,7 +41,7 @@ def headline_c1(res: Result) -> tuple[dict | None, float | None, str]:
         if not counted:
             return None, None, "drifted"
         mid = counted[(len(counted) - 1) // 2]
-        return mid["served"], (mid["ort_p50_ms_before"] + mid["ort_p50_ms_after"]) / 2, "paired"
+        return mid["served"], mid["gauge_mean"], "paired"
     return point(res, "latency", 1), res["baseline"].get("latency", {}).get("p50_ms"), "unpaired"
 
 

@@ -77,11 +77,16 @@ class EmbeddedMode:
 
         return read_config(self.repo / self.shipped.name / "configs" / f"{variant}.pbtxt")
 
+    def _targets(self, srv: EmbeddedServer, models: dict[str, str]) -> dict[str, Target]:
+        """A Target per variant (variant -> model name) on the running server ``srv``."""
+        url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
+        ver, metrics = server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}"
+        return {v: Target(srv.http_url, url, m, v, ver, metrics) for v, m in models.items()}
+
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
         with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv:
-            url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
-            yield Target(srv.http_url, url, self.shipped.name, variant, server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}")
+            yield self._targets(srv, {variant: self.shipped.name})[variant]
 
     @contextlib.contextmanager
     def serve_together(self, variants: list[str]) -> Iterator[dict[str, Target]]:
@@ -90,11 +95,10 @@ class EmbeddedMode:
         The paired throughput rounds alternate between variants within seconds; separate
         servers would put a restart (and this VM's drift) between the two numbers compared.
         """
-        names = [variant_model(self.shipped.name, v) for v in variants]
+        models = {v: variant_model(self.shipped.name, v) for v in variants}
+        names = list(models.values())
         with EmbeddedServer(self.repo, names[0], timeout_s=self.timeout_s, log_dir=self.log_dir, also_load=tuple(names[1:])) as srv:
-            url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
-            ver, metrics = server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}"
-            yield {v: Target(srv.http_url, url, n, v, ver, metrics) for v, n in zip(variants, names, strict=True)}
+            yield self._targets(srv, models)
 
     def close(self) -> None:
         self._tmp.cleanup()
