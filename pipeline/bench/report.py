@@ -208,8 +208,12 @@ def _latency_findings(res: Result) -> list[dict]:
     infer = served["server_compute_infer_ms"]
     cost = standin_cost_ms(served)
     if cost is not None:
+        # execute() minus session.run is our Python (reading inputs, building pb_utils tensors); the rest is the
+        # python backend's IPC to the stub process.
+        py = served.get("standin_execute_ms", served["standin_ort_ms"]) - served["standin_ort_ms"]
         inside = (f"which is ONNX Runtime inside the stand-in {served['standin_ort_ms']:.2f} (mean; in-process p50 {ort_p50:.2f}) "
-                  f"+ python backend {cost:.2f} ms (IPC to the stub, Python; Triton's onnxruntime backend does not pay it)")  # fmt: skip
+                  f"+ python backend {cost:.2f} ms (stand-in Python in execute {py:.2f} + IPC to the stub {cost - py:.2f}; "
+                  "Triton's onnxruntime backend pays neither)")  # fmt: skip
     else:
         stand_in = " (embedded: python-backend IPC and Python)" if res["server"]["mode"] == "embedded" else ""
         inside = f"which is in-process ORT p50 {ort_p50:.2f} + {infer - ort_p50:.2f} ms{stand_in}"
@@ -317,7 +321,7 @@ def _paired_throughput_table(res: Result) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
 
     def tput(d: dict) -> str:
-        return _f(d.get("throughput_infer_s"), ".1f") if d["valid"] else f"INVALID: {d['reason'][-50:]}"
+        return _f(d.get("throughput_infer_s"), ".1f") if d["valid"] else _invalid(d["reason"], 50)
 
     for key, p in pt.items():
         for r in p["rounds"]:
@@ -328,6 +332,11 @@ def _paired_throughput_table(res: Result) -> list[str]:
     return lines
 
 
+def _invalid(reason: str, keep: int) -> str:
+    """A table cell for an invalid measurement: the end of perf_analyzer's reason, its pipes escaped for Markdown."""
+    return "INVALID: " + reason[-keep:].replace("|", "\\|")
+
+
 def _paired_table(res: Result) -> list[str]:
     p = res.get("paired_c1")
     if not p:
@@ -335,7 +344,7 @@ def _paired_table(res: Result) -> list[str]:
     lines = ["", f"## Latency c=1 paired with in-process ORT (a round counts if its two ORT p50s agree within {p['max_drift']:.0%})", "",
              "| round | ORT p50 before ms | served p50 ms | ORT p50 after ms | drift | ratio | counted |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in p["rounds"]:
-        served = _f(r["served"].get("p50_ms")) if r["served_valid"] else f"INVALID: {r['served_reason'][-60:]}"
+        served = _f(r["served"].get("p50_ms")) if r["served_valid"] else _invalid(r["served_reason"], 60)
         lines.append(f"| {r['round']} | {r['ort_p50_ms_before']:.2f} | {served} | {r['ort_p50_ms_after']:.2f} | "
                      f"{r['drift']:.0%} | {_f(r['ratio'], unit='x')} | {'yes' if r['counted'] else 'no'} |")  # fmt: skip
     return lines
@@ -390,7 +399,7 @@ def markdown(res: Result) -> str:
                     f"{_f(p.get('avg_batch'))} | {_f(p.get('loadavg_1m'))} | ok |"
                 )
             else:
-                lines.append(f"| {name} | {p['concurrency']} | - | - | - | - | - | - | - | - | - | INVALID: {p['reason'][-90:]} |")
+                lines.append(f"| {name} | {p['concurrency']} | - | - | - | - | - | - | - | - | - | {_invalid(p['reason'], 90)} |")
     b = res["baseline"]
     lat, thr = b.get("latency", {}), b.get("throughput", {})
     lines += [

@@ -86,6 +86,11 @@ def test_report_marks_invalid_points_and_names_the_mode(tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "**Server mode: embedded.**" in md
     assert "| throughput | 1 | - |" in md and "INVALID" in md
+    # perf_analyzer's reason joins its last lines with " | ": escaped, the row keeps the table's 12 columns.
+    res["variants"]["throughput"]["points"]["c1"]["reason"] = "exit 2: Please try to increase the --measurement-interval. | Failed to obtain stable measurement."
+    report.write_outputs(res, tmp_path)
+    row = next(ln for ln in (tmp_path / "report.md").read_text().splitlines() if ln.startswith("| throughput | 1 |"))
+    assert row.replace("\\|", "").count("|") == 13 and "interval. \\| Failed" in row
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert report.curves_csv(res, "throughput").strip() == ",".join(report.CURVE_FIELDS)  # no invalid rows
 
@@ -226,6 +231,10 @@ def test_standin_split_is_per_execution_and_absent_without_counters() -> None:
     assert measure.standin_split(before, before) == {}  # nothing ran
     served = {"server_compute_infer_ms": 4.7, **split}
     assert report.standin_cost_ms(served) == pytest.approx(0.4) and report.standin_cost_ms({"server_compute_infer_ms": 4.7}) is None
+    # The breakdown splits that cost: 4.45 - 4.3 ms of our Python in execute, the remaining 0.25 ms IPC to the stub.
+    res = _res({"c1": {**_pt(1, 5.6, 180, 0.03, 4.7), **split}}, {})
+    msg = next(d["message"] for d in report.diagnose(res, _configs(), {}, 2, 0.02) if d["rule"] == "latency_breakdown")
+    assert "python backend 0.40 ms (stand-in Python in execute 0.15 + IPC to the stub 0.25;" in msg
 
 
 def test_baseline_throughput_interleaves_batch_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
