@@ -290,7 +290,9 @@ def _pairing(res: Result) -> str:
     if p.get("ratio") is None:
         return f"paired, no round counted: {p['reason']}"
     lo, hi = p["ratio_range"]
-    return (f"median of {p['counted_rounds']} of {len(p['rounds'])} paired rounds, range {lo:.2f}-{hi:.2f}x; "
+    # The p50s shown beside the ratio are medians of their own: with rounds in fast and slow phases their
+    # quotient can differ from the median of the per-round ratios, which is the headline.
+    return (f"each a median over the counted rounds; ratio: median of {p['counted_rounds']} of {len(p['rounds'])} paired rounds' ratios, range {lo:.2f}-{hi:.2f}x; "
             f"unpaired sweep ratio {_f(res['ratios'].get('latency_c1_p50_vs_ort_p50_unpaired'), unit='x')}")
 
 

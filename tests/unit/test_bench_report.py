@@ -131,6 +131,8 @@ def test_headline_prefers_paired_and_has_no_number_when_every_round_drifted() ->
     assert "serving_overhead" not in found  # 1.14x is within the 1.15x limit
     assert "in-process ORT p50 4.35 + 0.10 ms" in found["latency_breakdown"]["message"]
     assert "client/HTTP 0.77" in found["latency_breakdown"]["message"]
+    # The p50s beside the ratio are each a median; the ratio is the median of the rounds' ratios.
+    assert "(4.95 ms vs 4.35 ms, each a median over the counted rounds; ratio: median of 3 of 3 paired rounds' ratios" in report.markdown(res)
 
     res["paired_c1"] = _paired([4.3, 5.9, 5.8, 4.4], [4.9, 5.0])
     res["ratios"] = r = report.ratios(res)
