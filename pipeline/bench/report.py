@@ -289,11 +289,17 @@ def _pairing(res: Result) -> str:
         return "unpaired: sweep c=1 point vs the faster of the start/end baselines"
     if p.get("ratio") is None:
         return f"paired, no round counted: {p['reason']}"
-    lo, hi = p["ratio_range"]
     # The p50s shown beside the ratio are medians of their own: with rounds in fast and slow phases their
     # quotient can differ from the median of the per-round ratios, which is the headline.
-    return (f"each a median over the counted rounds; ratio: median of {p['counted_rounds']} of {len(p['rounds'])} paired rounds' ratios, range {lo:.2f}-{hi:.2f}x; "
+    counted = _counted(p, "paired rounds' ratios")
+    return (f"each a median over the counted rounds; ratio: {counted}; "
             f"unpaired sweep ratio {_f(res['ratios'].get('latency_c1_p50_vs_ort_p50_unpaired'), unit='x')}")
+
+
+def _counted(p: dict, rounds: str) -> str:
+    """'median of N of M <rounds>, range lo-hix' for a summary of measure.bracketed_rounds with a ratio."""
+    lo, hi = p["ratio_range"]
+    return f"median of {p['counted_rounds']} of {len(p['rounds'])} {rounds}, range {lo:.2f}-{hi:.2f}x"
 
 
 def _throughput_pairing(res: Result) -> str:
@@ -305,9 +311,7 @@ def _throughput_pairing(res: Result) -> str:
         elif p.get("ratio") is None:
             parts.append(f"c={c} paired, no round counted: {p['reason']}")
         else:
-            lo, hi = p["ratio_range"]
-            parts.append(f"c={c}: median of {p['counted_rounds']} of {len(p['rounds'])} paired rounds, range {lo:.2f}-{hi:.2f}x, "
-                         f"unpaired sweep ratio {unpaired}")  # fmt: skip
+            parts.append(f"c={c}: {_counted(p, 'paired rounds')}, unpaired sweep ratio {unpaired}")
     return "; ".join(parts)
 
 
