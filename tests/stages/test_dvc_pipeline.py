@@ -1,7 +1,8 @@
 """The real `dvc repro` / `dvc exp run` on a copy of this project, with a tiny ONNX model.
 
-Shows: both ways of running agree on params; a second repro is a no-op; changing
-only a variant value reruns only the repository stage (never export/simplify/fp16);
+Shows: both ways of running agree on params; a second repro is a no-op, also after Python
+wrote bytecode; changing only a variant value reruns only the repository stage (never
+export/simplify/fp16);
 a bad input fails with one message and leaves dvc.lock unchanged.
 """
 
@@ -59,6 +60,10 @@ def test_repro_noop_and_variant_change_reruns_only_repository(project: Path) -> 
     for stage in ("export", "simplify", "fp16", "parity", "repository"):
         assert f"Running stage '{stage}'" in first.stdout
     assert (project / "artifacts" / "model_repository" / "tiny" / "configs" / "throughput.pbtxt").is_file()
+    # Bytecode is not a code dependency (.dvcignore): a new or rewritten .pyc beside the sources changes nothing.
+    stray = project / "pipeline" / "core" / "__pycache__" / "stray.cpython-311.pyc"
+    stray.parent.mkdir(exist_ok=True)
+    stray.write_bytes(b"not the sources")
     # The machine probe is always_changed by design (engines must notice another GPU); nothing else reruns.
     status = sh(project, *dvc, "status", "repository").stdout
     assert status.strip().splitlines() == ["probe:", "\talways changed"] or "up to date" in status, status
