@@ -338,6 +338,17 @@ def _paired_throughput_table(res: Result) -> list[str]:
     return lines
 
 
+def _tax_p50_text(res: Result) -> str:
+    """The batching tax as a p50 difference: paired when c=1 rounds ran and one counted, else the sweep's."""
+    r = res["ratios"]
+    unpaired = f"{_f(r.get('batching_tax_c1_ms_unpaired'))} ms"
+    if not paired_throughput(res, 1):
+        return f"its p50 is {unpaired} above the latency variant's (unpaired sweep points)"
+    if r["batching_tax_c1_ms"] is None:
+        return f"no paired c=1 round counted, so no same-minute p50 difference (see machine_drift); unpaired sweep: {unpaired}"
+    return f"its p50 is {_f(r['batching_tax_c1_ms'])} ms above the latency variant's (paired rounds, see below; unpaired sweep: {unpaired})"
+
+
 def _invalid(reason: str, keep: int) -> str:
     """A table cell for an invalid measurement: the end of perf_analyzer's reason, its pipes escaped for Markdown."""
     return "INVALID: " + reason[-keep:].replace("|", "\\|")
@@ -383,9 +394,7 @@ def markdown(res: Result) -> str:
            f"unpaired against the start baseline: c=8 {_f(r.get('throughput_vs_ort_best_c8_unpaired'), unit='x')}, "
            f"c=16 {_f(r.get('throughput_vs_ort_best_c16_unpaired'), unit='x')})" if res.get("paired_throughput") else ""),
         f"- batching tax at c=1: the throughput variant's requests wait {_f(r.get('throughput_c1_queue_ms'))} ms in Triton's queue "
-        f"({_f(r['throughput_c1_queue_share'], '.1%')} of server time); its p50 is {_f(r['batching_tax_c1_ms'])} ms above the "
-        f"latency variant's ({'paired rounds, see below' if paired_throughput(res, 1) else 'unpaired sweep points'}"
-        f"{'; unpaired sweep: ' + _f(r.get('batching_tax_c1_ms_unpaired')) + ' ms' if paired_throughput(res, 1) else ''})",
+        f"({_f(r['throughput_c1_queue_share'], '.1%')} of server time); {_tax_p50_text(res)}",
         "",
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
         "",

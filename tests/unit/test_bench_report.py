@@ -221,6 +221,13 @@ def test_paired_throughput_outranks_the_sweep_in_ratios_findings_and_report() ->
     found = {(d["rule"], d["variant"]): d["message"] for d in report.diagnose(res, _configs(), {}, 2, 0.02)}
     assert "median of 2 paired rounds" in found[("throughput_not_better", "throughput")]
     assert "concurrency 16" in found[("machine_drift", "throughput")] and "43%" in found[("machine_drift", "throughput")]
+    # c=1 rounds that all drifted: the batching tax says so and gives the sweep's number, never "n/a ms above".
+    res["paired_throughput"], _ = _paired_tput([300, 210, 300] * 2, {1: [(190, 135)] * 2})
+    res["variants"]["latency"]["points"]["c1"], res["variants"]["throughput"]["points"]["c1"] = _pt(1, 4.4, 200, 0.03, 4.3), _pt(1, 7.6, 130, 2.1, 5.3)
+    res["ratios"] = report.ratios(res)
+    md = report.markdown(res)
+    assert "no paired c=1 round counted, so no same-minute p50 difference (see machine_drift); unpaired sweep: 3.20 ms" in md
+    assert "n/a ms above" not in md
 
 
 def test_standin_split_is_per_execution_and_absent_without_counters() -> None:
