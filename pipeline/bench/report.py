@@ -437,11 +437,18 @@ def markdown(res: Result) -> str:
     lines += [f"- **{d['severity']}** `{d['rule']}` ({d['variant']}): {d['message']}. Fix: {d['fix']}." for d in res["diagnosis"]] or ["- nothing found"]
     if res.get("tuning"):
         t = res["tuning"]
-        lines += ["", "## Tuning of the throughput variant", "", f"Budget p99 <= {t['latency_budget_ms']} ms at concurrency {t['concurrency']}.", ""]
-        lines += ["| queue delay us | preferred | instances | p99 ms | infer/s | ok |", "|---|---|---|---|---|---|"]
+        lines += ["", "## Tuning of the throughput variant", "",
+                  f"Budget p99 <= {t['latency_budget_ms']} ms at concurrency {t['concurrency']}. Ranked by infer/s over in-process ORT "
+                  f"best-batch infer/s timed before and after each candidate (the gauges); a candidate counts only if its gauges "
+                  f"agree within {t['max_drift']:.0%}, else it is measured again.", ""]  # fmt: skip
+        lines += ["| queue delay us | preferred | instances | p99 ms | infer/s | gauges infer/s | drift | vs in-process | avg batch | within budget | steady |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for c in t["candidates"]:
+            gauges = " / ".join(f"{g:.0f}" for g in c["gauges"])
+            steady = "yes" if c["steady"] else f"no ({c['rounds']} rounds)"
             lines.append(f"| {c['max_queue_delay_us']} | {c['preferred_batch_sizes']} | {c['instance_count']} | {_f(c.get('p99_ms'))} | "
-                         f"{_f(c.get('throughput_infer_s'), '.1f')} | {c['within_budget']} |")  # fmt: skip
+                         f"{_f(c.get('throughput_infer_s'), '.1f')} | {gauges} | {c['drift']:.0%} | {_f(c['vs_ort_best'], '.3g', unit='x')} | "
+                         f"{_f(c.get('avg_batch'))} | {'yes' if c['within_budget'] else 'no'} | {steady} |")  # fmt: skip
         lines += ["", f"Chosen: {t.get('chosen')}. Persist with: `{t.get('persist')}`"]
     lines += ["", "![throughput vs p99](bench.png)", ""]
     return "\n".join(lines)

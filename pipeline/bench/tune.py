@@ -1,20 +1,26 @@
 """Tune the throughput variant by measurement, like Model Analyzer but into the named variant.
 
 Each candidate (max queue delay x preferred batch sizes x instance count) is served and
-measured at ``bench.tune_concurrency``; the best throughput whose p99 fits
-``bench.latency_budget_ms`` wins. The result is a full ``throughput.pbtxt`` written as
-a bench output, plus the Hydra overrides that make the repository stage emit it.
+measured at ``bench.tune_concurrency``, between two timings of in-process ONNX Runtime at
+the baseline's best batch size (the gauge). Candidates are measured minutes apart on a
+machine whose speed drifts by tens of percent, so raw infer/s would rank the machine's
+moods: the rank is infer/s over the gauge of the same minute, and a candidate counts
+only when its two gauges agree within ``bench.paired_max_drift`` (it is measured again,
+up to ``bench.tune_max_rounds`` times, until they do). The best counted candidate whose p99
+fits ``bench.latency_budget_ms`` wins. The result is a full ``throughput.pbtxt`` written
+as a bench output, plus the Hydra overrides that make the repository stage emit it.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.adapters import perf_analyzer as pa_mod
-from pipeline.bench.measure import sweep
+from pipeline.bench.measure import bracketed_rounds, sweep
 from pipeline.core.config import BenchConfig
 
 
@@ -41,36 +47,66 @@ def apply(cfg: mc.ModelConfig, cand: dict) -> mc.ModelConfig:
     return out
 
 
-def tune(mode, pa: pa_mod.PerfAnalyzer, bench: BenchConfig, input_json: Path, shapes: dict, work_dir: Path) -> tuple[dict, mc.ModelConfig | None]:  # noqa: ANN001 - EmbeddedMode
-    """Measure every candidate; return the sweep record and the chosen embedded config (or None)."""
+def tune(
+    mode,  # noqa: ANN001 - EmbeddedMode
+    pa: pa_mod.PerfAnalyzer,
+    bench: BenchConfig,
+    input_json: Path,
+    shapes: dict,
+    work_dir: Path,
+    gauge: Callable[[], float],
+) -> tuple[dict, mc.ModelConfig | None]:
+    """Measure every candidate; return the sweep record and the chosen embedded config (or None).
+
+    ``gauge()`` is in-process ONNX Runtime infer/s at the baseline's best batch size.
+    """
     base = mode.embedded_config("throughput")
-    record: dict = {"concurrency": bench.tune_concurrency, "latency_budget_ms": bench.latency_budget_ms, "candidates": []}
-    best: tuple[float, dict, mc.ModelConfig] | None = None
+    record: dict = {"concurrency": bench.tune_concurrency, "latency_budget_ms": bench.latency_budget_ms,
+                    "max_drift": bench.paired_max_drift, "rank": "infer/s over in-process best-batch infer/s", "candidates": []}  # fmt: skip
+    cfgs = []
     for k, cand in enumerate(candidates(bench, base.max_batch_size)):
         name = f"tune{k}"
         cfg = apply(base, cand)
         mode.add_variant(name, cfg)
         with mode.serve(name) as t:
-            (p,) = sweep(pa, bench, t.model, t.http_url, t.perf_url, input_json, shapes, [bench.tune_concurrency], work_dir, name)
-        row = dict(cand, valid=p.valid, reason=p.reason, avg_batch=p.avg_batch)
+
+            def steps(i: int, t=t, name=name) -> list[Callable[[], dict]]:  # noqa: ANN001 - Target
+                return [lambda: {"point": sweep(pa, bench, t.model, t.http_url, t.perf_url, input_json, shapes,
+                                                [bench.tune_concurrency], work_dir, f"{name}_r{i}")[0]}]  # fmt: skip
+
+            def ratio(d: dict, gauge_mean: float) -> float | None:
+                return d["point"].metrics["throughput_infer_s"] / gauge_mean if d["point"].valid else None
+
+            s = bracketed_rounds(steps, ratio, gauge, "ort_best_infer_s", 1, bench.tune_max_rounds, bench.paired_max_drift)
+        last = s["rounds"][-1]  # the counted one when one counted: rounds stop there
+        p = last["point"]
+        row = dict(cand, valid=p.valid, reason=p.reason, avg_batch=p.avg_batch, rounds=len(s["rounds"]),
+                   gauges=[round(g, 1) for g in last["gauges"]], drift=last["drift"], steady=last["counted"], vs_ort_best=last["ratio"])  # fmt: skip
         if p.valid:
             row.update(p99_ms=p.metrics["p99_ms"], p50_ms=p.metrics["p50_ms"], throughput_infer_s=p.metrics["throughput_infer_s"])
         row["within_budget"] = bool(p.valid and p.metrics["p99_ms"] <= bench.latency_budget_ms)
         record["candidates"].append(row)
-        if row["within_budget"] and (best is None or row["throughput_infer_s"] > best[0]):
-            best = (row["throughput_infer_s"], cand, cfg)
-    if best is None:
+        cfgs.append(cfg)
+    k = choose(record["candidates"])
+    if k is None:
         record["chosen"] = None
-        record["persist"] = "no candidate met the p99 budget: raise bench.latency_budget_ms or widen the tune_* lists"
+        record["persist"] = ("no candidate met the p99 budget with steady gauges: raise bench.latency_budget_ms, widen the "
+                             "tune_* lists, or on a drifting machine raise bench.tune_max_rounds / bench.paired_max_drift")  # fmt: skip
         return record, None
-    _, cand, cfg = best
+    cand = {key: record["candidates"][k][key] for key in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")}
     record["chosen"] = cand
     record["persist"] = (
         f"dvc exp run -S 'variant.throughput.dynamic_batching.max_queue_delay_us={cand['max_queue_delay_us']}' "
         f"-S 'variant.throughput.dynamic_batching.preferred_batch_sizes={cand['preferred_batch_sizes']}' "
         f"-S 'variant.throughput.instance_count={cand['instance_count']}'"
     )
-    return record, cfg
+    return record, cfgs[k]
+
+
+def choose(rows: list[dict]) -> int | None:
+    """Index of the winner: within the p99 budget, steady gauges, highest infer/s relative to the gauge."""
+    ok = [i for i, r in enumerate(rows) if r["within_budget"] and r["steady"]]
+    return max(ok, key=lambda i: rows[i]["vs_ort_best"]) if ok else None
 
 
 def shipped_form(shipped_cfg: mc.ModelConfig, cand: dict) -> mc.ModelConfig:

@@ -275,8 +275,11 @@ class BenchConfig:
     baseline_seconds: float = 2.0  # per batch size, in-process best-batch throughput
     server_timeout_s: float = 180.0  # start + model load
     perf_timeout_s: float = 600.0  # one perf_analyzer run
-    # Throughput-variant tuning (bench.tune=true): every combination is measured at tune_concurrency.
+    # Throughput-variant tuning (bench.tune=true): every combination is measured at tune_concurrency, between two
+    # in-process best-batch gauges; a candidate whose gauges drift more than paired_max_drift is measured again,
+    # at most tune_max_rounds times, and is not chosen if they never agree.
     tune_concurrency: int = 8
+    tune_max_rounds: int = 3
     tune_queue_delays_us: list[int] = field(default_factory=lambda: [0, 500, 2000, 5000])
     tune_preferred_batch_sizes: list[list[int]] = field(default_factory=lambda: [[4, 8], [8, 16]])
     tune_instance_counts: list[int] = field(default_factory=lambda: [1, 2])

@@ -164,21 +164,25 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                         )  # fmt: skip
                 res["variants"][variant] = {"points": {f"c{p.concurrency}": _point(p) for p in pts}}
                 all_points[variant] = pts
+            # The throughput gauge (paired rounds, tuning): in-process ORT at the baseline's best batch size, with the
+            # throughput variant's settings, timed as long as one perf_analyzer window of the rounds.
+            thr_sess = measure.ort_session(shipped.onnx, thr_s)
+            best_batches = measure.same_shape_batches(rows, res["baseline"]["throughput"]["best_batch"])
+
+            def ort_best() -> float:
+                return measure.infer_per_s(thr_sess, best_batches, b.paired_measurement_interval_ms / 1000)
+
             pair = ["latency", "throughput"]
             if isinstance(mode, EmbeddedMode) and set(pair) <= configs.keys() and pt_rounds > 0 and pt_conc:
                 print(f"[bench] throughput vs latency variant paired at c={list(pt_conc)}, both variants in one server: "
                       f"until {pt_rounds} round(s) count, at most {pt_max}", flush=True)  # fmt: skip
-                # The gauge: in-process ORT at the baseline's best batch size, with the throughput variant's settings,
-                # timed as long as one perf_analyzer window of the rounds.
-                thr_sess = measure.ort_session(shipped.onnx, thr_s)
-                best_batches = measure.same_shape_batches(rows, res["baseline"]["throughput"]["best_batch"])
                 with mode.serve_together(pair) as ts:
                     # A fresh server's first run per model pays first-request costs (allocations for each batch shape): discarded.
                     for v in pair:
                         run(ts[v], [max(pt_conc)], f"paired_warmup_{v}", b.paired_measurement_interval_ms)
                     res["paired_throughput"] = measure.paired_throughput(
                         lambda v, c, i: run(ts[v], [c], f"paired{i}_{v}", b.paired_measurement_interval_ms)[0],
-                        lambda: measure.infer_per_s(thr_sess, best_batches, b.paired_measurement_interval_ms / 1000),
+                        ort_best,
                         [int(c) for c in pt_conc], pt_rounds, pt_max, b.paired_max_drift,
                     )  # fmt: skip
             # One variant without a valid point is a finding for the report; none at all is a failure.
@@ -188,7 +192,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             if b.tune:
                 if not isinstance(mode, EmbeddedMode) or "throughput" not in configs:
                     raise ConfigError("bench.tune=true needs bench.server=embedded and a throughput variant", fix="set bench.tune=false")
-                res["tuning"], chosen = tune.tune(mode, pa, b, input_json, shapes, work / "logs")
+                res["tuning"], chosen = tune.tune(mode, pa, b, input_json, shapes, work / "logs", ort_best)
         except PipelineError as e:
             # Keep perf_analyzer's and the server's logs (outside artifacts/) so the failure can be read.
             kept = Path(tempfile.mkdtemp(prefix="bench-failed-logs-"))

@@ -15,12 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from pipeline.adapters import perf_analyzer as pa_mod
 from pipeline.adapters.embedded_repo import build_embedded_repository
 from pipeline.adapters.triton_process import EmbeddedServer
+from pipeline.bench import tune
 from pipeline.core.config import PipelineConfig, TensorSpec, load_config
 from pipeline.core.errors import ConfigError, ToolError
 from pipeline.stages.bench import run_bench
@@ -228,6 +230,13 @@ def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves", tuned_config=out / "throughput.pbtxt")
     t = res["tuning"]
     assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")} for c in t["candidates"]]
+    # Each candidate sits between in-process gauges; the winner is the steady one with the best share of in-process.
+    for c in t["candidates"]:
+        assert len(c["gauges"]) == 2 and 1 <= c["rounds"] <= cfg.bench.tune_max_rounds
+        if c["vs_ort_best"] is not None:
+            assert c["vs_ort_best"] == pytest.approx(c["throughput_infer_s"] / np.mean(c["gauges"]), rel=0.01)
+    won = t["candidates"][tune.choose(t["candidates"])]
+    assert won["steady"] and t["chosen"]["max_queue_delay_us"] == won["max_queue_delay_us"]
     from pipeline.adapters.embedded_repo import read_config
 
     tuned = read_config(out / "throughput.pbtxt")

@@ -263,3 +263,16 @@ def test_baseline_throughput_interleaves_batch_sizes(tmp_path: Path, monkeypatch
     assert order == [1, 4, 1, 4, 1, 4]
     assert set(out["per_batch_infer_s"]) == {"1", "4"} and all(v > 0 for v in out["per_batch_infer_s"].values())
     assert out["best_infer_s"] == max(out["per_batch_infer_s"].values())
+
+
+def test_tuning_ranks_against_the_gauge_and_never_picks_a_drifted_candidate() -> None:
+    from pipeline.bench import tune
+
+    def row(thr: float, gauge: float, steady: bool = True, p99: float = 50.0, budget: float = 100.0) -> dict:
+        return {"throughput_infer_s": thr, "vs_ort_best": thr / gauge, "steady": steady, "p99_ms": p99, "within_budget": p99 <= budget}
+
+    # 0: most infer/s, measured in a fast minute (0.67 of in-process); 1: fewer infer/s in a slow minute, but 0.8 of
+    # in-process: the better config. 2: best ratio but its gauges drifted. 3: best ratio but over the p99 budget.
+    rows = [row(240, 360), row(200, 250), row(230, 240, steady=False), row(250, 260, p99=120)]
+    assert tune.choose(rows) == 1
+    assert tune.choose([rows[2], rows[3]]) is None
