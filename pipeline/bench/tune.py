@@ -95,6 +95,9 @@ def tune(
         return record, None
     cand = {key: record["candidates"][k][key] for key in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")}
     record["chosen"] = cand
+    # How far ahead of the runner-up: a lead of a few percent is inside what one measurement per candidate can tell.
+    rest = [r["vs_ort_best"] for i, r in enumerate(record["candidates"]) if i != k and r["within_budget"] and r["steady"]]
+    record["lead_over_next"] = record["candidates"][k]["vs_ort_best"] / max(rest) - 1 if rest else None
     record["persist"] = (
         f"dvc exp run -S 'variant.throughput.dynamic_batching.max_queue_delay_us={cand['max_queue_delay_us']}' "
         f"-S 'variant.throughput.dynamic_batching.preferred_batch_sizes={cand['preferred_batch_sizes']}' "

@@ -237,6 +237,10 @@ def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
             assert c["vs_ort_best"] == pytest.approx(c["throughput_infer_s"] / np.mean(c["gauges"]), rel=0.01)
     won = t["candidates"][tune.choose(t["candidates"])]
     assert won["steady"] and t["chosen"]["max_queue_delay_us"] == won["max_queue_delay_us"]
+    other = next(c for c in t["candidates"] if c is not won)
+    if other["steady"] and other["within_budget"]:
+        assert t["lead_over_next"] == pytest.approx(won["vs_ort_best"] / other["vs_ort_best"] - 1)
+        assert "ahead of the next candidate" in (out / "bench" / "report.md").read_text()
     from pipeline.adapters.embedded_repo import read_config
 
     tuned = read_config(out / "throughput.pbtxt")
