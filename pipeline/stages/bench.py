@@ -95,10 +95,19 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             fix="use 0 <= paired_throughput_rounds <= paired_throughput_max_rounds and concurrencies >= 1 (e.g. 3, 6, [8, 16]); "
             "paired_throughput_rounds=0 turns pairing off",
         )
+    if b.tune and (b.server != "embedded" or b.tune_max_rounds < 1 or b.tune_concurrency < 1):
+        raise ConfigError(
+            f"bench.tune=true with bench.server={b.server!r}, tune_max_rounds={b.tune_max_rounds}, tune_concurrency={b.tune_concurrency}",
+            fix="tuning serves each candidate itself: use bench.server=embedded, tune_max_rounds >= 1 and tune_concurrency >= 1, "
+            "or set bench.tune=false",
+        )
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     shipped = find_shipped(repository / cfg.model.name)
     configs = {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
+    if b.tune and "throughput" not in configs:
+        raise ConfigError(f"bench.tune=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
+                          fix="build the repository with a throughput variant, or set bench.tune=false")  # fmt: skip
     graph_in, _ = graph_io(onnx.load(str(shipped.onnx), load_external_data=False))
     graph_dtypes = {s.name: s.dtype for s in graph_in}
     main_cfg = configs.get("latency") or next(iter(configs.values()))
@@ -190,8 +199,6 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 measure.check_readiness([p for pts in all_points.values() for p in pts], "any variant")
             chosen = None
             if b.tune:
-                if not isinstance(mode, EmbeddedMode) or "throughput" not in configs:
-                    raise ConfigError("bench.tune=true needs bench.server=embedded and a throughput variant", fix="set bench.tune=false")
                 res["tuning"], chosen = tune.tune(mode, pa, b, input_json, shapes, work / "logs", ort_best)
         except PipelineError as e:
             # Keep perf_analyzer's and the server's logs (outside artifacts/) so the failure can be read.

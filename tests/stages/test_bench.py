@@ -26,7 +26,7 @@ from pipeline.bench import tune
 from pipeline.core.config import PipelineConfig, TensorSpec, load_config
 from pipeline.core.errors import ConfigError, ToolError
 from pipeline.stages.bench import run_bench
-from tests.tiny_triton import shipped_repository
+from tests.tiny_triton import shipped_repository, variant_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PROCS = ("tritonserver", "triton_python_backend_stub")
@@ -162,6 +162,28 @@ def test_bad_throughput_pairing_settings_fail_before_any_server(tmp_path: Path, 
     with pytest.raises(ConfigError, match="paired_throughput_rounds") as e:
         run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     assert "paired_throughput_max_rounds" in e.value.fix and str(conc) in e.value.what and not out.exists()
+
+
+@pytest.mark.parametrize(("server", "max_rounds", "conc"), [("external", 3, 8), ("embedded", 0, 8), ("embedded", 3, 0)])
+def test_bad_tuning_settings_fail_before_any_server(tmp_path: Path, server: str, max_rounds: int, conc: int) -> None:
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    b = cfg.bench
+    b.tune, b.server, b.url, b.tune_max_rounds, b.tune_concurrency = True, server, "127.0.0.1:1", max_rounds, conc
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="bench.tune=true") as e:
+        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    assert f"tune_max_rounds={max_rounds}" in e.value.what and "bench.server=embedded" in e.value.fix and not out.exists()
+
+
+def test_tuning_without_a_throughput_variant_fails_before_any_server(tmp_path: Path) -> None:
+    shipped_repository(tmp_path / "repo", "tiny", {"latency": variant_config("tiny", "latency")})
+    cfg = tiny_cfg()
+    cfg.bench.tune = True
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="no throughput variant") as e:
+        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    assert "['latency']" in e.value.what and not out.exists()
 
 
 def _start_stage(tmp_path: Path) -> subprocess.Popen:
