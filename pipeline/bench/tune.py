@@ -63,11 +63,10 @@ def tune(
     base = mode.embedded_config("throughput")
     record: dict = {"concurrency": bench.tune_concurrency, "latency_budget_ms": bench.latency_budget_ms,
                     "max_drift": bench.paired_max_drift, "rank": "infer/s over in-process best-batch infer/s", "candidates": []}  # fmt: skip
-    cfgs = []
-    for k, cand in enumerate(candidates(bench, base.max_batch_size)):
+    cands = candidates(bench, base.max_batch_size)
+    for k, cand in enumerate(cands):
         name = f"tune{k}"
-        cfg = apply(base, cand)
-        mode.add_variant(name, cfg)
+        mode.add_variant(name, apply(base, cand))
         with mode.serve(name) as t:
 
             def steps(i: int, t=t, name=name) -> list[Callable[[], dict]]:  # noqa: ANN001 - Target
@@ -86,30 +85,35 @@ def tune(
             row.update(p99_ms=p.metrics["p99_ms"], p50_ms=p.metrics["p50_ms"], throughput_infer_s=p.metrics["throughput_infer_s"])
         row["within_budget"] = bool(p.valid and p.metrics["p99_ms"] <= bench.latency_budget_ms)
         record["candidates"].append(row)
-        cfgs.append(cfg)
-    k = choose(record["candidates"])
-    if k is None:
+    order = ranked(record["candidates"])
+    if not order:
         record["chosen"] = None
         record["persist"] = ("no candidate met the p99 budget with steady gauges: raise bench.latency_budget_ms, widen the "
                              "tune_* lists, or on a drifting machine raise bench.tune_max_rounds / bench.paired_max_drift")  # fmt: skip
         return record, None
-    cand = {key: record["candidates"][k][key] for key in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")}
+    cand = cands[order[0]]
     record["chosen"] = cand
     # How far ahead of the runner-up: a lead of a few percent is inside what one measurement per candidate can tell.
-    rest = [r["vs_ort_best"] for i, r in enumerate(record["candidates"]) if i != k and r["within_budget"] and r["steady"]]
-    record["lead_over_next"] = record["candidates"][k]["vs_ort_best"] / max(rest) - 1 if rest else None
+    shares = [record["candidates"][i]["vs_ort_best"] for i in order[:2]]
+    record["lead_over_next"] = shares[0] / shares[1] - 1 if len(shares) == 2 else None
     record["persist"] = (
         f"dvc exp run -S 'variant.throughput.dynamic_batching.max_queue_delay_us={cand['max_queue_delay_us']}' "
         f"-S 'variant.throughput.dynamic_batching.preferred_batch_sizes={cand['preferred_batch_sizes']}' "
         f"-S 'variant.throughput.instance_count={cand['instance_count']}'"
     )
-    return record, cfgs[k]
+    return record, apply(base, cand)
+
+
+def ranked(rows: list[dict]) -> list[int]:
+    """Indices of the candidates that may win (within the p99 budget, steady gauges), best share of in-process first."""
+    ok = [i for i, r in enumerate(rows) if r["within_budget"] and r["steady"]]
+    return sorted(ok, key=lambda i: rows[i]["vs_ort_best"], reverse=True)
 
 
 def choose(rows: list[dict]) -> int | None:
-    """Index of the winner: within the p99 budget, steady gauges, highest infer/s relative to the gauge."""
-    ok = [i for i, r in enumerate(rows) if r["within_budget"] and r["steady"]]
-    return max(ok, key=lambda i: rows[i]["vs_ort_best"]) if ok else None
+    """Index of the winner, or None when no candidate may win."""
+    order = ranked(rows)
+    return order[0] if order else None
 
 
 def shipped_form(shipped_cfg: mc.ModelConfig, cand: dict) -> mc.ModelConfig:
