@@ -331,7 +331,7 @@ def _paired_throughput_table(res: Result) -> list[str]:
 
     for key, p in pt.items():
         for r in p["rounds"]:
-            lines.append(f"| {key[1:]} | {r['round']} | {' then '.join(r['order'])} | {' / '.join(f'{g:.0f}' for g in r['gauges'])} | "
+            lines.append(f"| {key[1:]} | {r['round']} | {' then '.join(r['order'])} | {_gauges(r['gauges'])} | "
                          f"{tput(r['latency'])} | {tput(r['throughput'])} | {r['drift']:.0%} | {_f(r['ratio'], unit='x')} | "
                          f"{_f(r['throughput_vs_ort_best'], unit='x')} | {_f(r['latency'].get('p50_ms'))} / {_f(r['throughput'].get('p50_ms'))} | "
                          f"{'yes' if r['counted'] else 'no'} |")  # fmt: skip
@@ -347,6 +347,11 @@ def _tax_p50_text(res: Result) -> str:
     if r["batching_tax_c1_ms"] is None:
         return f"no paired c=1 round counted, so no same-minute p50 difference (see machine_drift); unpaired sweep: {unpaired}"
     return f"its p50 is {_f(r['batching_tax_c1_ms'])} ms above the latency variant's (paired rounds, see below; unpaired sweep: {unpaired})"
+
+
+def _gauges(gauges: list[float]) -> str:
+    """A round's in-process gauges (infer/s) in the order they were timed, for a table cell."""
+    return " / ".join(f"{g:.0f}" for g in gauges)
 
 
 def _invalid(reason: str, keep: int) -> str:
@@ -444,10 +449,9 @@ def markdown(res: Result) -> str:
         lines += ["| queue delay us | preferred | instances | p99 ms | infer/s | gauges infer/s | drift | vs in-process | avg batch | within budget | steady |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
         for c in t["candidates"]:
-            gauges = " / ".join(f"{g:.0f}" for g in c["gauges"])
             steady = "yes" if c["steady"] else f"no ({c['rounds']} rounds)"
             lines.append(f"| {c['max_queue_delay_us']} | {c['preferred_batch_sizes']} | {c['instance_count']} | {_f(c.get('p99_ms'))} | "
-                         f"{_f(c.get('throughput_infer_s'), '.1f')} | {gauges} | {c['drift']:.0%} | {_f(c['vs_ort_best'], '#.3g', unit='x')} | "
+                         f"{_f(c.get('throughput_infer_s'), '.1f')} | {_gauges(c['gauges'])} | {c['drift']:.0%} | {_f(c['vs_ort_best'], '#.3g', unit='x')} | "
                          f"{_f(c.get('avg_batch'))} | {'yes' if c['within_budget'] else 'no'} | {steady} |")  # fmt: skip
         lead = t.get("lead_over_next")
         ahead = f", {lead:.1%} ahead of the next candidate (one measurement each: a lead of a few percent may be noise)" if lead is not None else ""
