@@ -16,6 +16,7 @@ curves (dvc plots), a markdown report with a PNG, and a diagnosis.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata as md
 import os
 import platform
@@ -174,12 +175,13 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 res["variants"][variant] = {"points": {f"c{p.concurrency}": _point(p) for p in pts}}
                 all_points[variant] = pts
             # The throughput gauge (paired rounds, tuning): in-process ORT at the baseline's best batch size, with the
-            # throughput variant's settings, timed as long as one perf_analyzer window of the rounds.
-            thr_sess = measure.ort_session(shipped.onnx, thr_s)
+            # throughput variant's settings, timed as long as one perf_analyzer window of the rounds. Its session is
+            # opened on first use: a run with neither pairing nor tuning never needs it.
+            thr_sess = functools.cache(lambda: measure.ort_session(shipped.onnx, thr_s))
             best_batches = measure.same_shape_batches(rows, res["baseline"]["throughput"]["best_batch"])
 
             def ort_best() -> float:
-                return measure.infer_per_s(thr_sess, best_batches, b.paired_measurement_interval_ms / 1000)
+                return measure.infer_per_s(thr_sess(), best_batches, b.paired_measurement_interval_ms / 1000)
 
             pair = ["latency", "throughput"]
             if isinstance(mode, EmbeddedMode) and set(pair) <= configs.keys() and pt_rounds > 0 and pt_conc:
