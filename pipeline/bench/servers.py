@@ -27,12 +27,20 @@ from pipeline.adapters.embedded_repo import (
 from pipeline.adapters.triton_process import EmbeddedServer
 from pipeline.core.errors import BenchError
 
-EMBEDDED_NOTE = (
-    "Embedded tritonserver (nvidia-pytriton wheel) serving the shipped ONNX file through a python-backend model "
-    "that runs ONNX Runtime (pipeline/adapters/triton_ort_model.py) - a stand-in for Triton's onnxruntime backend, "
-    "which the wheel lacks - with the shipped config's scheduling (max_batch_size, dynamic_batching, instance_group, "
-    "inputs, outputs, ORT thread counts, graph level) unchanged; changed fields: " + ", ".join(CHANGED_FIELDS) + "."
-)
+_STANDINS = {
+    "native": "our native Triton backend pipeline_ort, which runs ONNX Runtime inside tritonserver (native/pipeline_ort)",
+    "python": "a python-backend model that runs ONNX Runtime in the stub process (pipeline/adapters/triton_ort_model.py)",
+}
+
+
+def embedded_note(backend: str) -> str:
+    """What an embedded-mode report says about the server that produced it."""
+    return (
+        f"Embedded tritonserver (nvidia-pytriton wheel) serving the shipped ONNX file through {_STANDINS[backend]} - "
+        "a stand-in for Triton's onnxruntime backend, which the wheel lacks - with the shipped config's scheduling "
+        "(max_batch_size, dynamic_batching, instance_group, inputs, outputs, ORT thread counts, graph level) unchanged; "
+        "changed fields: " + ", ".join(CHANGED_FIELDS[backend]) + "."
+    )
 
 
 @dataclass
@@ -44,7 +52,7 @@ class Target:
     model: str
     variant: str
     version: str = ""
-    metrics_url: str = ""  # Triton's /metrics host:port (embedded: carries the stand-in's ORT timers)
+    metrics_url: str = ""  # Triton's /metrics host:port (embedded python stand-in: carries its ORT timers)
 
 
 def server_version(http_url: str) -> str:
@@ -57,15 +65,20 @@ def server_version(http_url: str) -> str:
 
 
 class EmbeddedMode:
-    """Serve each variant from a generated python-backend repository, one server at a time."""
+    """Serve each variant from a generated stand-in repository (native or python backend)."""
 
     mode = "embedded"
-    description = EMBEDDED_NOTE
 
-    def __init__(self, model_dir: Path, protocol: str, timeout_s: float, log_dir: Path) -> None:
+    def __init__(self, model_dir: Path, protocol: str, timeout_s: float, log_dir: Path, backend: str = "native") -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-embedded-")
         self.repo = Path(self._tmp.name)
-        self.shipped, self.changes = build_embedded_repository(model_dir, self.repo)
+        try:
+            self.shipped, self.changes = build_embedded_repository(model_dir, self.repo, backend)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        self.backend = backend
+        self.description = embedded_note(backend)
         self.protocol, self.timeout_s, self.log_dir = protocol, timeout_s, log_dir
 
     def add_variant(self, name: str, cfg: mc.ModelConfig) -> None:
@@ -80,7 +93,8 @@ class EmbeddedMode:
     def _targets(self, srv: EmbeddedServer, models: dict[str, str]) -> dict[str, Target]:
         """A Target per variant (variant -> model name) on the running server ``srv``."""
         url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
-        ver, metrics = server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}"
+        # Only the python stand-in publishes timers; for the native backend Triton's own stats say it all.
+        ver, metrics = server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}" if self.backend == "python" else ""
         return {v: Target(srv.http_url, url, m, v, ver, metrics) for v, m in models.items()}
 
     @contextlib.contextmanager

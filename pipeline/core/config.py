@@ -243,6 +243,9 @@ class BenchConfig:
     """Benchmark settings (perf_analyzer against Triton, ORT baseline)."""
 
     server: str = "embedded"  # embedded | external
+    # embedded only: the stand-in for Triton's onnxruntime backend. native = pipeline_ort (C++, ORT inside
+    # tritonserver); python = a python-backend model (ORT in the stub process; adds IPC and Python per batch).
+    embedded_backend: str = "native"
     url: Optional[str] = None  # for server=external
     concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     measurement_interval_ms: int = 3000

@@ -31,7 +31,7 @@ from typing import Any
 import onnx
 
 from pipeline.adapters import perf_analyzer as pa_mod
-from pipeline.adapters.embedded_repo import find_shipped, read_config, write_config
+from pipeline.adapters.embedded_repo import BACKENDS, find_shipped, read_config, write_config
 from pipeline.bench import measure, report, tune
 from pipeline.bench.servers import EmbeddedMode, ExternalMode, Target
 from pipeline.core import stage
@@ -80,6 +80,8 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     b = cfg.bench
     if b.server not in ("embedded", "external"):
         raise ConfigError(f"bench.server={b.server!r} is not a server mode", fix="set bench.server=embedded or bench.server=external")
+    if b.embedded_backend not in BACKENDS:
+        raise ConfigError(f"bench.embedded_backend={b.embedded_backend!r} is not a stand-in backend", fix=f"set bench.embedded_backend to one of {', '.join(BACKENDS)}")
     if b.server == "external" and not b.url:
         raise ConfigError("bench.server=external needs bench.url", fix="set bench.url=<host>:<http port> of the running Triton")
     if b.input_shapes not in ("as_sampled", "uniform"):
@@ -143,13 +145,14 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         (work / "logs").mkdir()
         input_json = pa_mod.write_input_data(work / "perf_input.json", rows, batched)
         mode = (
-            EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, work / "logs")
+            EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, work / "logs", b.embedded_backend)
             if b.server == "embedded"
             else ExternalMode(b.url or "", shipped.name, shipped.configs, "http")
         )
         try:
             res["server"] = {"mode": mode.mode, "description": mode.description}
             if isinstance(mode, EmbeddedMode):
+                res["server"]["backend"] = mode.backend
                 res["server"]["config_changes"] = mode.changes
             res["variants"] = {}
             all_points: dict[str, list[measure.Point]] = {}

@@ -63,20 +63,29 @@ def procs_mentioning(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_bench_stage_end_to_end(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["native", "python"])
+def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
     out = tmp_path / "out"
+    cfg = tiny_cfg()
+    cfg.bench.embedded_backend = backend
     t0 = time.monotonic()
-    res = run_bench(tiny_cfg(), tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+    res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     assert time.monotonic() - t0 < 120
     data = json.loads((out / "bench.json").read_text())
-    assert data["server"]["mode"] == "embedded" and "python-backend" in data["server"]["description"]
+    assert data["server"]["mode"] == "embedded" and data["server"]["backend"] == backend
+    standin = {"native": "native Triton backend pipeline_ort", "python": "python-backend"}[backend]
+    assert standin in data["server"]["description"]
     assert set(data["variants"]) == {"latency", "throughput"}
     lat1 = data["variants"]["latency"]["points"]["c1"]
     assert lat1["valid"] and lat1["p50_ms"] > 0 and lat1["avg_batch"] == pytest.approx(1.0)
-    # The stand-in's own timers (Triton custom metrics): time inside ORT is part of time inside execute.
-    assert lat1["standin_executions"] > 10 and 0 < lat1["standin_ort_ms"] <= lat1["standin_execute_ms"]
-    assert data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] > 0
+    assert lat1["server_compute_infer_ms"] > 0  # the backend reports its statistics to Triton
+    if backend == "python":
+        # The stand-in's own timers (Triton custom metrics): time inside ORT is part of time inside execute.
+        assert lat1["standin_executions"] > 10 and 0 < lat1["standin_ort_ms"] <= lat1["standin_execute_ms"]
+        assert data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] > 0
+    else:
+        assert "standin_ort_ms" not in lat1 and data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] is None
     paired = data["paired_c1"]
     assert [r["served_valid"] for r in paired["rounds"]] == [True, True] and paired["counted_rounds"] == 2
     assert data["ratios"]["latency_c1_p50_vs_ort_p50"] == pytest.approx(paired["ratio"]) and paired["ratio"] > 0
@@ -96,7 +105,8 @@ def test_bench_stage_end_to_end(tmp_path: Path) -> None:
     assert data["machine"]["cpu_model"] and data["machine"]["versions"]["perf_analyzer"] == "2.51.0"
     report = (out / "bench" / "report.md").read_text()
     assert "Server mode: embedded" in report and "stand-in" in report and "paired rounds" in report
-    assert "python backend" in next(d["message"] for d in data["diagnosis"] if d["rule"] == "latency_breakdown")
+    breakdown = next(d["message"] for d in data["diagnosis"] if d["rule"] == "latency_breakdown")
+    assert {"native": "native pipeline_ort backend", "python": "python backend"}[backend] in breakdown
     assert (out / "bench" / "bench.png").stat().st_size > 0
     assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
     assert res["ratios"] == data["ratios"]
@@ -186,10 +196,11 @@ def test_tuning_without_a_throughput_variant_fails_before_any_server(tmp_path: P
     assert "['latency']" in e.value.what and not out.exists()
 
 
-def _start_stage(tmp_path: Path) -> subprocess.Popen:
+def _start_stage(tmp_path: Path, backend: str) -> subprocess.Popen:
     """The bench stage as DVC runs it, with temp dirs under tmp_path so its processes are findable."""
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()
+    cfg.bench.embedded_backend = backend
     cfg.bench.concurrency, cfg.bench.measurement_interval_ms, cfg.bench.max_trials = [1, 2, 4], 2000, 10
     params = tmp_path / "params.yaml"
     OmegaConf.save(OmegaConf.structured(cfg), params)
@@ -199,18 +210,21 @@ def _start_stage(tmp_path: Path) -> subprocess.Popen:
            "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 90
-    while not any("stub" in p for p in procs_mentioning(str(tmp_path))):
+    # The server (and, for the python stand-in, its stub) is up once it shows; the stub comes with the model load.
+    wanted = "stub" if backend == "python" else "tritonserver"
+    while not any(wanted in p for p in procs_mentioning(str(tmp_path))):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"server never started: {proc.communicate()[0][-2000:]}")
         time.sleep(0.2)
-    time.sleep(1.0)  # perf_analyzer is now measuring
+    time.sleep(1.0 if backend == "python" else 2.0)  # the model is loaded and perf_analyzer is measuring
     return proc
 
 
+@pytest.mark.parametrize("backend", ["native", "python"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
-def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals) -> None:
-    proc = _start_stage(tmp_path)
+def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals, backend: str) -> None:
+    proc = _start_stage(tmp_path, backend)
     proc.send_signal(sig)
     out = proc.communicate(timeout=60)[0]
     if sig != signal.SIGKILL:

@@ -13,6 +13,7 @@ from pipeline.adapters.embedded_repo import (
     build_embedded_repository,
     find_shipped,
     read_config,
+    to_native_backend,
     to_python_backend,
 )
 from pipeline.core.errors import BenchError
@@ -64,11 +65,16 @@ def test_error_lines_drop_cpu_noise() -> None:
     assert ts.error_lines(log) == ['E1130 08:36:26.956668 4212 backend_model.cc:692] "ERROR: Failed to create instance: boom"']
 
 
-def test_embedded_config_keeps_scheduling(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["python", "pipeline_ort"])
+def test_embedded_config_keeps_scheduling(tmp_path: Path, backend: str) -> None:
     shipped_cfg = variant_config("tiny", "throughput", threads=2, level=-1)
     shipped_cfg.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
-    out, notes = to_python_backend(shipped_cfg, tmp_path / "m.onnx")
-    assert out.backend == "python" and not out.platform
+    if backend == "python":
+        out, notes = to_python_backend(shipped_cfg, tmp_path / "m.onnx")
+    else:
+        out, notes = to_native_backend(shipped_cfg, tmp_path / "m.onnx", tmp_path / "libonnxruntime.so")
+        assert out.parameters["ort_library"].string_value == str(tmp_path / "libonnxruntime.so")
+    assert out.backend == backend and not out.platform
     for f in ("max_batch_size", "dynamic_batching", "input", "output", "optimization"):
         assert getattr(out, f) == getattr(shipped_cfg, f), f
     assert out.parameters["intra_op_thread_count"].string_value == "2"
@@ -77,14 +83,20 @@ def test_embedded_config_keeps_scheduling(tmp_path: Path) -> None:
     assert any("KIND_GPU" in n for n in notes)
 
 
-def test_build_embedded_repository(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["native", "python"])
+def test_build_embedded_repository(tmp_path: Path, backend: str) -> None:
     model_dir = shipped_repository(tmp_path / "shipped")
-    shipped, changes = build_embedded_repository(model_dir, tmp_path / "emb")
+    shipped, changes = build_embedded_repository(model_dir, tmp_path / "emb", backend)
     d = tmp_path / "emb" / "tiny"
     assert set(changes) == {"latency", "throughput"}
-    assert (d / "1" / "model.py").is_file() and (d / "1" / "sys_path.json").is_file()
+    for model in (d, tmp_path / "emb" / "tiny__throughput"):
+        if backend == "python":
+            assert (model / "1" / "model.py").is_file() and (model / "1" / "sys_path.json").is_file()
+        else:  # Triton finds <model>/libtriton_<backend>.so; the version directory holds nothing
+            assert (model / "libtriton_pipeline_ort.so").is_file() and not list((model / "1").iterdir())
     thr = read_config(d / "configs" / "throughput.pbtxt")
-    assert thr.backend == "python" and list(thr.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert thr.backend == {"native": "pipeline_ort", "python": "python"}[backend]
+    assert list(thr.dynamic_batching.preferred_batch_size) == [4, 8]
     assert thr.parameters["onnx_path"].string_value == str(shipped.onnx)
     assert read_config(d / "config.pbtxt") == read_config(d / "configs" / "latency.pbtxt")
 
