@@ -318,6 +318,7 @@ def bracketed_rounds(
     want: int,
     max_rounds: int,
     max_drift: float,
+    inside: Callable[[dict], float | None] | None = None,
 ) -> dict:
     """Rounds of [gauge, step, gauge, step, ..., gauge]; the median ratio over the rounds that count.
 
@@ -329,6 +330,10 @@ def bracketed_rounds(
     ``ratio(merged step results, mean gauge)`` gave a number. Rounds run until ``want``
     count or ``max_rounds`` ran. Which rounds count, and when to stop, depend only on the
     gauges and on validity, never on the ratio's value.
+
+    The gauges around a step miss a flip that begins and ends inside it. ``inside(step
+    results)``, where given, is the same ORT work timed by the server *during* the step (the
+    embedded stand-in's time inside ONNX Runtime): it must agree with the gauges too.
     """
     out_rounds: list[dict] = []
     for i in range(max_rounds):
@@ -338,10 +343,14 @@ def bracketed_rounds(
         for step in steps(i):
             detail.update(step())
             gauges.append(gauge())
-        drift, mean = (max(gauges) - min(gauges)) / min(gauges), float(np.mean(gauges))
+        mean = float(np.mean(gauges))
+        in_server = inside(detail) if inside else None
+        checked = gauges + ([in_server] if in_server else [])
+        drift = (max(checked) - min(checked)) / min(checked)
         r = ratio(detail, mean)
         out_rounds.append({"round": i, f"{gauge_key}_before": gauges[0], f"{gauge_key}_after": gauges[-1], "gauges": gauges,
-                           "gauge_mean": mean, "drift": drift, **detail, "ratio": r, "counted": r is not None and drift <= max_drift})  # fmt: skip
+                           "gauge_mean": mean, "in_server_gauge": in_server, "drift": drift, **detail, "ratio": r,
+                           "counted": r is not None and drift <= max_drift})  # fmt: skip
     counted = [r for r in out_rounds if r["counted"]]
     summary: dict = {"rounds": out_rounds, "max_drift": max_drift, "counted_rounds": len(counted), "gauge": gauge_key}
     if counted:
@@ -351,16 +360,26 @@ def bracketed_rounds(
     else:
         summary["ratio"] = None
         summary["reason"] = (
-            f"no round kept the in-process gauge ({gauge_key}) within {max_drift:.0%} (drifts "
+            f"no round kept the in-process gauge ({gauge_key}){' and the in-server ORT time' if inside else ''} within {max_drift:.0%} (drifts "
             + ", ".join(f"{r['drift']:.0%}" for r in out_rounds) + ") or a served run was invalid"
         )
     return summary
 
 
 def paired_c1(
-    serve_c1: Callable[[int], Point], ort_p50: Callable[[], float], want: int, max_rounds: int, max_drift: float
+    serve_c1: Callable[[int], Point],
+    ort_p50: Callable[[], float],
+    want: int,
+    max_rounds: int,
+    max_drift: float,
+    in_server_key: str | None = None,
 ) -> dict:
-    """Served c=1 p50 against the in-process batch-1 ORT p50 measured right before and right after it."""
+    """Served c=1 p50 against the in-process batch-1 ORT p50 measured right before and right after it.
+
+    ``in_server_key``: the served metric that is the server's own time inside ORT per request
+    (embedded mode: ``server_compute_infer_ms`` for the native stand-in, ``standin_ort_ms`` for
+    the python one); a round then also needs it to agree with the gauges (see bracketed_rounds).
+    """
 
     def steps(i: int) -> list[Callable[[], dict]]:
         def step() -> dict:
@@ -372,7 +391,11 @@ def paired_c1(
     def ratio(d: dict, ort_ms: float) -> float | None:
         return d["served"]["p50_ms"] / ort_ms if d["served_valid"] else None
 
-    summary = bracketed_rounds(steps, ratio, ort_p50, "ort_p50_ms", want, max_rounds, max_drift)
+    def inside(d: dict) -> float | None:
+        return d["served"].get(in_server_key) if in_server_key and d["served_valid"] else None
+
+    summary = bracketed_rounds(steps, ratio, ort_p50, "ort_p50_ms", want, max_rounds, max_drift, inside)
+    summary["in_server_gauge"] = in_server_key
     if summary["ratio"] is not None:
         summary["served_p50_ms"] = float(np.median([r["served"]["p50_ms"] for r in summary["rounds"] if r["counted"]]))
     return summary

@@ -88,6 +88,9 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
         assert "standin_ort_ms" not in lat1 and data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] is None
     paired = data["paired_c1"]
     assert [r["served_valid"] for r in paired["rounds"]] == [True, True] and paired["counted_rounds"] == 2
+    # The stand-in's time inside ORT during each served run is the round's third gauge.
+    assert paired["in_server_gauge"] == {"native": "server_compute_infer_ms", "python": "standin_ort_ms"}[backend]
+    assert all(r["in_server_gauge"] > 0 for r in paired["rounds"])
     assert data["ratios"]["latency_c1_p50_vs_ort_p50"] == pytest.approx(paired["ratio"]) and paired["ratio"] > 0
     assert data["ratios"]["latency_c1_p50_vs_ort_p50_unpaired"] > 0
     # Both variants in one server, bracketed by in-process timings: one counted round wanted, at most three run.

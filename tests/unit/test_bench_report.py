@@ -95,7 +95,10 @@ def test_report_marks_invalid_points_and_names_the_mode(tmp_path: Path) -> None:
     assert report.curves_csv(res, "throughput").strip() == ",".join(report.CURVE_FIELDS)  # no invalid rows
 
 
-def _paired(ort: list[float], served: list[float | None], max_drift: float = 0.10, want: int = 99) -> dict:
+def _paired(
+    ort: list[float], served: list[float | None], max_drift: float = 0.10, want: int = 99,
+    compute: list[float] | None = None, inside: str | None = None,
+) -> dict:  # fmt: skip
     """paired_c1 over recorded numbers: ORT p50s are consumed before/after each served run."""
     ort_iter = iter(ort)
 
@@ -103,9 +106,9 @@ def _paired(ort: list[float], served: list[float | None], max_drift: float = 0.1
         p50 = served[i]
         if p50 is None:
             return measure.Point(1, False, "exit 2: Failed to obtain stable measurement")
-        return measure.Point(1, True, "", _pt(1, p50, 200, 0.03, p50 - 0.5), 1.0)
+        return measure.Point(1, True, "", _pt(1, p50, 200, 0.03, compute[i] if compute else p50 - 0.5), 1.0)
 
-    return measure.paired_c1(serve, lambda: next(ort_iter), want, len(served), max_drift)
+    return measure.paired_c1(serve, lambda: next(ort_iter), want, len(served), max_drift, inside)
 
 
 def test_paired_rounds_count_only_when_the_machine_kept_its_speed() -> None:
@@ -148,7 +151,26 @@ def test_paired_rounds_are_in_the_report(tmp_path: Path) -> None:
     res["diagnosis"] = report.diagnose(res, _configs(), {}, 2, 0.02)
     md = report.markdown(res)
     assert "median of 1 of 2 paired rounds" in md
-    assert "| 1 | 4.30 | 4.60 | 5.90 | 37% | 0.90x | no |" in md
+    assert "| 1 | 4.30 | 4.60 | n/a | 5.90 | 37% | 0.90x | no |" in md
+
+
+def test_the_servers_own_ort_time_is_a_gauge_inside_the_run() -> None:
+    """A slow phase that begins after one gauge and ends before the next shows in the server's ORT time."""
+    ort = [4.3, 4.3, 4.4, 4.3, 4.3, 4.4]
+    served, compute = [4.7, 6.1, 4.8], [4.35, 5.9, 4.5]  # round 1: the whole run in a slow phase, gauges fast
+    p = _paired(ort, served, compute=compute, inside="server_compute_infer_ms")
+    assert [r["counted"] for r in p["rounds"]] == [True, False, True]
+    assert p["rounds"][1]["in_server_gauge"] == 5.9 and p["rounds"][1]["drift"] == pytest.approx(5.9 / 4.3 - 1)
+    assert p["ratio"] == pytest.approx(np.median([4.7 / 4.3, 4.8 / 4.35]))
+    # Without the in-server gauge (external Triton) the same round counts: its gauges agree.
+    assert [r["counted"] for r in _paired(ort, served, compute=compute)["rounds"]] == [True, True, True]
+    res = _res({"c1": _pt(1, 4.7, 200, 0.03, 4.35)}, {"c1": _pt(1, 6.5, 140, 2.1, 4.3)})
+    res["paired_c1"] = p
+    res["ratios"] = report.ratios(res)
+    res["diagnosis"] = report.diagnose(res, _configs(), {}, 2, 0.02)
+    md = report.markdown(res)
+    assert "the server's own time inside ORT during the run (server_compute_infer_ms, mean)" in md
+    assert "| 1 | 4.40 | 6.10 | 5.90 | 4.30 | 37% | 1.40x | no |" in md
 
 
 def _paired_tput(ort: list[float], tput: dict[int, list[tuple[float | None, float | None]]], want: int = 99) -> tuple[dict, list]:
