@@ -31,6 +31,9 @@ _STANDINS = {
     "native": "our native Triton backend pipeline_ort, which runs ONNX Runtime inside tritonserver (native/pipeline_ort)",
     "python": "a python-backend model that runs ONNX Runtime in the stub process (pipeline/adapters/triton_ort_model.py)",
 }
+# The served metric that is the stand-in's own time inside ONNX Runtime per request: Triton's compute infer for
+# the native backend, the python stand-in's own timer (it also pays Python and IPC inside compute infer).
+_ORT_TIME_KEYS = {"native": "server_compute_infer_ms", "python": "standin_ort_ms"}
 
 
 def embedded_note(backend: str) -> str:
@@ -79,6 +82,7 @@ class EmbeddedMode:
             raise
         self.backend = backend
         self.description = embedded_note(backend)
+        self.in_server_ort_key: str | None = _ORT_TIME_KEYS[backend]
         self.protocol, self.timeout_s, self.log_dir = protocol, timeout_s, log_dir
 
     def add_variant(self, name: str, cfg: mc.ModelConfig) -> None:
@@ -126,6 +130,8 @@ class ExternalMode:
     """
 
     mode = "external"
+    # It may run the model on a GPU, where the server's time is no gauge for in-process CPU ORT.
+    in_server_ort_key: str | None = None
 
     def __init__(self, url: str, model: str, configs: dict[str, Path], protocol: str, grpc_url: str | None = None) -> None:
         self.http_url = url.removeprefix("http://").rstrip("/")

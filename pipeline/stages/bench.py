@@ -171,12 +171,10 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                     pts = run(t, b.concurrency, variant)
                     if variant == "latency" and b.paired_rounds > 0:
                         print(f"[bench] latency c=1 paired with in-process ORT: until {b.paired_rounds} round(s) count, at most {b.paired_max_rounds}", flush=True)
-                        # Embedded: the stand-in's time inside ORT during the served run is a third gauge (an external
-                        # Triton may run the model on a GPU, where in-process CPU ORT is no gauge for it).
-                        inside = {"native": "server_compute_infer_ms", "python": "standin_ort_ms"}.get(b.embedded_backend) if b.server == "embedded" else None
+                        # Embedded: the stand-in's time inside ORT during the served run is a third gauge.
                         res["paired_c1"] = measure.paired_c1(
                             lambda i: run(t, [1], f"latency_paired{i}", b.paired_measurement_interval_ms)[0],
-                            ort_p50, b.paired_rounds, b.paired_max_rounds, b.paired_max_drift, inside,
+                            ort_p50, b.paired_rounds, b.paired_max_rounds, b.paired_max_drift, mode.in_server_ort_key,
                         )  # fmt: skip
                 res["variants"][variant] = {"points": {f"c{p.concurrency}": _point(p) for p in pts}}
                 all_points[variant] = pts
