@@ -183,6 +183,14 @@ class VariantsConfig:
 
 
 @dataclass
+class ServingConfig:
+    """Derived in conf/config.yaml from ``targets[0]``: what the ONNX Runtime model serves. Never set by hand."""
+
+    target: str = "cpu"
+    precision: str = "fp32"
+
+
+@dataclass
 class RepositoryConfig:
     """Model repository layout."""
 
@@ -307,6 +315,7 @@ class PipelineConfig:
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     targets: list[str] = field(default_factory=lambda: ["cpu"])
     target_specs: dict[str, TargetConfig] = field(default_factory=dict)
+    serving: ServingConfig = field(default_factory=ServingConfig)
     variant: VariantsConfig = field(default_factory=VariantsConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     parity: ParityConfig = field(default_factory=ParityConfig)
