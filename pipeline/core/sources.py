@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import importlib.util
 import site
 import sys
@@ -39,6 +40,16 @@ from pipeline.core.config import ModelConfig
 from pipeline.core.errors import ConfigError
 
 SCHEMA = 1
+
+
+def render(record: dict[str, Any]) -> str:
+    """The exact bytes the probe stage writes for a record (sorted keys, no timestamps)."""
+    return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+
+def records(model: ModelConfig, root: Path) -> dict[str, str]:
+    """Both records as the probe stage writes them: ``{"model": text, "data": text}``."""
+    return {"model": render(model_record(model, root)), "data": render(data_record(model, root))}
 
 
 def _installed_roots() -> list[Path]:
@@ -78,7 +89,8 @@ def _distribution(top_level: str) -> dict[str, str] | None:
     if not names:
         return None
     name = sorted(names)[0]
-    return {"distribution": name, "version": importlib.metadata.version(name)}
+    # Drop a local label (2.13.0+cpu vs +cu126): a GPU runner's build of the same release exports the same graph.
+    return {"distribution": name, "version": importlib.metadata.version(name).split("+")[0]}
 
 
 def _find_module(dotted: str, key: str) -> tuple[str, Path]:
@@ -196,7 +208,7 @@ def _existing_file(value: str, key: str, fix: str) -> Path:
 
 def model_record(model: ModelConfig, root: Path) -> dict[str, Any]:
     """Fingerprint of everything export builds the graph from (see the module docstring)."""
-    rec: dict[str, Any] = {"schema": SCHEMA, "source": model.source}
+    rec: dict[str, Any] = {"schema": SCHEMA, "record": "model", "source": str(model.source)}
     if model.source == "onnx":
         if model.path:
             rec["onnx"] = _onnx_entries(_existing_file(model.path, "model.path", "set model.path to an existing .onnx file"), root)
@@ -213,7 +225,7 @@ def model_record(model: ModelConfig, root: Path) -> dict[str, Any]:
 
 def data_record(model: ModelConfig, root: Path) -> dict[str, Any]:
     """Fingerprint of where the real samples come from (``model.data``); synthetic samples need nothing."""
-    rec: dict[str, Any] = {"schema": SCHEMA}
+    rec: dict[str, Any] = {"schema": SCHEMA, "record": "data"}
     data = model.data or {}
     if data.get("_target_"):
         rec["hook"] = code_entry(str(data["_target_"]), "model.data._target_", root)

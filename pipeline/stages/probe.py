@@ -1,9 +1,15 @@
-"""probe stage: record this machine's GPUs, driver, CUDA and TensorRT versions as JSON.
+"""probe stage: record what lies outside DVC's view, as JSON with no timestamps.
 
-Runs on every ``dvc repro`` (``always_changed: true``). The JSON has no timestamps, so
-on the same machine it hashes the same and the engine stages that depend on it stay
-up to date; on a machine with another GPU or TensorRT it changes, and DVC can neither
-keep nor restore from its run-cache an engine built elsewhere.
+Runs on every ``dvc repro`` (``always_changed: true``) and writes three records:
+- ``--out``: this machine's GPUs, driver, CUDA and TensorRT versions. The engine stages depend
+  on it, so on another GPU or TensorRT DVC can neither keep nor restore from its run-cache an
+  engine built elsewhere.
+- ``--model-record`` and ``--data-record``: content fingerprints of the files the model config
+  names (checkpoint, ONNX file, the factory's and the data hook's code; see
+  :mod:`pipeline.core.sources`). Export and parity depend on them, so a retrained checkpoint
+  or an edited model module reruns them even though no param changed.
+
+Unchanged inputs give byte-identical records, so nothing downstream reruns.
 """
 
 from __future__ import annotations
@@ -11,25 +17,32 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pipeline.core import atomic
+from pipeline.core import atomic, sources
+from pipeline.core.config import load_config
 from pipeline.core.gpu import probe_machine
 from pipeline.core.stage import main as stage_main
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="probe JSON to write")
+    p.add_argument("--out", required=True, type=Path, help="machine probe JSON to write")
+    p.add_argument("--model-record", required=True, type=Path, help="fingerprint of the model's source files")
+    p.add_argument("--data-record", required=True, type=Path, help="fingerprint of the sample-data sources")
 
 
 def _body(a: argparse.Namespace) -> None:
+    cfg = load_config(a.params)
+    recs = sources.records(cfg.model, Path.cwd().resolve())
     info = probe_machine()
     atomic.write_json(a.out, info)
+    atomic.write_text(a.model_record, recs["model"])
+    atomic.write_text(a.data_record, recs["data"])
     gpus = ", ".join(f"{g['name']} (sm{str(g['compute_capability']).replace('.', '')})" for g in info["gpus"]) or "none"
     trt = info["tensorrt"]["version"] if info["tensorrt"]["available"] else "not importable"
-    print(f"[probe] GPUs: {gpus}; TensorRT: {trt}")
+    print(f"[probe] GPUs: {gpus}; TensorRT: {trt}; model and data sources fingerprinted")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m pipeline.stages.probe --out artifacts/machine/probe.json``."""
+    """Entry point: ``python -m pipeline.stages.probe --params params.yaml --out ... --model-record ... --data-record ...``."""
     return stage_main("probe", __doc__, _args, _body, argv)
 
 
