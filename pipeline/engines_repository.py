@@ -18,13 +18,12 @@ from typing import Any, Optional
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.adapters import triton_config
-from pipeline.adapters.onnx_tools import load_model
 from pipeline.core.config import TargetConfig, VariantConfig
-from pipeline.core.engine_manifest import MANIFEST_NAME, check_matches_target, read_manifest, sha256_file
+from pipeline.core.engine_manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
 from pipeline.core.errors import EngineError, ParityError, RepositoryError
 from pipeline.core.gpu import sm_tag
 from pipeline.core.parity import artifact_passed, load_report
-from pipeline.core.specs import graph_io
+from pipeline.core.specs import IOSpec
 
 
 @dataclass
@@ -36,6 +35,7 @@ class TrtModel:
     included: dict[str, str] = field(default_factory=dict)  # target -> plan file name
     excluded: dict[str, str] = field(default_factory=dict)  # target -> reason
     notes: list[str] = field(default_factory=list)  # what the operator must know to serve it
+    not_gpu: list[str] = field(default_factory=list)  # fleet targets whose manifest says they are no GPU target
 
 
 # ---------------------------------------------------------------- parity lookup
@@ -72,22 +72,27 @@ def _profile_max_batch(manifest_profiles: Mapping[str, Mapping[str, Sequence[int
     return min((int(p["max"][0]) for p in manifest_profiles.values() if p.get("max")), default=0)
 
 
+def _io(manifest_io: Sequence[Mapping[str, Any]]) -> list[IOSpec]:
+    return [IOSpec(str(s["name"]), str(s["dtype"]), tuple(s["dims"])) for s in manifest_io]
+
+
 def render_trt_model(
     model_name: str,
-    onnx_path: Path,
     engine_dirs: Mapping[str, Path],
-    targets: Mapping[str, TargetConfig],
     variant: VariantConfig,
     parity_report: Optional[Mapping[str, Any]],
     version: int = 1,
 ) -> TrtModel:
     """Render the TensorRT Triton model for every shippable engine.
 
+    Everything about a target (compute capability, GPU names, hardware compatibility) and the graph's
+    inputs and outputs comes from the engine manifests, and the FP16 ONNX the engines must have been
+    built from is the one the parity report compared (its ``fp16`` entry's sha256): the repository
+    stage depends on neither every target's settings nor the FP16 file.
+
     Args:
         model_name: Triton model name (e.g. ``minilm_trt``).
-        onnx_path: the FP16 ONNX the engines were built from (for input/output names, types, dims).
-        engine_dirs: target name -> ``artifacts/engines/<target>`` (each holds manifest.json [+ model.plan]).
-        targets: target name -> its TargetConfig (``cfg.target_specs``).
+        engine_dirs: fleet target name -> ``artifacts/engines/<target>`` (each holds manifest.json [+ model.plan]).
         variant: the scheduling variant (max_batch_size, instance_count, dynamic_batching).
         parity_report: the parsed parity.json (None = nothing passed parity).
         version: the model version directory the plans go to.
@@ -103,23 +108,29 @@ def render_trt_model(
         RepositoryError: max_batch_size exceeds an engine's profile, or the graph has no batch axis.
     """
     out = TrtModel(config=None)
-    onnx_sha = sha256_file(onnx_path) if onnx_path.is_file() else None
+    fp16_entry = ((parity_report or {}).get("artifacts") or {}).get("fp16") or {}
+    onnx_sha = fp16_entry.get("sha256")
     by_cc: dict[str, str] = {}
     max_batches: dict[str, int] = {}
+    targets: dict[str, TargetConfig] = {}
+    io: dict[str, list[dict[str, Any]]] = {}
     for name, engine_dir in engine_dirs.items():
-        target = targets[name]
-        if target.kind != "gpu":
-            continue
         if not (Path(engine_dir) / MANIFEST_NAME).is_file():
             # In CI's assemble job a family whose runner did not report has no engine dir at all.
             out.excluded[name] = f"no engine: {Path(engine_dir) / MANIFEST_NAME} is absent (dvc repro engine@{name} or dvc pull)"
             continue
         manifest = read_manifest(Path(engine_dir) / MANIFEST_NAME)
+        target = targets[name] = target_of(manifest, name)
+        if target.kind != "gpu":
+            out.not_gpu.append(name)
+            continue
         if not manifest.built:
             out.excluded[name] = f"skipped: {manifest.reason}"
             continue
         check_matches_target(manifest, target, Path(engine_dir), onnx_sha)
         passed, why = engine_parity(parity_report, name)
+        if passed and not onnx_sha:
+            passed, why = False, "the parity report has no fp16 entry, so nothing says which FP16 ONNX the engine must come from"
         if not passed:
             out.excluded[name] = f"not shipped: {why}"
             continue
@@ -134,6 +145,7 @@ def render_trt_model(
         out.included[name] = plan_name(target)
         out.files.append((Path(engine_dir) / manifest.engine["file"], f"{version}/{plan_name(target)}"))
         max_batches[name] = _profile_max_batch(manifest.profiles)
+        io = io or manifest.io
         if (manifest.settings or {}).get("version_compatible"):
             out.notes.append(
                 f"{plan_name(target)} is version-compatible: start Triton with --backend-config=tensorrt,version-compatible=true"
@@ -147,7 +159,9 @@ def render_trt_model(
             f"max_batch_size={variant.max_batch_size} of variant '{variant.name}' exceeds the engines' profile max batch {too_small}",
             fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variant.<name>.max_batch_size",
         )
-    inputs, outputs = graph_io(load_model(onnx_path, "FP16 model"))
+    if not io.get("inputs") or not io.get("outputs"):
+        raise EngineError("the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>")
+    inputs, outputs = _io(io["inputs"]), _io(io["outputs"])
     cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variant.{variant.name}", "gpu")
     cfg.platform = "tensorrt_plan"
     for cc, name in sorted(by_cc.items(), key=lambda kv: float(kv[0])):

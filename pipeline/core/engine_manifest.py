@@ -37,9 +37,12 @@ class EngineManifest:
     target: str
     status: str  # built | skipped
     reason: str
-    expected: dict[str, Any]  # the target's compute_capability, gpu_family, gpu_names
+    expected: dict[str, Any]  # the target's kind, compute_capability, gpu_family, gpu_names, hardware_compatibility
     machine: dict[str, Any] = field(default_factory=dict)  # gpu_name, compute_capability, driver/CUDA/TensorRT versions
     onnx: dict[str, Any] = field(default_factory=dict)  # path, sha256
+    # The graph's inputs and outputs ({name, dtype, dims}): the repository renders the TensorRT model's
+    # config from them, so it never needs to read the FP16 ONNX itself.
+    io: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     profiles: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     settings: Optional[dict[str, Any]] = None
     engine: Optional[dict[str, Any]] = None  # file, bytes, sha256
@@ -79,8 +82,29 @@ class EngineManifest:
 
 
 def expected_for(target: TargetConfig) -> dict[str, Any]:
-    """What a manifest must say about its target."""
-    return {"compute_capability": target.compute_capability, "gpu_family": target.gpu_family, "gpu_names": list(target.gpu_names)}
+    """What a manifest must say about its target (everything the repository stage needs to know of it)."""
+    return {
+        "kind": str(target.kind),
+        "compute_capability": target.compute_capability,
+        "gpu_family": target.gpu_family,
+        "gpu_names": list(target.gpu_names),
+        "hardware_compatibility": str(target.builder.hardware_compatibility),
+    }
+
+
+def target_of(manifest: EngineManifest, name: str) -> TargetConfig:
+    """The target a manifest was built for, as recorded in it (``name``: the fleet entry it stands for).
+
+    The engine stage depends on ``target_specs.<name>``, so after ``dvc repro`` the recorded target is the
+    configured one; the repository stage reads it from here and needs no dependency on every target's settings.
+    """
+    e = manifest.expected
+    target = TargetConfig(
+        name=name, kind=e.get("kind", "gpu"), gpu_family=e.get("gpu_family"), compute_capability=e.get("compute_capability"),
+        gpu_names=list(e.get("gpu_names") or []),
+    )
+    target.builder.hardware_compatibility = e.get("hardware_compatibility", "none")
+    return target
 
 
 def write_manifest(path: str | os.PathLike[str], manifest: EngineManifest) -> None:

@@ -148,13 +148,27 @@ def failures(report: dict[str, Any]) -> list[str]:
                 f"{kind}/{out}: {o['stat']} error abs={_fmt(o['stat_abs'])} > atol={_fmt(o['atol'])} and "
                 f"rel={_fmt(o['stat_rel'])} > rtol={_fmt(o['rtol'])} in {o['failed_samples']}/{o['samples']} samples "
                 f"(max_abs={_fmt(o['max_abs'])}, mean_abs={_fmt(o['mean_abs'])}); "
-                f"passes with {key}.atol={_fmt(need)}" if need is not None else f"{kind}/{out}: non-finite error; see the report"
+                f"passes with {key}.atol={_fmt(round_up(need))}" if need is not None else f"{kind}/{out}: non-finite error; see the report"
             )
     return lines
 
 
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3g}"
+
+
+def round_up(x: float, digits: int = 3) -> float:
+    """``x`` rounded *up* to ``digits`` significant digits, so a printed tolerance still covers ``x``.
+
+    Rounding to nearest can print 2.98e-07 for a needed 2.9802e-07, and that suggestion then fails.
+    """
+    if x <= 0 or not math.isfinite(x):
+        return x
+    exp = math.floor(math.log10(x)) - digits + 1
+    up = math.ceil(x / 10.0**exp) * 10.0**exp
+    # The decimal string is what the user pastes: make sure it parses back to at least x.
+    text = float(f"{up:.{digits}g}")
+    return text if text >= x else float(f"{up + 10.0**exp:.{digits}g}")
 
 
 def gate(report: dict[str, Any], report_path: Path | str) -> None:

@@ -43,6 +43,15 @@ def specs_from_graph(graph_inputs: list[IOSpec]) -> list[TensorSpec]:
     return [TensorSpec(name=i.name, dtype=i.dtype, shape=[d if isinstance(d, int) else (d or f"dim{k}") for k, d in enumerate(i.dims)]) for i in graph_inputs]
 
 
+def input_specs(model: ModelConfig, graph_inputs: list[IOSpec]) -> list[TensorSpec]:
+    """The specs every stage builds samples from: ``model.inputs`` when listed, else the graph's own inputs.
+
+    One rule for all stages, so a model whose inputs are read from its graph (model=onnx) gets the
+    same samples in export, simplify, fp16, parity and the bench.
+    """
+    return list(model.inputs) or specs_from_graph(graph_inputs)
+
+
 def load_feed_file(path: str | Path) -> list[Feed]:
     """Feeds from a Polygraphy JSON inputs file (list of feed dicts) or an .npz (one feed)."""
     p = Path(path)

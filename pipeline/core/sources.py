@@ -172,11 +172,12 @@ def _onnx_entries(path: Path, root: Path) -> list[dict[str, Any]]:
     """The ONNX file and every external-data file it references."""
     import onnx
 
+    from pipeline.adapters.onnx_tools import load_model
+
     entries = [file_entry(path, root)]
-    try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001 - a corrupt file is the export stage's error to report; its hash is recorded
-        return entries
+    # A truncated or corrupt file fails here, in the first stage, with export's own message: nothing later runs.
+    load_model(path, "model.path", fix="set model.path to an existing, complete .onnx file")
+    proto = onnx.load(str(path), load_external_data=False)  # a full load inlines the data and forgets where it was
     locations = {
         kv.value for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
         for kv in t.external_data if kv.key == "location"

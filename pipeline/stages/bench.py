@@ -38,7 +38,8 @@ from pipeline.core import stage
 from pipeline.core.atomic import atomic_path, remove_stale, write_json, write_text
 from pipeline.core.config import PipelineConfig, load_config
 from pipeline.core.errors import BenchError, ConfigError, PipelineError
-from pipeline.core.samples import load_samples
+from pipeline.core.atomic import file_digest
+from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 
 SCHEMA = 1
@@ -117,7 +118,8 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     batched = main_cfg.max_batch_size > 0
     input_names = [i.name for i in main_cfg.input]
 
-    samples = [{k: v for k, v in f.items() if k in input_names} for f in load_samples(cfg.model)]
+    # The same specs rule as every other stage: model.inputs, else the shipped graph's own inputs (model=onnx).
+    samples = [{k: v for k, v in f.items() if k in input_names} for f in load_samples(cfg.model, input_specs(cfg.model, graph_in))]
     rows = measure.request_rows(samples, batched)
     if b.input_shapes == "uniform":
         rows = measure.uniform_rows(rows)
@@ -128,7 +130,12 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     shapes = {k: list(v.shape[1:] if batched else v.shape) for k, v in rows[0].items()} if one_shape else {}
 
     res: dict[str, Any] = {"schema": SCHEMA, "machine": machine(pa)}
-    res["model"] = {"name": shipped.name, "onnx": str(shipped.onnx), "version": shipped.version, "configs": {v: str(p) for v, p in shipped.configs.items()}}
+    # The sha256 of what was measured: a release embeds this report only if its files have these digests.
+    res["model"] = {
+        "name": shipped.name, "onnx": str(shipped.onnx), "version": shipped.version, "sha256": file_digest(shipped.onnx)[0],
+        "configs": {v: str(p) for v, p in shipped.configs.items()},
+        "configs_sha256": {v: file_digest(p)[0] for v, p in shipped.configs.items()},
+    }
     res["inputs"] = {"requests": len(rows), "policy": b.input_shapes, "distinct_shapes": len({measure.shape_key(r) for r in rows})}
     res["settings"] = asdict(b)
 
@@ -222,6 +229,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             res["baseline"]["latency"], res["baseline"]["latency_after"] = again, res["baseline"]["latency"]
         res["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         res["ratios"] = report.ratios(res)
+        res["summary"] = summary(res)
         res["diagnosis"] = report.diagnose(res, configs, graph_dtypes, measure.cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
 
         with atomic_path(out_dir) as tmp:
@@ -248,6 +256,28 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     return res
 
 
+def summary(res: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers (dvc metrics, and what a release manifest embeds): ratios, and per variant c=1 and peak."""
+    def r(x: Any) -> Any:
+        return round(x, 4) if isinstance(x, float) else x
+
+    variants = {}
+    for name, v in res["variants"].items():
+        pts = [p for p in v["points"].values() if p.get("valid")]
+        c1 = v["points"].get("c1") or {}
+        variants[name] = {
+            "c1_p50_ms": r(c1.get("p50_ms")), "c1_p99_ms": r(c1.get("p99_ms")),
+            "peak_infer_s": r(max((p["throughput_infer_s"] for p in pts), default=None)),
+        }
+    return {
+        "server": res["server"]["mode"],
+        "ort_p50_ms": r(res["baseline"]["latency"]["p50_ms"]),
+        "ort_best_infer_s": r(res["baseline"]["throughput"].get("best_infer_s")),
+        "ratios": {k: r(v) for k, v in res["ratios"].items() if not k.endswith(("_unpaired", "_rounds_counted"))},
+        "variants": variants,
+    }
+
+
 def _point(p: measure.Point) -> dict:
     d: dict[str, Any] = dict(p.metrics)
     d.update(concurrency=p.concurrency, valid=p.valid, reason=p.reason, avg_batch=p.avg_batch, failed_requests=p.failed_requests)
@@ -256,7 +286,8 @@ def _point(p: measure.Point) -> dict:
 
 def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repository", required=True, type=Path, help="the shipped model repository root")
-    p.add_argument("--out-json", required=True, type=Path, help="bench.json (dvc metrics)")
+    p.add_argument("--out-json", required=True, type=Path, help="bench.json: the full report")
+    p.add_argument("--metrics", type=Path, help="the report's summary (dvc metrics)")
     p.add_argument("--out-dir", required=True, type=Path, help="report.md, bench.png, perf logs")
     p.add_argument("--curves-dir", required=True, type=Path, help="<variant>.csv plot data (dvc plots)")
     p.add_argument("--tuned-config", type=Path, default=None, help="also write the tuned throughput.pbtxt here (bench.tune=true); it is always in <out-dir>/tuned/")
@@ -265,7 +296,11 @@ def _add_args(p: argparse.ArgumentParser) -> None:
 def _body(args: argparse.Namespace) -> None:
     cfg = load_config(args.params)
     t0 = time.perf_counter()
+    if args.metrics is not None:
+        remove_stale(args.metrics)  # never leave the last run's headline beside a failed run
     res = run_bench(cfg, args.repository, args.out_json, args.out_dir, args.curves_dir, args.tuned_config)
+    if args.metrics is not None:
+        write_json(args.metrics, res["summary"])
     r = res["ratios"]
     print(f"[bench] {res['server']['mode']} mode; latency c=1 p50 / ORT p50 = {r['latency_c1_p50_vs_ort_p50']}; "
           f"throughput/latency c8 = {r['throughput_vs_latency_c8']}, c16 = {r['throughput_vs_latency_c16']} "

@@ -92,7 +92,8 @@ def build_target(
     if target.kind == "gpu":
         if not onnx_path.is_file():
             raise EngineError(f"FP16 ONNX not found: {onnx_path}", fix="run the fp16 stage first: dvc repro fp16")
-        inputs, _ = graph_io(load_model(onnx_path, "FP16 model"))
+        inputs, outputs = graph_io(load_model(onnx_path, "FP16 model"))
+        manifest.io = {k: [{"name": s.name, "dtype": s.dtype, "dims": list(s.dims)} for s in v] for k, v in (("inputs", inputs), ("outputs", outputs))}
         profiles = compute_profiles(inputs, target.profile, target.name, batch_axis)
         manifest.profiles = {p.name: p.as_dict() for p in profiles}
         if decision.build:

@@ -15,9 +15,9 @@ from pipeline.adapters import onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ExportConfig, ModelConfig, load_config
 from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError
-from pipeline.core.samples import load_samples, specs_from_graph
+from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io, op_counts
-from pipeline.core.stage import main as stage_main
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 
 def build_module(model: ModelConfig) -> Any:
@@ -158,7 +158,7 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
     check_input_names([s.name for s in model.inputs], [i.name for i in inputs], f"graph in {src}")
     onnx_tools.check_model(src, f"model.path={src}")
     sess = onnx_tools.session(src, f"model.path={src}")
-    specs = model.inputs or specs_from_graph(inputs)
+    specs = input_specs(model, inputs)
     outputs = onnx_tools.run(sess, load_samples(model, specs, count=1)[0], f"model.path={src}")
     if bad := onnx_tools.nonfinite(outputs):
         raise OnnxModelError(f"model.path={src} produces NaN/Inf on a sample", details={"outputs": bad})
@@ -185,15 +185,21 @@ def run_export(model: ModelConfig, export: ExportConfig, out: Path) -> dict[str,
     }
 
 
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The export numbers worth comparing across runs (dvc metrics)."""
+    keep = ("nodes", "opset", "size_bytes", "sanity_max_abs_diff")
+    return {k: report[k] for k in keep if k in report}
+
+
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="ONNX file to write")
-    p.add_argument("--report", required=True, type=Path, help="JSON report to write")
+    add_report_args(p)
 
 
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     report = run_export(cfg.model, cfg.export, a.out)
-    atomic.write_json(a.report, report)
+    write_report(a, report, headline(report))
     print(f"[export] {a.out}: {report['nodes']} nodes, opset {report['opset']}, {report['size_bytes'] / 1e6:.1f} MB")
 
 

@@ -20,9 +20,9 @@ from pipeline.adapters import fp16_safety, onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ModelConfig, PrecisionConfig, load_config
 from pipeline.core.errors import PrecisionError
-from pipeline.core.samples import load_samples, specs_from_graph
+from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
-from pipeline.core.stage import main as stage_main
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 
 def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str] | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
@@ -98,7 +98,7 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     fp32 = onnx_tools.load_model(src, "simplified model")
     fp16_safety.name_nodes(fp32)  # node_block_list works by name; unnamed nodes get stable names
     inputs, _ = graph_io(fp32)
-    feeds = load_samples(model, model.inputs or specs_from_graph(inputs))
+    feeds = load_samples(model, input_specs(model, inputs))
     block_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list)
     converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra: convert(m, cfg, extra)[0], block_ops)
     auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
@@ -132,14 +132,20 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--onnx", required=True, type=Path, help="FP32 ONNX to convert")
     p.add_argument("--out", required=True, type=Path, help="FP16 ONNX to write")
-    p.add_argument("--report", required=True, type=Path, help="JSON report")
+    add_report_args(p)
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """Size and what stayed FP32 (dvc metrics); the node list and ranges stay in the report."""
+    keep = ("nodes", "kept_fp32_count", "fallback_blocked_count", "size_bytes_fp32", "size_bytes_fp16")
+    return {k: report[k] for k in keep if k in report}
 
 
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     with atomic.atomic_path(a.out) as tmp:
         report = run_fp16(a.onnx, tmp, cfg.precision, cfg.model)
-    atomic.write_json(a.report, report)
+    write_report(a, report, headline(report))
     print(f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32 "
           f"({report['fallback_blocked_count']} by the data-driven fallback)")
     for b in report["fallback"]["blocked_nodes"]:

@@ -26,10 +26,10 @@ from pipeline.adapters import onnx_tools, polygraphy_tools as pg
 from pipeline.core import atomic
 from pipeline.core.config import PipelineConfig, ToleranceConfig, load_config
 from pipeline.core.errors import ParityError
-from pipeline.core.parity import SCHEMA_VERSION, artifact_passed, gate, polygraphy_options, resolve, summarize_output, tolerance_key
-from pipeline.core.samples import load_samples, specs_from_graph
+from pipeline.core.parity import SCHEMA_VERSION, round_up, artifact_passed, gate, polygraphy_options, resolve, summarize_output, tolerance_key
+from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
-from pipeline.core.stage import main as stage_main
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 __all__ = ["artifact_passed", "run_parity", "main"]
 
@@ -41,7 +41,7 @@ def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[li
         if source_onnx is None:
             raise ParityError("model.source=onnx needs the exported copy of the ONNX file as reference", fix="pass --source-onnx artifacts/onnx/model.onnx")
         proto = onnx_tools.load_model(source_onnx, "reference ONNX (model.path copy)")
-        specs = model.inputs or specs_from_graph(graph_io(proto)[0])
+        specs = input_specs(model, graph_io(proto)[0])
         runner, source = pg.onnxrt_runner(source_onnx, "reference"), "onnx"
     else:
         from pipeline.stages.export import build_module  # the export stage's safe factory + checkpoint loader
@@ -59,7 +59,9 @@ def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[li
 
 def compare_artifact(kind: str, runner: Any, feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig, path: Path) -> dict[str, Any]:
     """Run one artifact over the samples and summarize it against the reference, output by output."""
-    entry: dict[str, Any] = {"file": str(path), "config_key": tolerance_key(kind)}
+    # The sha256 of what was compared: the repository stage and `release build` ship a file only if its
+    # sha256 is here, so a report from another run can never vouch for it.
+    entry: dict[str, Any] = {"file": str(path), "sha256": atomic.file_digest(path)[0], "config_key": tolerance_key(kind)}
     try:
         results = pg.run(runner, feeds, f"{kind} artifact {path}")
     except ParityError as e:  # an artifact that cannot run fails the gate; the others are still compared
@@ -146,6 +148,7 @@ def run_parity(
     compared = [a for a in arts.values() if a.get("status") != "skipped"]
     return {
         "schema": SCHEMA_VERSION,
+        "model": cfg.model.name,
         "passed": bool(compared) and all(a.get("passed") is True for a in compared),
         "reference": {
             "source": source,
@@ -166,6 +169,17 @@ def run_parity(
     }
 
 
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The verdict and each compared artifact's worst absolute error per output (dvc metrics)."""
+    arts: dict[str, Any] = {}
+    for kind, art in report["artifacts"].items():
+        if "outputs" in art:
+            arts[kind] = {"passed": art["passed"], "max_abs": {o: v["max_abs"] for o, v in art["outputs"].items()}}
+        else:
+            arts[kind] = {"status": art.get("status")}
+    return {"passed": report["passed"], "samples": report["reference"]["samples"], "artifacts": arts}
+
+
 def print_table(report: dict[str, Any]) -> None:
     """A rich table of every artifact and output (falls back to plain lines if rich is missing)."""
     rows: list[list[str]] = []
@@ -176,7 +190,7 @@ def print_table(report: dict[str, Any]) -> None:
         for out, o in art["outputs"].items():
             f = (lambda x: "n/a" if x is None else f"{x:.3g}")
             rows.append([kind, out, o["stat"], f(o["max_abs"]), f(o["max_rel"]), f(o["mean_abs"]), f(o["atol"]), f(o["rtol"]),
-                         f(o["min_passing_atol"]), "PASS" if o["passed"] else "FAIL"])
+                         f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), "PASS" if o["passed"] else "FAIL"])
     head = ["artifact", "output", "stat", "max abs", "max rel", "mean abs", "atol", "rtol", "min atol", "result"]
     ref = report["reference"]
     title = f"parity vs {ref['source']} reference, {ref['samples']} samples (batch sizes {ref['batch_sizes']}), {report['seconds']} s"
@@ -204,7 +218,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engines", type=Path, help="directory of <target>/{model.plan,manifest.json} TensorRT engines")
     p.add_argument("--inputs", required=True, type=Path, help="golden inputs (Polygraphy JSON): written, or read with --goldens-only")
     p.add_argument("--reference", required=True, type=Path, help="golden reference outputs (Polygraphy RunResults JSON)")
-    p.add_argument("--report", required=True, type=Path, help="parity.json to write (dvc metrics)")
+    add_report_args(p)
     p.add_argument("--goldens-only", action="store_true", help="compare against the saved goldens; do not run (or need) torch")
     p.add_argument("--verbose", action="store_true", help="show Polygraphy's own per-sample log")
 
@@ -215,7 +229,7 @@ def _body(a: argparse.Namespace) -> None:
     if not artifacts and a.engines is None:
         raise ParityError("nothing to compare", fix="pass --fp32, --fp16 and/or --engines")
     report = run_parity(cfg, artifacts, a.inputs, a.reference, a.source_onnx, a.engines, a.goldens_only, a.verbose)
-    atomic.write_json(a.report, report)  # written even on failure: the numbers are what the user needs
+    write_report(a, report, headline(report))  # written even on failure: the numbers are what the user needs
     print_table(report)
     gate(report, a.report)
 

@@ -4,7 +4,7 @@ Layout (for model name M and version V):
     <out>/M/config.pbtxt              the default variant (repository.default_variant)
     <out>/M/configs/latency.pbtxt     tritonserver --model-config-name=latency
     <out>/M/configs/throughput.pbtxt  tritonserver --model-config-name=throughput
-    <out>/M/V/model.onnx              FP32 ONNX for a cpu target, FP16 ONNX for a GPU target
+    <out>/M/V/model.onnx              the serving target's ONNX: FP32 for a cpu target, FP16 for a GPU target
     <out>/M_trt/...                   TensorRT engines per compute capability (cc_model_filenames), only
                                       when a GPU target built an engine that matches it and passed parity
 """
@@ -12,6 +12,7 @@ Layout (for model name M and version V):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -19,16 +20,16 @@ from typing import Any
 
 from pipeline.adapters import onnx_tools, triton_config
 from pipeline.core import atomic
-from pipeline.core.config import PipelineConfig, load_config
+from pipeline.core.config import PipelineConfig, VariantConfig, load_config
 from pipeline.core.errors import ParityError, RepositoryError
 from pipeline.core.parity import artifact_passed, load_report
-from pipeline.core.specs import graph_io
-from pipeline.core.stage import main as stage_main
-from pipeline.engines_repository import engine_dirs_for, load_parity, render_trt_model, targets_table
+from pipeline.core.specs import IOSpec, graph_io
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
+from pipeline.engines_repository import load_parity, render_trt_model, targets_table
 
 
-def check_parity(report_path: Path, kind: str) -> dict[str, Any]:
-    """Refuse (RepositoryError) to ship ``kind`` unless the parity report says it passed."""
+def check_parity(report_path: Path, kind: str, served: Path) -> dict[str, Any]:
+    """Refuse (RepositoryError) to ship ``served`` unless the parity report compared this very file as ``kind`` and it passed."""
     try:
         report = load_report(report_path)
     except ParityError as e:
@@ -40,22 +41,43 @@ def check_parity(report_path: Path, kind: str) -> dict[str, Any]:
             fix=f"fix the artifact or its tolerance (parity.{kind}.*) and rerun `dvc repro parity`",
             details={"report": report_path},
         )
-    return {"kind": kind, "report": str(report_path), "verdict": why}
+    compared, sha = report["artifacts"][kind].get("sha256"), atomic.file_digest(served)[0]
+    if compared != sha:
+        raise RepositoryError(
+            f"refusing to ship {served}: the parity report vouches for another {kind} file",
+            fix="rerun the gate on this file: dvc repro parity repository",
+            details={"served sha256": sha, "parity compared sha256": compared, "report": report_path},
+        )
+    return {"kind": kind, "report": str(report_path), "verdict": why, "sha256": sha}
 
 
-def write_trt_model(cfg: PipelineConfig, fp16: Path, engines: Path, parity: Path | None, out: Path) -> dict[str, Any]:
+def fixed_batch_variant(variant: VariantConfig, inputs: list[IOSpec]) -> tuple[VariantConfig, str | None]:
+    """A graph with no dynamic batch axis cannot be batched by Triton: serve it with max_batch_size 0.
+
+    Returns the variant to render and, when it was changed, the note that says so (in the config header
+    and the report): the config asked for batching the graph cannot do, and three overrides would be needed.
+    """
+    fixed = [f"{i.name} {list(i.dims)}" for i in inputs if not i.dims or isinstance(i.dims[0], int)]
+    if not fixed or (variant.max_batch_size == 0 and variant.dynamic_batching is None):
+        return variant, None
+    note = (f"max_batch_size 0 and no dynamic batching: the graph has no dynamic batch axis ({', '.join(fixed)}); "
+            f"the config asked for max_batch_size {variant.max_batch_size}"
+            + (" with dynamic batching" if variant.dynamic_batching is not None else ""))  # fmt: skip
+    return dataclasses.replace(variant, max_batch_size=0, dynamic_batching=None), note
+
+
+def write_trt_model(cfg: PipelineConfig, engines: Path, parity: Path | None, out: Path) -> dict[str, Any]:
     """Write ``<name><suffix>/`` with every shippable engine; returns which targets are in and why others are not."""
-    dirs = engine_dirs_for(cfg.targets, cfg.target_specs, engines)
-    if not dirs:
-        return {"included": {}, "excluded": {}, "table": ""}
+    dirs = {t: engines / t for t in cfg.targets}
     name = cfg.model.name + cfg.repository.trt_model_suffix
     report = load_parity(parity)
     rendered = {
-        key: render_trt_model(name, fp16, dirs, cfg.target_specs, getattr(cfg.variant, key), report, cfg.repository.version)
+        key: render_trt_model(name, dirs, getattr(cfg.variant, key), report, cfg.repository.version)
         for key in ("latency", "throughput")
     }
     trt = rendered["latency"]
-    table = targets_table(dirs, trt)
+    gpu_dirs = {t: d for t, d in dirs.items() if t not in trt.not_gpu}
+    table = targets_table(gpu_dirs, trt) if gpu_dirs else ""
     if trt.config is not None:
         model_dir = out / name
         (model_dir / "configs").mkdir(parents=True)
@@ -71,60 +93,68 @@ def write_trt_model(cfg: PipelineConfig, fp16: Path, engines: Path, parity: Path
     return {"model": name if trt.config is not None else None, "included": trt.included, "excluded": trt.excluded, "table": table}
 
 
-def write_repository(
-    cfg: PipelineConfig, fp32: Path, fp16: Path, out: Path, parity: Path | None = None, engines: Path | None = None
-) -> dict[str, Any]:
+def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | None = None, engines: Path | None = None) -> dict[str, Any]:
     """Render and write the repository into ``out`` (a temporary directory); returns a summary.
 
-    With ``parity`` (a parity.json), the model to ship must have passed it (else RepositoryError).
-    With ``engines`` (artifacts/engines), GPU targets' engines that passed parity go into a TensorRT model.
+    ``onnx`` is the file the serving target serves (``model.<serving.precision>.onnx``). With ``parity``
+    (a parity.json), it must be the very file that passed the gate (else RepositoryError). With ``engines``
+    (artifacts/engines), GPU targets' engines that passed parity go into a TensorRT model.
     """
     name = cfg.model.name
     if not name or "/" in name or name.startswith("."):
         raise RepositoryError(f"model.name '{name}' is not a valid Triton model directory name", fix="set model.name to a plain name")
-    serving = cfg.target_specs[cfg.targets[0]]  # the ONNX Runtime model serves the first target of the fleet
-    if serving.precision not in ("fp32", "fp16"):
-        raise RepositoryError(f"target_specs.{serving.name}.precision='{serving.precision}'", fix="use fp32 or fp16")
-    src = fp16 if serving.precision == "fp16" else fp32
-    gate = check_parity(parity, serving.precision) if parity is not None else None
-    proto = onnx_tools.load_model(src, f"{serving.precision} ONNX model")
+    serving = cfg.target_specs[cfg.serving.target]
+    precision = str(cfg.serving.precision)
+    gate = check_parity(parity, precision, onnx) if parity is not None else None
+    proto = onnx_tools.load_model(onnx, f"{precision} ONNX model")
     inputs, outputs = graph_io(proto)
 
     model_dir = out / name
     (model_dir / "configs").mkdir(parents=True)
     version_dir = model_dir / str(cfg.repository.version)
     version_dir.mkdir()
-    shutil.copyfile(src, version_dir / "model.onnx")
+    shutil.copyfile(onnx, version_dir / "model.onnx")
     rendered: dict[str, str] = {}
+    derived: dict[str, str] = {}
     for key in ("latency", "throughput"):
-        variant = getattr(cfg.variant, key)
+        variant, note = fixed_batch_variant(getattr(cfg.variant, key), inputs)
         pb = triton_config.onnx_model_config(name, inputs, outputs, variant, serving, f"variant.{key}")
-        rendered[key] = triton_config.render(pb, triton_config.describe_variant(variant, serving, serving.precision))
+        lines = triton_config.describe_variant(variant, serving, precision)
+        if note:
+            derived[key] = note
+            lines.insert(1, f"Derived: {note}.")
+        rendered[key] = triton_config.render(pb, lines)
         (model_dir / "configs" / f"{key}.pbtxt").write_text(rendered[key], encoding="utf-8")
     (model_dir / "config.pbtxt").write_text(rendered[cfg.repository.default_variant], encoding="utf-8")
-    engines_summary = write_trt_model(cfg, fp16, engines, parity, out) if engines is not None else None
+    engines_summary = write_trt_model(cfg, engines, parity, out) if engines is not None else None
     return {
         "engines": engines_summary,
         "model": name,
         "version": cfg.repository.version,
         "serving_target": serving.name,
-        "precision": serving.precision,
-        "source_onnx": str(src),
+        "precision": precision,
+        "source_onnx": str(onnx),
+        "sha256": atomic.file_digest(onnx)[0],
         "parity": gate,
         "default_variant": cfg.repository.default_variant,
         "variants": sorted(rendered),
+        "derived": derived,
         "inputs": [{"name": i.name, "dtype": i.dtype, "dims": list(i.dims)} for i in inputs],
         "outputs": [{"name": o.name, "dtype": o.dtype, "dims": list(o.dims)} for o in outputs],
     }
 
 
+def headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """What was shipped (dvc metrics)."""
+    engines = summary["engines"] or {}
+    return {"version": summary["version"], "precision": summary["precision"], "engines_shipped": len(engines.get("included") or {})}
+
+
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--fp32", required=True, type=Path, help="simplified FP32 ONNX")
-    p.add_argument("--fp16", required=True, type=Path, help="FP16 ONNX")
+    p.add_argument("--onnx", required=True, type=Path, help="the ONNX file the serving target serves (model.<serving.precision>.onnx)")
     p.add_argument("--out", required=True, type=Path, help="model repository directory to write")
-    p.add_argument("--report", required=True, type=Path, help="JSON summary")
-    # Optional only so older callers keep working; dvc.yaml always passes it.
-    p.add_argument("--parity", type=Path, help="parity.json: refuse to ship a model that did not pass it")
+    add_report_args(p)
+    p.add_argument("--parity", required=True, type=Path, help="parity.json: refuse to ship a file that did not pass it")
     p.add_argument("--engines", type=Path, help="artifacts/engines: <target>/{manifest.json,model.plan} per GPU target")
 
 
@@ -132,10 +162,12 @@ def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     with atomic.atomic_path(a.out) as tmp:
         tmp.mkdir()
-        summary = write_repository(cfg, a.fp32, a.fp16, tmp, a.parity, a.engines)
-    atomic.write_json(a.report, summary)
+        summary = write_repository(cfg, a.onnx, tmp, a.parity, a.engines)
+    write_report(a, summary, headline(summary))
     print(f"[repository] {a.out}/{summary['model']}/{summary['version']} ({summary['precision']}, target {summary['serving_target']})")
     print(json.dumps({"variants": summary["variants"], "default": summary["default_variant"]}))
+    for key, note in summary["derived"].items():
+        print(f"[repository] note: variant '{key}': {note}")
     if summary["engines"] and summary["engines"]["table"]:
         print("[repository] TensorRT targets:\n" + summary["engines"]["table"])
 

@@ -12,9 +12,9 @@ from pipeline.adapters import onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ModelConfig, SimplifyConfig, load_config
 from pipeline.core.errors import SimplifyError
-from pipeline.core.samples import load_samples, specs_from_graph
+from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io, op_counts
-from pipeline.core.stage import main as stage_main
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 SKIP_HINT = "set simplify.enabled=false to ship the exported graph unsimplified"
 
@@ -31,7 +31,7 @@ def simplify(src: Path, out: Path, cfg: SimplifyConfig, model: ModelConfig) -> d
     inputs, _ = graph_io(before)
     # onnxsim's check feeds random data by default; token ids need real values (random ids overflow the
     # embedding Gather), so the check runs on a real sample with its real shapes.
-    sample = load_samples(model, model.inputs or specs_from_graph(inputs), count=1)[0]
+    sample = load_samples(model, input_specs(model, inputs), count=1)[0]
     t0 = time.perf_counter()
     try:
         simplified, ok = onnxsim.simplify(
@@ -64,14 +64,19 @@ def simplify(src: Path, out: Path, cfg: SimplifyConfig, model: ModelConfig) -> d
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--onnx", required=True, type=Path, help="exported ONNX to simplify")
     p.add_argument("--out", required=True, type=Path, help="simplified ONNX to write")
-    p.add_argument("--report", required=True, type=Path, help="JSON report with node counts")
+    add_report_args(p)
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """Node counts before and after (dvc metrics)."""
+    return {k: report[k] for k in ("enabled", "nodes_before", "nodes_after") if k in report}
 
 
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     with atomic.atomic_path(a.out) as tmp:
         report = simplify(a.onnx, tmp, cfg.simplify, cfg.model)
-    atomic.write_json(a.report, report)
+    write_report(a, report, headline(report))
     print(f"[simplify] nodes {report['nodes_before']} -> {report['nodes_after']}")
 
 

@@ -24,7 +24,7 @@ def emitted(tiny_cfg, tmp_path: Path) -> Path:
     fp16.run_fp16(sim, half, cfg.precision, cfg.model)
     repo = tmp_path / "repo"
     repo.mkdir()
-    repository.write_repository(cfg, sim, half, repo)
+    repository.write_repository(cfg, sim, repo)
     return repo
 
 

@@ -23,7 +23,7 @@ def build_all(cfg, tmp_path: Path) -> dict[str, Path]:
     simplify.simplify(p["raw"], p["sim"], cfg.simplify, cfg.model)
     fp16.run_fp16(p["sim"], p["fp16"], cfg.precision, cfg.model)
     (tmp_path / "repo").mkdir()
-    repository.write_repository(cfg, p["sim"], p["fp16"], tmp_path / "repo")
+    repository.write_repository(cfg, p["sim"], tmp_path / "repo")  # a cpu target serves the FP32 file
     return p
 
 

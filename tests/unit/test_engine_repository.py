@@ -18,6 +18,7 @@ from google.protobuf import text_format
 from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.core.errors import EngineError, RepositoryError
 from pipeline.engines_repository import engine_dirs_for, engine_parity, load_parity, render_trt_model, targets_table
+from pipeline.core.engine_manifest import sha256_file
 from pipeline.stages.engine import build_target
 from tests.fakes.fake_tensorrt import make_fake_tensorrt
 from tests.helpers.probes import TRT_MISSING, probe
@@ -37,6 +38,11 @@ TARGETS = {"cpu": TargetConfig(name="cpu"), "a100": gpu("a100", "8.0", "A100"), 
 GPU_OF = {"a100": ("NVIDIA A100-SXM4-80GB", "8.0"), "h100": ("NVIDIA H100 80GB HBM3", "9.0"), "t4": ("Tesla T4", "7.5")}
 PASSED = {"status": "passed", "passed": True}
 PASS_ALL = {"schema": 1, "artifacts": {"trt@a100": PASSED, "trt@h100": PASSED, "trt@t4": PASSED}}
+
+
+def passing(onnx_file: Path, report: dict = PASS_ALL) -> dict:  # type: ignore[assignment]
+    """``report`` plus the fp16 entry the parity stage writes for the FP16 file the engines were built from."""
+    return {**report, "artifacts": {**report["artifacts"], "fp16": {**PASSED, "sha256": sha256_file(onnx_file)}}}
 VARIANT = VariantConfig(name="latency", max_batch_size=8, instance_count=1)
 
 
@@ -57,7 +63,7 @@ def engines(tmp_path: Path, onnx_file: Path, built: list[str], skipped: list[str
 
 def test_two_built_targets_render_cc_model_filenames(tmp_path: Path, onnx_file: Path) -> None:
     dirs = engines(tmp_path, onnx_file, built=["a100", "h100"])
-    m = render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VARIANT, PASS_ALL)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, passing(onnx_file))
     cfg = m.config
     assert cfg is not None
     assert cfg.platform == "tensorrt_plan" and cfg.max_batch_size == 8
@@ -92,7 +98,7 @@ def test_rendered_config_passes_real_triton_strict_validation(tmp_path: Path, on
     except ToolError as e:
         pytest.skip(f"tritonserver not installed: {e.what}")
     dirs = engines(tmp_path, onnx_file, built=["a100", "h100"])
-    m = render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VARIANT, PASS_ALL)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, passing(onnx_file))
     write_model(tmp_path / "repo", "tiny_trt", m)
     r = tritonserver.validate_repository(tmp_path / "repo")
     assert r.returncode != 0
@@ -114,7 +120,7 @@ def test_rendered_config_passes_real_triton_strict_validation(tmp_path: Path, on
 def test_skipped_and_failed_parity_are_left_out(tmp_path: Path, onnx_file: Path) -> None:
     dirs = engines(tmp_path, onnx_file, built=["a100", "h100"], skipped=["t4"])
     parity = {"schema": 1, "artifacts": {"trt@a100": PASSED, "trt@h100": {"status": "failed", "passed": False, "outputs": {"y": {"passed": False}}}}}
-    m = render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VARIANT, parity)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, passing(onnx_file, parity))
     assert m.config is not None and dict(m.config.cc_model_filenames) == {"8.0": "model.sm80.plan"}
     assert m.included == {"a100": "model.sm80.plan"}
     assert "parity failed for outputs ['y']" in m.excluded["h100"] and m.excluded["t4"].startswith("skipped: no NVIDIA GPU")
@@ -124,17 +130,17 @@ def test_skipped_and_failed_parity_are_left_out(tmp_path: Path, onnx_file: Path)
 
 def test_nothing_shippable_gives_no_trt_model(tmp_path: Path, onnx_file: Path) -> None:
     dirs = engines(tmp_path, onnx_file, built=[], skipped=["a100", "h100"])
-    m = render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VARIANT, PASS_ALL)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, passing(onnx_file))
     assert m.config is None and m.files == [] and set(m.excluded) == {"a100", "h100"}
     # No parity report at all: built engines are not shipped either.
     dirs = engines(tmp_path, onnx_file, built=["a100"])
-    assert render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VARIANT, None).config is None
+    assert render_trt_model("tiny_trt", dirs, VARIANT, None).config is None
 
 
 def test_absent_engine_dir_is_excluded_not_fatal(tmp_path: Path, onnx_file: Path) -> None:
     dirs = engines(tmp_path, onnx_file, built=["a100"])
     dirs["h100"] = tmp_path / "engines" / "h100"  # the h100 runner never reported
-    m = render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VARIANT, PASS_ALL)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, passing(onnx_file))
     assert m.included == {"a100": "model.sm80.plan"} and "absent" in m.excluded["h100"]
 
 
@@ -142,26 +148,26 @@ def test_manifest_of_another_target_is_refused(tmp_path: Path, onnx_file: Path) 
     dirs = engines(tmp_path, onnx_file, built=["a100", "h100"])
     swapped = {"a100": dirs["h100"], "h100": dirs["a100"]}  # e.g. a mis-copied download
     with pytest.raises(EngineError, match="does not match the target"):
-        render_trt_model("tiny_trt", onnx_file, swapped, TARGETS, VARIANT, PASS_ALL)
+        render_trt_model("tiny_trt", swapped, VARIANT, passing(onnx_file))
 
 
 def test_engine_built_from_another_onnx_is_refused(tmp_path: Path, onnx_file: Path) -> None:
     dirs = engines(tmp_path, onnx_file, built=["a100"])
     other = tiny_onnx(tmp_path / "other" / "model.fp16.onnx", seed=1)
     with pytest.raises(EngineError, match="built from ONNX sha256"):
-        render_trt_model("tiny_trt", other, dirs, TARGETS, VARIANT, PASS_ALL)
+        render_trt_model("tiny_trt", dirs, VARIANT, passing(other))
 
 
 def test_max_batch_beyond_the_profile_is_refused(tmp_path: Path, onnx_file: Path) -> None:
     dirs = engines(tmp_path, onnx_file, built=["a100"])
     with pytest.raises(RepositoryError, match="exceeds the engines' profile max batch"):
-        render_trt_model("tiny_trt", onnx_file, dirs, TARGETS, VariantConfig(max_batch_size=64), PASS_ALL)
+        render_trt_model("tiny_trt", dirs, VariantConfig(max_batch_size=64), passing(onnx_file))
 
 
 def test_hardware_compatible_engine_is_the_default(tmp_path: Path, onnx_file: Path) -> None:
     targets = {**TARGETS, "h100": gpu("h100", "9.0", "H100", hardware_compatibility="ampere_plus")}
     dirs = engines(tmp_path, onnx_file, built=["a100", "h100"], targets=targets)
-    m = render_trt_model("tiny_trt", onnx_file, dirs, targets, VARIANT, PASS_ALL)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, passing(onnx_file))
     assert m.config is not None and m.config.default_model_filename == "model.sm90.plan"
 
 
