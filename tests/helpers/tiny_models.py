@@ -56,3 +56,25 @@ def export_tiny_onnx(path: str, features: int = 8, input_name: str = "x", output
             dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}}, opset_version=17, dynamo=False,
         )
     return path
+
+
+def two_io_onnx(path: str, seed: int = 0, batch: int | str = "batch") -> str:
+    """Two inputs a, b [batch, 4] and two outputs s = tanh(a @ W + b), p = a * b; ``batch`` an int fixes the batch axis."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(seed)
+    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], rng.standard_normal((4, 4)).astype(np.float32).ravel())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["z"]),
+         helper.make_node("Tanh", ["z"], ["s"]), helper.make_node("Mul", ["a", "b"], ["p"])],
+        "two_io",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 4]) for n in ("s", "p")],
+        initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path

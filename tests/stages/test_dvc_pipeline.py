@@ -8,49 +8,29 @@ a bad input fails with one message and leaves dvc.lock unchanged.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from pipeline.params import compose
+from tests.helpers.dvc_project import GIT, make_project, sh
 from tests.helpers.tiny_models import export_tiny_onnx
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
-
-
-def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a command as a user would, with the venv's python first on PATH."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd)}
-    env.pop("DVC_NO_ANALYTICS", None)
-    res = subprocess.run(cmd, cwd=cwd, env={**env, "DVC_NO_ANALYTICS": "1"}, capture_output=True, text=True, timeout=600)
-    if check and res.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
-    return res
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A git repo holding a copy of the pipeline, configured for a tiny ONNX model."""
-    proj = tmp_path / "proj"
-    for name in ("pipeline", "conf", "tests"):
-        shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__", "data"))
-    shutil.copytree(ROOT / "pipeline" / "data", proj / "pipeline" / "data", dirs_exist_ok=True)
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
-        shutil.copy(ROOT / name, proj / name)
-    (proj / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", proj / ".dvc" / "config")
-    (proj / "models").mkdir()
-    export_tiny_onnx(str(proj / "models" / "tiny.onnx"))
-    (proj / "params.yaml").write_text(compose(BASE, proj / "conf"))
-    sh(proj, "git", "init", "-q")
-    sh(proj, "git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
-    sh(proj, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    def tiny(p: Path) -> None:
+        (p / "models").mkdir()
+        export_tiny_onnx(str(p / "models" / "tiny.onnx"))
+
+    proj = make_project(tmp_path / "proj", BASE, prepare=tiny)
+    sh(proj, *GIT, "add", "-A")
+    sh(proj, *GIT, "commit", "-qm", "init")
     return proj
 
 
