@@ -42,3 +42,18 @@ def test_triton_rejects_broken_config(emitted: Path) -> None:
     res = validate_repository(emitted, "latency")
     assert not res.ok
     assert any("max_batch_size" in e and "non-negative" in e for e in res.errors), res.errors
+
+
+def test_triton_accepts_the_derived_fixed_batch_configs(make_params, tmp_path: Path) -> None:
+    """A fixed-batch graph's derived configs (max_batch_size 0, no batching) pass Triton's strict validation."""
+    from pipeline.core.config import load_config
+    from tests.helpers.tiny_models import two_io_onnx
+
+    model = two_io_onnx(str(tmp_path / "fixed.onnx"), batch=1)
+    cfg = load_config(make_params("model=onnx", "model.name=fixed", f"model.path={model}"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    repository.write_repository(cfg, Path(model), repo)
+    for variant in ("latency", "throughput"):
+        res = validate_repository(repo, variant)
+        assert res.ok, "\n".join(res.errors or res.log.splitlines()[-15:])

@@ -23,7 +23,7 @@ def build_all(cfg, tmp_path: Path) -> dict[str, Path]:
     simplify.simplify(p["raw"], p["sim"], cfg.simplify, cfg.model)
     fp16.run_fp16(p["sim"], p["fp16"], cfg.precision, cfg.model)
     (tmp_path / "repo").mkdir()
-    repository.write_repository(cfg, p["sim"], tmp_path / "repo")  # a cpu target serves the FP32 file
+    repository.write_repository(cfg, p["sim"] if cfg.serving.precision == "fp32" else p["fp16"], tmp_path / "repo")
     return p
 
 
@@ -198,3 +198,46 @@ def test_readme_custom_model_example(make_params, tmp_path: Path) -> None:
     assert [o.name for o in model.graph.output] == ["logits", "probs"]
     text = (tmp_path / "repo" / "tabular" / "configs" / "throughput.pbtxt").read_text()
     assert 'name: "probs"' in text and "dims: 3" in text
+
+
+def test_fixed_batch_graph_is_served_without_batching(make_params, tmp_path: Path) -> None:
+    """A graph with no dynamic batch axis needs no overrides: both variants render max_batch_size 0, and say why."""
+    from pipeline.core.config import load_config
+    from tests.helpers.tiny_models import two_io_onnx
+
+    model = two_io_onnx(str(tmp_path / "fixed.onnx"), batch=1)
+    cfg = load_config(make_params("model=onnx", "model.name=fixed", f"model.path={model}"))
+    (tmp_path / "repo").mkdir()
+    summary = repository.write_repository(cfg, Path(model), tmp_path / "repo")
+    for v in ("latency", "throughput"):
+        pb = triton_config.parse(tmp_path / "repo" / "fixed" / "configs" / f"{v}.pbtxt")
+        assert pb.max_batch_size == 0 and not pb.HasField("dynamic_batching")
+        assert [list(i.dims) for i in pb.input] == [[1, 4], [1, 4]]
+    assert "no dynamic batch axis" in summary["derived"]["throughput"] and "dynamic batching" in summary["derived"]["throughput"]
+    assert "Derived: max_batch_size 0" in (tmp_path / "repo" / "fixed" / "configs" / "throughput.pbtxt").read_text()
+
+
+def test_repository_ships_only_the_file_parity_compared(tiny_cfg, tmp_path: Path) -> None:
+    """A parity report from another run (another file's sha256) cannot vouch for the file being shipped."""
+    from pipeline.core.errors import RepositoryError
+
+    cfg = tiny_cfg()
+    p = build_all(cfg, tmp_path)
+    other = tmp_path / "other.onnx"
+    export.run_export(tiny_cfg("+model.factory.seed=1").model, cfg.export, other)
+    report = {"schema": 1, "passed": True, "artifacts": {"fp32": {"status": "passed", "passed": True, "sha256": onnx_tools_sha(other)}}}
+    (tmp_path / "parity.json").write_text(json.dumps(report))
+    (tmp_path / "repo2").mkdir()
+    with pytest.raises(RepositoryError, match="vouches for another fp32 file") as e:
+        repository.write_repository(cfg, p["sim"], tmp_path / "repo2", tmp_path / "parity.json")
+    assert e.value.details["parity compared sha256"] == onnx_tools_sha(other)
+    report["artifacts"]["fp32"]["sha256"] = onnx_tools_sha(p["sim"])
+    (tmp_path / "parity.json").write_text(json.dumps(report))
+    (tmp_path / "repo3").mkdir()
+    assert repository.write_repository(cfg, p["sim"], tmp_path / "repo3", tmp_path / "parity.json")["parity"]["sha256"] == onnx_tools_sha(p["sim"])
+
+
+def onnx_tools_sha(path: Path) -> str:
+    from pipeline.core.atomic import file_digest
+
+    return file_digest(path)[0]

@@ -133,3 +133,19 @@ def test_sample_files_json_and_npz(tmp_path: Path) -> None:
         load_feed_file(tmp_path / "in.txt")
     with pytest.raises(ConfigError, match="not found"):
         load_feed_file(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("need", [2.9802322387695312e-07, 1.0000001e-3, 0.0123456, 4.2e-5])
+def test_printed_atol_suggestion_passes_when_applied(need: float) -> None:
+    """The failure message's `passes with ...atol=X` is rounded up, so pasting X passes (2.98e-07 used to fail)."""
+    import re
+
+    art = [REF[0].copy()]
+    art[0][3] += np.float32(need)
+    real_need = float(np.abs(art[0].astype(np.float64) - REF[0].astype(np.float64)).max())
+    tol = ToleranceConfig(atol=1e-12, rtol=1e-12, check_error_stat=ErrorStat.max)
+    rep = check(REF, art, tol)
+    lines = failures({"artifacts": {"fp32": {"status": "failed", "outputs": {"y": rep}}}})
+    printed = float(re.search(r"parity\.fp32\.per_output\.y\.atol=([0-9.e+-]+)", lines[0]).group(1))
+    assert printed >= real_need
+    assert check(REF, art, ToleranceConfig(atol=printed, rtol=1e-12, check_error_stat=ErrorStat.max))["passed"] is True
