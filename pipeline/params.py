@@ -3,7 +3,10 @@
 DVC composes Hydra only on `dvc exp run` (hydra.enabled), never on `dvc repro`.
 We commit the composed params.yaml so `dvc repro` on a fresh clone works, and
 regenerate it with the *same* DVC function, so both paths give byte-identical
-params (tests/unit/test_params.py checks the committed file is current).
+params (tests/unit/test_config.py checks the committed file is current).
+Both paths run every config check while composing (conf/config.yaml's ``config_check``
+key, resolved by pipeline/core/config/resolver.py): a bad value fails here, with every
+problem listed, and params.yaml keeps its old content.
 
     python -m pipeline.params                     # defaults
     python -m pipeline.params model=cnn targets='[cpu,a100]'
@@ -15,38 +18,71 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pipeline.core.config import load_config
-from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.core.atomic import atomic_path
+from pipeline.core.config import load_config
+from pipeline.core.config.resolver import composing_in, register
+from pipeline.core.errors import ConfigError, PipelineError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _config_error(e: BaseException) -> ConfigError | None:
+    """Our ConfigError behind an exception, if any: OmegaConf wraps what a resolver raises."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ConfigError):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _group_overrides(overrides: list[str], group: str) -> list[str]:
+    return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] == group]
+
+
 def compose(overrides: list[str], conf_dir: Path = ROOT / "conf", config_name: str = "config") -> str:
-    """Return the YAML text DVC's Hydra integration writes for these overrides."""
+    """Return the YAML text DVC's Hydra integration writes for these overrides.
+
+    Raises ConfigError: Hydra cannot compose the overrides, or the composed config fails a check.
+    """
     from dvc.utils.hydra import compose_and_dump  # the function `dvc exp run` calls
     from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
+    project = conf_dir.resolve().parent
+    # `dvc exp run` finds the resolver through the Hydra plugin under <project>/hydra_plugins (DVC's default
+    # plugins path is the repo root, passed the same way here). Hydra scans plugins once per process, so when
+    # an earlier composition already did (tests), register the resolver directly as well.
+    register()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "params.yaml"
         try:
-            compose_and_dump(out, str(conf_dir.resolve()), None, config_name, str(conf_dir), overrides)
-        except (HydraException, ValueError, OSError) as e:  # yaml errors are ValueErrors
+            with composing_in(project):
+                compose_and_dump(out, str(conf_dir.resolve()), None, config_name, str(project), overrides)
+        except (HydraException, OmegaConfBaseException, ValueError, OSError) as e:  # yaml errors are ValueErrors
+            checked = _config_error(e)
+            if checked is not None:
+                raise checked from None
+            variant = _group_overrides(overrides, "variant")
             raise ConfigError(
                 "Hydra could not compose conf/ with the given overrides",
-                fix="check the override names against conf/ (groups: model, export, precision, target, variant, "
-                "parity, bench, release)",
+                fix=(f"{variant[0]}: both variants are always built; choose the served one with "
+                     "repository.default_variant=latency|throughput" if variant else
+                     "check the override names against conf/ (groups: model, export, precision, target, variant, "
+                     "parity, bench, release)"),
                 details={"overrides": overrides, "error": str(e).splitlines()[0]},
             ) from None
         return out.read_text(encoding="utf-8")
 
 
 def write_params(overrides: list[str], out: Path = ROOT / "params.yaml", conf_dir: Path = ROOT / "conf") -> Path:
-    """Compose, validate against the schema, then atomically replace ``out``."""
+    """Compose (which checks every value), load the result as every stage will, then atomically replace ``out``."""
     text = compose(overrides, conf_dir)
     with atomic_path(out) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        load_config(tmp, origin=f"params composed from conf/ with overrides {overrides}")  # a typo fails here, before params.yaml changes
+        load_config(tmp, origin=f"params composed from conf/ with overrides {overrides}")
     return out
 
 

@@ -29,11 +29,15 @@ def test_minilm_inputs_follow_seq_len(make_params) -> None:
     assert cfg.target_specs["a100"].profile.dims["sequence"] == [1, 64, 256]
 
 
-def test_onnx_model_needs_path(make_params) -> None:
+def test_onnx_model_needs_path(make_params, tiny_onnx: Path) -> None:
     with pytest.raises(ConfigError, match="model.path"):
         load_config(make_params("model=onnx"))
-    cfg = load_config(make_params("model=onnx", "model.path=some.onnx"))
-    assert cfg.model.source == "onnx" and cfg.model.path == "some.onnx"
+    cfg = load_config(make_params("model=onnx", f"model.path={tiny_onnx}"))
+    assert cfg.model.source == "onnx" and cfg.model.path == str(tiny_onnx)
+    # The file must exist when params.yaml is composed, not only when the export stage opens it.
+    with pytest.raises(ConfigError, match="some.onnx") as e:
+        make_params("model=onnx", "model.path=some.onnx")
+    assert "no such file" in str(e.value) and "set model.path to an existing .onnx file" in str(e.value)
 
 
 def test_targets_and_variants(make_params) -> None:
@@ -45,10 +49,15 @@ def test_targets_and_variants(make_params) -> None:
     assert cfg.variant.throughput.dynamic_batching is not None
 
 
-def test_unknown_key_named_with_suggestion(make_params) -> None:
-    path = make_params("+model.seqlen=64")  # `+` forces Hydra to add it, as a hand-edited YAML would
+def test_unknown_key_named_with_suggestion(make_params, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
-        load_config(path)
+        make_params("+model.seqlen=64")  # `+` forces Hydra to add it; the check at composition refuses it
+    assert "model.seqlen" in str(e.value) and "model.seq_len" in str(e.value)
+    # A hand-edited params.yaml with the same typo fails when a stage loads it.
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(make_params().read_text().replace("  seq_len: 128\n", "  seq_len: 128\n  seqlen: 64\n", 1))
+    with pytest.raises(ConfigError) as e:
+        load_config(edited)
     assert "model.seqlen" in str(e.value) and "model.seq_len" in str(e.value)
 
 
@@ -79,6 +88,7 @@ def test_hydra_override_typo_fails_before_params_change(tmp_path: Path) -> None:
 def test_committed_params_match_conf() -> None:
     """`dvc repro` reads the committed params.yaml; `dvc exp run` composes conf/. They must agree."""
     assert (ROOT / "params.yaml").read_text() == compose([]), "params.yaml is stale: run `python -m pipeline.params`"
+    assert "\nconfig_check: passed (pipeline/core/config)\n" in (ROOT / "params.yaml").read_text()
 
 
 def test_dvc_hydra_integration_enabled() -> None:

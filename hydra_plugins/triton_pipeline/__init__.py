@@ -1,0 +1,12 @@
+"""This project's Hydra plugin: registers the ``pipeline_checked`` OmegaConf resolver, nothing else.
+
+`dvc exp run -S ...` composes conf/ into params.yaml itself (dvc.utils.hydra.compose_and_dump) and never
+calls our code, but it first loads the Hydra plugins found under ``hydra_plugins/`` on its plugins path
+(the repository root by default). Importing this module registers the resolver, so resolving
+``config_check: ${pipeline_checked:}`` in conf/config.yaml runs every config check before DVC writes
+params.yaml. ``hydra_plugins/`` itself has no ``__init__.py``: it is a namespace package Hydra scans.
+"""
+
+from pipeline.core.config.resolver import register
+
+register()

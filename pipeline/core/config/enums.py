@@ -1,0 +1,117 @@
+"""Closed sets of config values, as Enums the schema declares.
+
+Each is a ``str`` Enum whose ``str()`` is its value, so existing code that compares with plain strings
+(``cfg.model.source == "onnx"``), formats it (``f"{precision}"``) or writes JSON keeps working.
+OmegaConf matches YAML strings to members by name, so every member's name equals its value.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ConfigEnum(str, Enum):
+    """Base class: prints as its value (``onnx``, not ``Source.onnx``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    __format__ = str.__format__  # f"{x:>8}" pads the value, on every Python version
+
+    @classmethod
+    def choices(cls) -> list[str]:
+        """The valid values, in declaration order."""
+        return [m.value for m in cls]
+
+
+class Source(ConfigEnum):
+    """Where the model comes from: a torch factory, or an existing ONNX file."""
+
+    factory = "factory"
+    onnx = "onnx"
+
+
+class TargetKind(ConfigEnum):
+    cpu = "cpu"
+    gpu = "gpu"
+
+
+class Precision(ConfigEnum):
+    """Which ONNX file a target serves."""
+
+    fp32 = "fp32"
+    fp16 = "fp16"
+
+
+class HardwareCompatibility(ConfigEnum):
+    """TensorRT hardware-compatibility level (ampere_plus: one engine for sm80 and newer, can be slower)."""
+
+    none = "none"
+    ampere_plus = "ampere_plus"
+
+
+class VariantName(ConfigEnum):
+    """The two config variants every repository ships."""
+
+    latency = "latency"
+    throughput = "throughput"
+
+
+class BenchServer(ConfigEnum):
+    """embedded: a tritonserver the bench starts itself; external: one already running at bench.url."""
+
+    embedded = "embedded"
+    external = "external"
+
+
+class EmbeddedBackend(ConfigEnum):
+    """The embedded server's stand-in for Triton's onnxruntime backend."""
+
+    native = "native"  # pipeline_ort: ORT inside tritonserver (C++)
+    python = "python"  # a python-backend model: ORT in the stub process
+
+
+class Protocol(ConfigEnum):
+    """perf_analyzer -i."""
+
+    http = "http"
+    grpc = "grpc"
+
+
+class InputShapes(ConfigEnum):
+    """uniform: the largest group of same-shape sample rows; as_sampled: every row, mixed shapes."""
+
+    uniform = "uniform"
+    as_sampled = "as_sampled"
+
+
+class DType(ConfigEnum):
+    """numpy dtype names that have a Triton data type (model_config.proto DataType)."""
+
+    bool = "bool"
+    uint8 = "uint8"
+    uint16 = "uint16"
+    uint32 = "uint32"
+    uint64 = "uint64"
+    int8 = "int8"
+    int16 = "int16"
+    int32 = "int32"
+    int64 = "int64"
+    float16 = "float16"
+    float32 = "float32"
+    float64 = "float64"
+
+
+class ErrorStat(ConfigEnum):
+    """The error statistic Polygraphy's SimpleCompareFunc checks against atol/rtol."""
+
+    elemwise = "elemwise"  # every element: fails where |diff| > atol AND |diff|/|ref| > rtol
+    max = "max"
+    mean = "mean"
+    median = "median"
+    quantile = "quantile"  # the error_quantile-th quantile of the errors
+
+
+# Triton's ORT optimization.graph.level values: -1 basic, 1 extended, 2 = OFF (not "more"), 0 = all.
+# An int check, not an Enum: the level is rendered into config.pbtxt and headers as a plain number.
+GRAPH_LEVELS = (-1, 0, 1, 2)

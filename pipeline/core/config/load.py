@@ -1,0 +1,170 @@
+"""Load and validate params: every problem collected, then one :class:`ConfigError` listing them all.
+
+Order: the params must be a mapping; a walk over the raw values against the schema finds missing values,
+unknown keys, wrong types and values outside an Enum (each replaced by its default so the walk goes on);
+then the typed config gets the range and cross-field rules (checks.py) and, at composition, the model
+source checks (files.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException, ValidationError
+from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
+
+from pipeline.core.config import checks, files
+from pipeline.core.config.problems import Problems, did_you_mean
+from pipeline.core.config.schema import PipelineConfig, ServingConfig
+from pipeline.core.errors import ConfigError
+
+_SCALAR_NODES = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
+_VARIANTS = ("latency", "throughput")
+
+
+def validate(raw: DictConfig | dict[str, Any], origin: str = "params.yaml", *, check_source: bool = False) -> PipelineConfig:
+    """Check ``raw`` against the schema and every rule; return the typed :class:`PipelineConfig`.
+
+    ``check_source`` (at composition) also checks the model source: the fields it needs and the files it names. Raises one
+    :class:`ConfigError` (a ``ConfigProblems``) listing every problem found.
+    """
+    cfg, _graph = collect(raw, origin, Problems(), check_source=check_source)
+    return cfg
+
+
+def collect(
+    raw: Any, origin: str, p: Problems, *, check_source: bool = False, base: Path | None = None
+) -> tuple[PipelineConfig, files.GraphIO | None]:
+    """Like :func:`validate`, adding to ``p`` (which may hold problems already); raises if any at the end.
+
+    ``base`` is the directory relative model paths are read from (default: the working directory).
+    """
+    if isinstance(raw, (DictConfig, ListConfig)):
+        try:
+            raw = OmegaConf.to_container(raw, resolve=True)
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"cannot resolve an interpolation in {origin}", fix="fix or remove the ${...} value",
+                              details={"key": getattr(e, "full_key", "?"), "error": str(e).splitlines()[0]}) from None
+    if not isinstance(raw, dict):  # a top-level list or scalar
+        raise ConfigError(
+            f"{origin} holds a {type(raw).__name__}, not a mapping of config sections (model:, export:, ...)",
+            fix="regenerate it with `python -m pipeline.params`",
+        )
+    raw = dict(raw)
+    _catch_variant_choice(raw, p)
+    # `serving` is derived from the fleet (conf/config.yaml): compared with its source below, never type-checked on
+    # its own, so a bad target precision is reported once, at target_specs, not again at serving.
+    serving = raw.pop("serving", None)
+    if serving is not None and not (isinstance(serving, dict) and set(serving) <= {"target", "precision"}):
+        p.add("serving", serving, "is derived from targets[0] and its target_specs entry: never set it")
+        serving = None
+    _walk(PipelineConfig, raw, "", p)
+    try:
+        cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PipelineConfig), raw))
+    except (ValidationError, OmegaConfBaseException) as e:  # a shape the walk does not model: report it with the rest
+        p.add(getattr(e, "full_key", None) or "?", None, getattr(e, "msg", str(e)).splitlines()[0])
+        p.raise_if_any(origin)
+        raise  # unreachable: add() recorded a problem
+    assert isinstance(cfg, PipelineConfig)
+    graph = files.read_graph(cfg.model, base)
+    outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else None)
+    checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs)
+    if check_source:
+        files.check_source(cfg, graph, p, base)
+    p.raise_if_any(origin)
+    first = cfg.target_specs[cfg.targets[0]]  # the checks passed: the fleet is non-empty and defined
+    cfg.serving = ServingConfig(target=cfg.targets[0], precision=first.precision)
+    return cfg, graph
+
+
+def load_config(params_path: str | Path, origin: str | None = None) -> PipelineConfig:
+    """Load and validate params.yaml; raise :class:`ConfigError` with the fix on any problem."""
+    path = Path(params_path)
+    if not path.is_file():
+        raise ConfigError(f"params file not found: {path}", fix="run `python -m pipeline.params` to compose conf/ into params.yaml")
+    try:
+        top = yaml.safe_load(path.read_text(encoding="utf-8"))  # OmegaConf.load turns a bare scalar into a key
+        raw = OmegaConf.load(path) if isinstance(top, dict) else top
+    except Exception as e:  # noqa: BLE001 - yaml errors come in several types
+        raise ConfigError(f"cannot parse {path}", fix="fix the YAML syntax", details={"error": e}) from None
+    return validate(raw, origin=origin or str(path))
+
+
+def _catch_variant_choice(raw: dict[str, Any], p: Problems) -> None:
+    """`variant=throughput` merges one variant file into `variant` itself (conf/config.yaml declares the group
+    with no choice for this): say where the real choice is, and drop what it added."""
+    node = raw.get("variant")
+    if not isinstance(node, dict) or not set(node) - set(_VARIANTS):
+        return
+    chosen = node.get("name", "?")
+    p.add("variant", chosen, "the `variant` group is not a choice: both variants (latency, throughput) are always built; "
+          f"the served default is repository.default_variant (e.g. repository.default_variant={chosen}), and a variant's "
+          f"values are set with variant.{chosen if chosen in _VARIANTS else 'latency'}.<key>=...")
+    raw["variant"] = {k: v for k, v in node.items() if k in _VARIANTS}
+
+
+def _walk(cls: type, raw: dict[str, Any], prefix: str, p: Problems) -> None:
+    """Check every key of ``raw`` against dataclass ``cls``; a bad value is reported and dropped (default used)."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in list(raw):
+        full = f"{prefix}{key}"
+        if key not in hints:
+            p.add(full, raw[key], "unknown key" + did_you_mean(full, [prefix + n for n in names]))
+            del raw[key]
+        elif not _value_ok(hints[key], raw[key], full, p):
+            p.skip.add(full)
+            del raw[key]
+
+
+def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
+    """Whether ``value`` fits type ``typ``; records the problem if not. Recurses into dataclasses and containers."""
+    if isinstance(value, str) and value == "???":
+        return p.add(key, value, f"has no value: set it, e.g. `python -m pipeline.params ... {key}=<value>` or `dvc exp run -S {key}=<value>`")
+    origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if origin in (Union, types.UnionType) and type(None) in args:
+        if value is None:
+            return True
+        typ = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(typ), typing.get_args(typ)
+    if typ is Any:
+        return True
+    if value is None:
+        return p.add(key, value, "must not be null")
+    if dataclasses.is_dataclass(typ):
+        if not isinstance(value, dict):
+            return p.add(key, value, "must be a mapping")
+        _walk(typ, value, key + ".", p)  # type: ignore[arg-type]
+        return True
+    if origin is dict:
+        if not isinstance(value, dict):
+            return p.add(key, value, "must be a mapping")
+        for k in list(value):
+            if not _value_ok(args[1], value[k], f"{key}.{k}", p):
+                del value[k]
+        return True
+    if origin is list:
+        if not isinstance(value, list):
+            return p.add(key, value, "must be a list")
+        return all([_value_ok(args[0], v, f"{key}[{i}]", p) for i, v in enumerate(value)])  # noqa: C419 - report every element
+    if isinstance(typ, type) and issubclass(typ, Enum):
+        choices = [m.value for m in typ]
+        if (isinstance(value, typ) or value in choices) and not isinstance(value, bool):
+            return True
+        return p.add(key, value, f"not one of [{', '.join(map(str, choices))}]" + did_you_mean(str(value), map(str, choices)))
+    node_type = _SCALAR_NODES.get(typ)
+    if node_type is None:
+        return True  # a type OmegaConf itself checks at merge
+    try:
+        node_type(value=value)
+    except ValidationError as e:
+        return p.add(key, value, f"must be {'an' if typ is int else 'a'} {typ.__name__}: {str(e).splitlines()[0]}")
+    return True
+

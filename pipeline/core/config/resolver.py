@@ -1,0 +1,75 @@
+"""The OmegaConf resolver that runs every config check while Hydra composes params.yaml.
+
+conf/config.yaml sets ``config_check: ${pipeline_checked:}``. Both ways of composing resolve it before
+params.yaml is written: ``dvc exp run -S ...`` (DVC's ``compose_and_dump`` calls ``OmegaConf.resolve``
+after importing the Hydra plugins under ``hydra_plugins/``, whose ``triton_pipeline`` registers this
+resolver) and ``python -m pipeline.params`` (the same DVC function). A bad value therefore fails at
+composition with one message listing every problem, and params.yaml keeps its old content.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from pipeline.core.config import files
+from pipeline.core.config.load import collect
+from pipeline.core.config.problems import Problems
+
+RESOLVER = "pipeline_checked"
+CHECK_KEY = "config_check"
+PASSED = "passed (pipeline/core/config)"
+ORIGIN = "the config composed from conf/"
+
+# The directory relative model paths are read from while composing: pipeline.params sets it to the project
+# root of the conf/ it composes; `dvc exp run` leaves it unset, so the working directory (the repo root) counts.
+_BASE: ContextVar[Path | None] = ContextVar("pipeline_config_base", default=None)
+
+
+@contextmanager
+def composing_in(project_root: Path) -> Iterator[None]:
+    """Resolve relative model paths against ``project_root`` while composing inside this block."""
+    token = _BASE.set(project_root)
+    try:
+        yield
+    finally:
+        _BASE.reset(token)
+
+
+def check_composed(*, _root_: DictConfig) -> str:
+    """Validate the whole composed config (the model source included); print composition notes; return :data:`PASSED`.
+
+    Raises the package's one ConfigError on any problem (OmegaConf wraps it in an
+    InterpolationResolutionError whose message carries ours; pipeline.params unwraps it).
+    """
+    p = Problems()
+    raw: dict[str, Any] = {}
+    for key in _root_:
+        if key == CHECK_KEY:
+            continue  # resolving it would call this resolver again
+        try:
+            node = _root_[key]
+            raw[str(key)] = OmegaConf.to_container(node, resolve=True) if isinstance(node, (DictConfig, ListConfig)) else node
+        except OmegaConfBaseException as e:
+            # `serving` is interpolated from targets[0]: when that fails, the fleet checks say why, and if they
+            # do not, OmegaConf's own resolution of `serving` right after this resolver still fails loudly.
+            if key != "serving":
+                p.add(str(key), None, f"cannot resolve: {str(e).splitlines()[0]}")
+    base = _BASE.get()
+    cfg, graph = collect(raw, ORIGIN, p, check_source=True, base=base)
+    for note in files.notes(cfg, graph, base):
+        print(f"note: {note}", file=sys.stderr)
+    return PASSED
+
+
+def register() -> None:
+    """Register the resolver once per process (Hydra's plugin scan may execute the plugin module again)."""
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, check_composed)
