@@ -22,7 +22,36 @@ from rich.text import Text
 from pipeline.core.config import ReleaseConfig, load_config
 from pipeline.core.errors import PipelineError
 
-app = typer.Typer(help="Build, ship and operate Triton model repositories.", no_args_is_help=True, pretty_exceptions_enable=False)
+_interrupt_said = False
+
+
+def _say_interrupted() -> None:
+    """Print the one line a Ctrl-C gets (once, wherever it was caught)."""
+    global _interrupt_said
+    if not _interrupt_said:
+        _interrupt_said = True
+        print("interrupted", file=sys.stderr, flush=True)
+
+
+class _App(typer.Typer):
+    """Typer turns a Ctrl-C outside a command's body (building the CLI, parsing options) into a
+    silent exit 130; commands say "interrupted" themselves (:func:`_one_message`). This says it
+    for the rest, so every Ctrl-C prints exactly one line. An interrupt during ``import`` is
+    handled by the hook in :mod:`pipeline`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except KeyboardInterrupt:  # before typer's own handler runs
+            _say_interrupted()
+            raise SystemExit(130) from None
+        except SystemExit as e:
+            if e.code == 130:
+                _say_interrupted()
+            raise
+
+
+app = _App(help="Build, ship and operate Triton model repositories.", no_args_is_help=True, pretty_exceptions_enable=False)
 release_app = typer.Typer(help="Immutable, checksummed releases; promotion and rollback across environments.", no_args_is_help=True)
 app.add_typer(release_app, name="release")
 
@@ -30,6 +59,7 @@ app.add_typer(release_app, name="release")
 out = Console(highlight=False, soft_wrap=True, markup=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
 F = TypeVar("F", bound=Callable[..., Any])
+_PIPE_WIDTH = 1000  # tables are only as wide as their content; this just lifts rich's 80-column default
 
 
 def _one_message(fn: F) -> F:
@@ -46,7 +76,7 @@ def _one_message(fn: F) -> F:
             err.print(Text.assemble(("ERROR", "bold red"), f" {type(e).__name__}: {e}\n  fix: check the path, free space and permissions named above"))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            err.print("interrupted")
+            _say_interrupted()
             raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
@@ -116,7 +146,7 @@ def _print_switch(res: Any, tag: bool) -> None:
     out.print(f"{res.action}: {res.model} version {prev} -> {res.version} in '{res.env}' ({res.copy})")
     out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}" for k, v in res.timings.items()))
     if res.tag is not None:
-        out.print(f"git tag: {res.tag}")
+        out.print(f"git tag: {res.tag}" + (f" ({res.tag.note})" if res.tag.tag and res.tag.note != "assigned" else ""))
 
 
 # ---------------------------------------------------------------- release commands
@@ -124,19 +154,29 @@ def _print_switch(res: Any, tag: bool) -> None:
 @_one_message
 def build(
     repository: Path = typer.Option(Path("artifacts/model_repository"), help="the repository stage's output (or one model dir in it)"),
-    parity: Path = typer.Option(Path("artifacts/reports/parity.json"), help="parity report; the release is refused unless it passed"),
-    bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes into the manifest)"),
+    parity: Path = typer.Option(Path("artifacts/reports/parity.json"), help="parity report; refused unless it passed and covers the served files by sha256"),
+    bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes in when it measured these exact files)"),
     dvc_lock: Path = typer.Option(Path("dvc.lock"), help="dvc.lock whose recorded hashes go into the manifest"),
     sign_key: Optional[Path] = typer.Option(None, help="PEM EC private key: sign the release with model-signing"),
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
 ) -> None:
-    """Freeze the current repository into the next immutable, checksummed release (one per model in it)."""
-    from pipeline.release.build import build_release, model_names
+    """Freeze the current repository into the next immutable, checksummed release (one per model in it).
+
+    Refused while the DVC pipeline behind the repository is out of date (`dvc repro repository` fixes it).
+    """
+    from pipeline.release import dvc_check
+    from pipeline.release.build import model_names, plan_release, publish_release
 
     st = _store(store, params)
+    dvc = dvc_check.check(repository)  # once for the whole repository
     # A repository with TensorRT engines holds <name> and <name>_trt: each has its own version line.
-    for name in [model] if model else model_names(repository) or [None]:
-        _print_build(st, build_release(st, repository, parity, bench, dvc_lock, model=name, git_cwd=".", sign_key=sign_key, tag=tag), sign_key)
+    # Both are checked before either is written, so they are released together or not at all.
+    plans = [
+        plan_release(st, repository, parity, bench, dvc_lock, model=name, git_cwd=".", tag=tag, dvc=dvc)
+        for name in ([model] if model else model_names(repository) or [None])
+    ]
+    for plan in plans:
+        _print_build(st, publish_release(st, plan, sign_key), sign_key)
 
 
 def _print_build(st: Any, res: Any, sign_key: Optional[Path]) -> None:
@@ -145,8 +185,10 @@ def _print_build(st: Any, res: Any, sign_key: Optional[Path]) -> None:
     out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.path(st.release_rel(res.model, res.version))}")
     out.print(f"  files: {len(m['files'])} ({size / 1e6:.1f} MB), sha256 recorded for each")
     out.print(f"  git commit: {m['git']['commit'] or '(none)'}{' (dirty work tree)' if m['git']['dirty'] else ''}")
-    arts = ", ".join(f"{k} {a.get('status') or ('passed' if a['pass'] else a['pass'])}" for k, a in m["parity"]["artifacts"].items())
-    out.print(f"  parity: passed ({arts or 'overall verdict only'}); bench summary: {'recorded' if m['bench'] else 'none'}")
+    dvc = m["dvc"]
+    out.print(f"  dvc: {'up to date (' + ', '.join(dvc['stages']) + ')' if dvc.get('checked') else 'not checked'}")
+    served = ", ".join(f"{f} = {s['artifact']}" for f, s in m["parity"]["served"].items())
+    out.print(f"  parity: passed ({served}); bench summary: {'recorded' if m['bench']['status'] == 'measured' else 'absent'}")
     out.print(f"  signed: {'yes' if sign_key else 'no'}; git tag: {res.tag}")
     for n in res.notes:
         out.print(f"note: {n}")
@@ -206,9 +248,17 @@ def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, p
                 str(len(m["files"])), f"{size:.1f}", ", ".join(e for e, s in states.items() if s.live == v) or "-",
                 ", ".join(e for e, s in states.items() if v in s.present) or "-",
             )
-        out.print(table)
+        _print_table(table)
         for e in st.environments:
             out.print(f"  {e}: serve with tritonserver --model-repository={st.env_repository(e)}")
+
+
+def _print_table(table: Table) -> None:
+    """A table at its natural width off a terminal (a pipe, a CI log), where rich would cut it at 80 columns."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    Console(file=out.file, highlight=False, markup=False, width=_PIPE_WIDTH).print(table)
 
 
 @release_app.command("verify")

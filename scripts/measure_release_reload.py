@@ -68,6 +68,15 @@ def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
     return out
 
 
+def parity_for(onnx: Path, out: Path) -> Path:
+    """A parity report in the parity stage's format whose fp32 entry passed for exactly ``onnx``."""
+    from pipeline.core.atomic import file_digest
+
+    entry = {"file": str(onnx), "sha256": file_digest(onnx)[0], "status": "passed", "passed": True, "outputs": {}}
+    out.write_text(json.dumps({"schema": 1, "passed": True, "artifacts": {"fp32": entry}}))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repository", type=Path, default=Path("artifacts/model_repository/minilm"))
@@ -77,13 +86,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="release-reload-") as tmp:
         root = Path(tmp)
-        parity = root / "parity.json"
-        parity.write_text(json.dumps({"passed": True, "artifacts": {}}))
         lock = root / "dvc.lock"
         lock.write_text("stages: {}\n")
         store = ReleaseStore(root / "store")
         for i in (1, 2):
             repo = serving_repository(args.repository, root / f"repo{i}", f"build {i}")
+            # Both wrap the same shipped model.onnx; a release needs a parity entry for its sha256
+            # (this is a timing run of copies, not a release of the pipeline's output).
+            parity = parity_for(next(repo.glob("*/1/model.onnx")), root / "parity.json")
             build_release(store, repo, parity, None, lock, git_cwd=root, tag=False)
         model = store.models()[0]
         promote(store, "dev", version=1)

@@ -1,4 +1,12 @@
-"""``release build``: freeze the repository stage's output into the next immutable release."""
+"""``release build``: freeze the repository stage's output into the next immutable release.
+
+Every check runs before the store is touched (:func:`plan_release`): Triton parses each
+config; DVC sees the pipeline up to date (:mod:`pipeline.release.dvc_check`); the parity
+report passed and covers the served files by sha256 (:mod:`pipeline.release.evidence`); and,
+with tagging on, GTO will accept the version tag. Only then is the release written
+(:func:`publish_release`). The CLI plans every model of a repository before publishing any,
+so ``<name>`` and ``<name>_trt`` are released together or not at all.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import gto_tags, pointer, signing
+from pipeline.release import dvc_check, evidence, gto_tags, pointer, signing
 from pipeline.release import manifest as mf
 from pipeline.release.store import ReleaseStore
 
@@ -23,6 +31,17 @@ class BuildResult:
     tag: gto_tags.TagResult
     seconds: float
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReleasePlan:
+    """A release that passed every check and is ready to be written."""
+
+    model_dir: Path
+    sections: dict[str, Any]
+    tag: bool
+    notes: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
 
 
 def find_model_dir(repository: str | Path, model: str | None = None) -> Path:
@@ -60,6 +79,97 @@ def model_names(repository: str | Path) -> list[str]:
     return sorted(p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file())
 
 
+def version_dir(model_dir: Path) -> Path:
+    """The one numbered version directory of a model dir.
+
+    Raises:
+        ReleaseError: none or several.
+    """
+    found = sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    if len(found) != 1:
+        raise ReleaseError(
+            f"the repository {model_dir} must hold exactly one numbered version directory, found {[p.name for p in found] or 'none'}",
+            fix="re-run the repository stage (`dvc repro repository`), which writes one version",
+        )
+    return found[0]
+
+
+def plan_release(
+    store: ReleaseStore,
+    repository: str | Path,
+    parity: str | Path,
+    bench: str | Path | None = None,
+    dvc_lock: str | Path = "dvc.lock",
+    model: str | None = None,
+    git_cwd: str | Path = ".",
+    tag: bool = True,
+    dvc: dict[str, Any] | None = None,
+) -> ReleasePlan:
+    """Run every check of a release of ``repository`` without writing anything.
+
+    ``dvc`` is a :func:`pipeline.release.dvc_check.check` result computed once for several
+    models of one repository (None: check here).
+
+    Raises:
+        ReleaseError: a config Triton cannot parse; the DVC pipeline is stale; parity is
+        missing, failed or vouches for other files; dvc.lock is missing; with ``tag``, GTO
+        would refuse the version tag (e.g. this commit already carries a version).
+    """
+    t0 = time.perf_counter()
+    model_dir = find_model_dir(repository, model)
+    vdir = version_dir(model_dir)
+    parsed = []
+    for cfg in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
+        # Triton's schema, before anything is written.
+        parsed.append(pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix="re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"))
+    dvc_state = dvc if dvc is not None else dvc_check.check(repository)
+    outputs = [o.name for o in parsed[0].output]
+    sections = {
+        "git": mf.git_info(git_cwd),
+        "dvc": dvc_state,
+        "dvc_lock": mf.dvc_lock_hashes(dvc_lock),
+        "parity": evidence.parity_section(parity, vdir, outputs),
+        "bench": evidence.bench_section(bench, model_dir.name, model_dir, vdir),
+        "environment": mf.environment(),
+        "gto": {"artifact": gto_tags.gto_name(model_dir.name)},
+    }
+    notes = []
+    if not dvc_state.get("checked"):
+        notes.append(f"not checked against dvc.lock: {dvc_state.get('reason')}")
+    if sections["git"]["dirty"]:
+        notes.append("the git work tree has uncommitted changes: the recorded commit does not fully describe this release")
+    if sections["bench"]["status"] != "measured":
+        notes.append(f"no bench summary: {sections['bench']['reason']}")
+    if tag:
+        versions = store.versions(model_dir.name)
+        gto_tags.check_register(sections["git"]["toplevel"], model_dir.name, (versions[-1] + 1) if versions else 1, sections["git"]["commit"])
+    return ReleasePlan(model_dir, sections, tag, notes, t0)
+
+
+def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path | None = None) -> BuildResult:
+    """Write release N+1 of a checked plan (and its signature, and its git tag).
+
+    Raises:
+        ReleaseError: store not writable, signing failed (nothing is published then), or
+        git refused the tag after the release was published (the message says how to tag it).
+    """
+    hook = None
+    if sign_key is not None:
+        key = sign_key
+
+        def hook(staged: str, _m: dict[str, Any]) -> None:
+            signing.sign_dir(store.fs, staged, key)
+
+    name, git = plan.model_dir.name, plan.sections["git"]
+    version, manifest = store.add_release(name, plan.model_dir, plan.sections, before_publish=hook)
+    tag_result = gto_tags.TagResult(None, "disabled (--no-tag)")
+    if plan.tag:
+        # The tag carries the manifest's digest, so git also pins what this release contained.
+        digest, _ = store.fs.sha256(f"{store.release_rel(name, version)}/manifest.json")
+        tag_result = gto_tags.register(git["toplevel"], name, version, git["commit"], f"release {version} of {name}; manifest sha256 {digest}; store {store.url}")
+    return BuildResult(name, version, manifest, tag_result, time.perf_counter() - plan.started, plan.notes)
+
+
 def build_release(
     store: ReleaseStore,
     repository: str | Path,
@@ -70,44 +180,12 @@ def build_release(
     git_cwd: str | Path = ".",
     sign_key: str | Path | None = None,
     tag: bool = True,
+    dvc: dict[str, Any] | None = None,
 ) -> BuildResult:
-    """Check the parity gate, then write release N+1 with its manifest (and signature, and git tag).
+    """Check (:func:`plan_release`), then write (:func:`publish_release`) the next release of one model.
 
     Raises:
-        ReleaseError: parity missing or failed, repository or dvc.lock missing, store not
-        writable, signing failed. Nothing is published when it raises.
+        ReleaseError: see both; nothing is published when a check fails.
     """
-    t0 = time.perf_counter()
-    model_dir = find_model_dir(repository, model)
-    parity_summary = mf.read_parity(parity)  # refuse before touching the store
-    for cfg in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
-        # Triton's schema, before anything is written.
-        pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix="re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema")
-    sections = {
-        "git": mf.git_info(git_cwd),
-        "dvc_lock": mf.dvc_lock_hashes(dvc_lock),
-        "parity": parity_summary,
-        "bench": mf.read_bench(bench),
-        "environment": mf.environment(),
-        "gto": {"artifact": gto_tags.gto_name(model_dir.name)},
-    }
-    notes = []
-    if sections["git"]["dirty"]:
-        notes.append("the git work tree has uncommitted changes: the recorded commit does not fully describe this release")
-    hook = None
-    if sign_key is not None:
-        key = sign_key
-
-        def hook(staged: str, _m: dict[str, Any]) -> None:
-            signing.sign_dir(store.fs, staged, key)
-
-    version, manifest = store.add_release(model_dir.name, model_dir, sections, before_publish=hook)
-    tag_result = gto_tags.TagResult(None, "disabled (--no-tag)")
-    if tag:
-        # The tag carries the manifest's digest, so git also pins what this release contained.
-        digest, _ = store.fs.sha256(f"{store.release_rel(model_dir.name, version)}/manifest.json")
-        tag_result = gto_tags.register(
-            sections["git"]["toplevel"], model_dir.name, version, sections["git"]["commit"],
-            f"release {version} of {model_dir.name}; manifest sha256 {digest}; store {store.url}",
-        )
-    return BuildResult(model_dir.name, version, manifest, tag_result, time.perf_counter() - t0, notes)
+    plan = plan_release(store, repository, parity, bench, dvc_lock, model, git_cwd, tag, dvc)
+    return publish_release(store, plan, sign_key)

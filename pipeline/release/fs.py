@@ -11,6 +11,12 @@ go through :class:`StoreFS`. Only two operations differ by backend, and both are
   name: ``os.rename`` locally; on object stores a copy then delete (object stores have
   no directories, so a reader can see a partly copied prefix; the pointer flip happens
   only after every file is verified, so that is never the *live* version).
+
+Local files and directories get the modes the process umask gives (644 / 755 by default), so
+a Triton server or an operator running as another user can read an environment. Directories
+(``os.makedirs``) and copies (``shutil.copyfile``) get them already; a temp file from
+:func:`tempfile.mkstemp` is 600 whatever the umask, so :meth:`StoreFS.write_atomic` sets it to
+``0o666 & ~umask`` before the rename.
 """
 
 from __future__ import annotations
@@ -27,6 +33,33 @@ from fsspec.implementations.local import LocalFileSystem
 from pipeline.core.atomic import stream_digest
 from pipeline.core.errors import ReleaseError
 
+
+def _umask_at_import() -> int:
+    # os.umask can only be read by setting it; doing that once, at import, keeps the
+    # set/restore window out of any thread that writes files later.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_IMPORT_UMASK = _umask_at_import()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux's /proc), else the one seen at import."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return _IMPORT_UMASK
+
+
+def file_mode() -> int:
+    """Mode of a new regular file: what ``open(path, "w")`` would give (644 under umask 022)."""
+    return 0o666 & ~current_umask()
 
 
 class StoreFS:
@@ -123,6 +156,7 @@ class StoreFS:
             return
         fd, tmp = tempfile.mkstemp(prefix=f".{posixpath.basename(target)}.", suffix=".tmp", dir=parent)
         try:
+            os.fchmod(fd, file_mode())  # mkstemp makes 600: other users (Triton, operators) could not read the store
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()

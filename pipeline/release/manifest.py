@@ -1,9 +1,8 @@
 """What a release records about itself, and the check that its files still match.
 
 The manifest holds the sha256 of every file, the git commit, the dvc.lock hashes of the
-stages that produced the repository, the parity and bench summaries and the environment.
-Readers of the other stages' reports are small functions here so a change in a report's
-format touches one place.
+stages that produced the repository, whether DVC saw them up to date, the parity and bench
+summaries (see :mod:`pipeline.release.evidence`) and the environment.
 """
 
 from __future__ import annotations
@@ -22,25 +21,14 @@ from typing import Any
 import yaml
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release.fs import StoreFS
 
 SCHEMA = 1
 # Packages whose versions decide what a release contains or how it was checked.
 _PACKAGES = ("dvc", "onnx", "onnxruntime", "onnxsim", "onnxconverter-common", "polygraphy", "torch", "transformers", "tritonclient", "tensorrt")
-_PASS_KEYS = ("pass", "passed", "ok")
 
 
 # ---------------------------------------------------------------- file checksums
 FileTable = dict[str, dict[str, Any]]  # relative path -> {"sha256": hex, "size": bytes}
-
-
-def hash_tree(fs: StoreFS, rel: str) -> FileTable:
-    """sha256 and size of every file under ``rel`` (keys relative to ``rel``)."""
-    out: FileTable = {}
-    for f in fs.walk_files(rel):
-        digest, size = fs.sha256(f"{rel}/{f}")
-        out[f] = {"sha256": digest, "size": size}
-    return out
 
 
 @dataclass
@@ -86,76 +74,6 @@ def raise_on_mismatch(problems: list[Mismatch], what: str, where: str, fix: str)
 
 
 # ---------------------------------------------------------------- inputs of a release
-def read_parity(path: str | Path) -> dict[str, Any]:
-    """The parity gate's verdict: ``{"pass": True, "artifacts": {name: bool}}``.
-
-    Accepts a top-level pass flag (``pass``/``passed``/``ok``) and per-artifact entries
-    under ``artifacts`` (a dict keyed by name or a list with ``name``) each with a pass flag.
-
-    Raises:
-        ReleaseError: the report is missing, unreadable, has no verdict, or failed.
-    """
-    p = Path(path)
-    fix_run = "run the parity stage (`dvc repro parity`) and fix what it reports before building a release"
-    if not p.is_file():
-        raise ReleaseError(f"parity report not found: {p}", fix=fix_run + " (a release needs a passed parity gate)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ReleaseError(f"cannot read parity report {p}", fix=fix_run, details={"error": e}) from None
-    overall = _flag(data)
-    if overall is None:
-        raise ReleaseError(
-            f"parity report {p} has no overall verdict",
-            fix=f"the report needs a top-level boolean {' / '.join(_PASS_KEYS)}; re-run the parity stage",
-            details={"keys": sorted(data) if isinstance(data, dict) else type(data).__name__},
-        )
-    entries = data.get("artifacts", {})
-    items = entries.items() if isinstance(entries, dict) else ((e.get("name", str(i)), e) for i, e in enumerate(entries))
-    artifacts = {str(name): _summary(e) for name, e in items if isinstance(e, dict)}
-    # An artifact without a boolean verdict (e.g. status "skipped": no GPU here) does not block.
-    failed = sorted(n for n, a in artifacts.items() if a["pass"] is False or a.get("status") == "failed")
-    if not overall or failed:
-        raise ReleaseError(
-            "parity failed: refusing to build a release from a repository that did not pass the parity gate",
-            fix=fix_run,
-            details={"report": p, "overall pass": overall, "failed artifacts": ", ".join(failed) or "(none listed)"},
-        )
-    return {"pass": True, "report": str(p), "artifacts": artifacts}
-
-
-def _summary(entry: dict[str, Any]) -> dict[str, Any]:
-    """One artifact's verdict, status and per-output worst errors (what a reviewer wants in a manifest)."""
-    out: dict[str, Any] = {"pass": _flag(entry)}
-    if isinstance(entry.get("status"), str):
-        out["status"] = entry["status"]
-    outputs = entry.get("outputs")
-    if isinstance(outputs, dict):
-        keep = ("max_abs", "max_rel", "atol", "rtol")
-        out["outputs"] = {k: {f: v[f] for f in keep if f in v} for k, v in outputs.items() if isinstance(v, dict)}
-    return out
-
-
-def _flag(obj: Any) -> bool | None:
-    if not isinstance(obj, dict):
-        return None
-    for k in _PASS_KEYS:
-        if isinstance(obj.get(k), bool):
-            return obj[k]
-    return None
-
-
-def read_bench(path: str | Path | None) -> dict[str, Any] | None:
-    """The bench summary if the report exists (it is optional); the ``summary`` key if present."""
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ReleaseError(f"cannot read bench report {path}", fix="re-run the bench stage or pass --bench ''", details={"error": e}) from None
-    return data.get("summary", data) if isinstance(data, dict) else {"raw": data}
-
-
 def dvc_lock_hashes(path: str | Path) -> dict[str, Any]:
     """Per stage, the md5 of every dep and out recorded in dvc.lock (what the release was built from)."""
     p = Path(path)

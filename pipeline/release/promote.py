@@ -8,7 +8,8 @@ Order of a switch (promote or rollback) to version N in environment E:
 3. with ``--reload``: load N next to the serving version and wait until it is ready;
 4. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]);
 5. record the event in history/<env>/<model>.json; with ``--reload`` retire the old version;
-6. tag the assignment in git (GTO format) when a repository is given.
+6. move the GTO stage in git when a repository is given (unassign the old version, assign
+   N); a version without a GTO registration tag is refused at step 1 instead.
 
 Nothing before step 4 changes what anyone serves; rollback never deletes a version.
 """
@@ -89,6 +90,8 @@ def _switch(
     m = store.verify_release(model, target)
     if public_key:
         signing.verify_dir(store.fs, store.release_rel(model, target), public_key)
+    # With tagging on, a version GTO does not know is refused here, before anything changes.
+    gto_tags.check_assignable(git_repo, model, target, (m.get("git") or {}).get("commit"))
     res.timings["verify_release_s"] = time.perf_counter() - t0
 
     t = time.perf_counter()
@@ -118,7 +121,7 @@ def _switch(
     finally:
         if reloader is not None:
             reloader.close()
-    res.tag = gto_tags.assign(git_repo, model, target, env, f"{action} {model} v{target} to {env} (store {store.url})")
+    res.tag = gto_tags.switch(git_repo, model, env, target, f"{action} {model} v{target} to {env} (store {store.url})")
     res.timings["total_s"] = time.perf_counter() - t0
     return res
 
@@ -131,7 +134,8 @@ def promote(
 
     Raises:
         ReleaseError: unknown env, version does not exist, a checksum or signature fails,
-        the store is not writable, or Triton cannot load the new version (pointer unchanged).
+        with ``git_repo`` the version has no GTO tag, the store is not writable, or Triton
+        cannot load the new version (pointer unchanged).
     """
     store.check_env(env)
     model = store.resolve_model(model)
@@ -163,7 +167,8 @@ def rollback(
     """Make the version that was live before the current one live again; delete nothing.
 
     Raises:
-        ReleaseError: nothing earlier to roll back to, or the pointer and history disagree.
+        ReleaseError: nothing earlier to roll back to, the pointer and history disagree, or
+        with ``git_repo`` the earlier version has no GTO tag (nothing changed then).
     """
     store.check_env(env)
     model = store.resolve_model(model)

@@ -2,7 +2,7 @@
 
 Layout (under any fsspec URL)::
 
-    releases/<model>/<N>/manifest.json      sha256 of every file, git commit, dvc.lock hashes, parity, bench, env
+    releases/<model>/<N>/manifest.json      sha256 of every file, git commit, DVC check, dvc.lock hashes, parity and bench summaries, env
     releases/<model>/<N>/files/             config.pbtxt, configs/*.pbtxt, <N>/model.* (the version dir renumbered)
     releases/<model>/<N>/release.sig        optional model-signing signature of manifest.json + files/
     envs/<env>/                             a Triton --model-repository

@@ -1,12 +1,15 @@
-"""A tiny shipped-style repository and a passing parity report for the release tests.
+"""A tiny shipped-style repository and the reports a release checks, for the release tests.
 
 The model is a python-backend model (the pytriton tritonserver has no onnxruntime
 backend), so the same repository can be released, promoted and served live. It
 answers ``y = x + version`` so a test can tell which version served a request.
+Beside model.py its version directory holds ``model.onnx``: the bytes the parity report
+vouches for by sha256, as the repository stage ships them (the python backend ignores it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -37,6 +40,13 @@ class TritonPythonModel:
 '''
 
 
+ONNX_BYTES = b"tiny onnx stand-in: parity compared these bytes\n"
+
+
+def sha256(data: bytes | Path) -> str:
+    return hashlib.sha256(data if isinstance(data, bytes) else Path(data).read_bytes()).hexdigest()
+
+
 def tiny_config(name: str = "tiny", batching: bool = False) -> mc.ModelConfig:
     cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
     cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[4])
@@ -47,11 +57,12 @@ def tiny_config(name: str = "tiny", batching: bool = False) -> mc.ModelConfig:
     return cfg
 
 
-def tiny_repository(root: Path, name: str = "tiny", version: str = "1", marker: str = "") -> Path:
-    """``root/<name>/`` like the repository stage writes it; ``marker`` changes the model file's bytes."""
+def tiny_repository(root: Path, name: str = "tiny", version: str = "1", marker: str = "", onnx: bytes = ONNX_BYTES) -> Path:
+    """``root/<name>/`` like the repository stage writes it; ``marker`` changes model.py's bytes, ``onnx`` model.onnx's."""
     d = root / name
     (d / version).mkdir(parents=True, exist_ok=True)
     (d / version / "model.py").write_text(MODEL_PY + (f"# {marker}\n" if marker else ""))
+    (d / version / "model.onnx").write_bytes(onnx)
     (d / version / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
     (d / "configs").mkdir(exist_ok=True)
     (d / "configs" / "latency.pbtxt").write_text(text_format.MessageToString(tiny_config(name)))
@@ -60,18 +71,41 @@ def tiny_repository(root: Path, name: str = "tiny", version: str = "1", marker: 
     return root
 
 
-def parity_report(path: Path, ok: bool = True, failed: tuple[str, ...] = (), skipped: tuple[str, ...] = ()) -> Path:
-    """A parity.json in the parity stage's format: top-level ``passed``, per-artifact status and outputs."""
+def parity_report(
+    path: Path, ok: bool = True, failed: tuple[str, ...] = (), skipped: tuple[str, ...] = (),
+    onnx: bytes | Path = ONNX_BYTES, model: str = "tiny",
+) -> Path:
+    """A parity.json in the parity stage's format: schema, top-level ``passed``, per artifact status, sha256, outputs.
+
+    The fp32 entry carries the sha256 of ``onnx`` (bytes or a file), so a repository holding
+    those bytes as model.onnx is vouched for; fp16 has its own bytes.
+    """
+    shas = {"fp32": sha256(onnx), "fp16": sha256(b"fp16 " + (onnx if isinstance(onnx, bytes) else Path(onnx).read_bytes()))}
     arts: dict[str, dict] = {}
     for a in ("fp32", "fp16", *skipped):
         if a in skipped:
             arts[a] = {"status": "skipped", "passed": None, "reason": "no GPU"}
             continue
         good = a not in failed
-        arts[a] = {"status": "passed" if good else "failed", "passed": good,
+        arts[a] = {"file": f"artifacts/onnx/model.{a}.onnx", "sha256": shas.get(a, sha256(a.encode())), "status": "passed" if good else "failed", "passed": good,
                    "outputs": {"y": {"passed": good, "max_abs": 1e-7 if good else 0.5, "max_rel": 1e-6, "atol": 1e-4, "rtol": 1e-3}}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"schema": 1, "passed": ok and not failed, "artifacts": arts}))
+    path.write_text(json.dumps({"schema": 1, "model": model, "passed": ok and not failed, "artifacts": arts}))
+    return path
+
+
+def bench_report(path: Path, model_dir: Path, summary: dict | None = None, name: str | None = None) -> Path:
+    """A bench.json that measured ``model_dir`` (its model.onnx and configs/*.pbtxt), with a bulky body beside the summary."""
+    vdir = next(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    report = {
+        "schema": 1,
+        "model": {"name": name or model_dir.name, "sha256": sha256(vdir / "model.onnx"), "version": vdir.name,
+                  "configs_sha256": {p.stem: sha256(p) for p in sorted((model_dir / "configs").glob("*.pbtxt"))}},
+        "summary": summary if summary is not None else {"latency_p50_ms": 1.5},
+        "variants": {"latency": {"curve": [{"concurrency": c, "p99_ms": 2.0 + c} for c in range(64)]}},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report))
     return path
 
 
@@ -82,3 +116,14 @@ def dvc_lock(path: Path) -> Path:
         "    outs:\n    - path: artifacts/model_repository\n      hash: md5\n      md5: fedcba9876543210fedcba9876543210.dir\n      size: 20\n"
     )
     return path
+
+
+def retrain_onnx(path: Path) -> None:
+    """New weights written to the same ONNX file, as a retrain does: same path, same graph, no param changes."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(path))
+    w = m.graph.initializer[0]
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 2, w.name))
+    onnx.save(m, str(path))

@@ -22,9 +22,10 @@ def test_environment_is_a_valid_triton_repository(tmp_path: Path) -> None:
     On this CPU machine the only error may be the missing onnxruntime backend library.
     """
     store = ReleaseStore(tmp_path / "store")
-    parity, lock = parity_report(tmp_path / "p.json"), dvc_lock(tmp_path / "dvc.lock")
+    lock = dvc_lock(tmp_path / "dvc.lock")
     for i in (1, 2):
         shipped_repository(tmp_path / f"repo{i}")
+        parity = parity_report(tmp_path / f"p{i}.json", onnx=tmp_path / f"repo{i}/tiny/1/model.onnx")  # vouches for this ONNX file
         build_release(store, tmp_path / f"repo{i}", parity, None, lock, git_cwd=tmp_path, tag=False)
     promote(store, "production", version=1)
     promote(store, "production", version=2)

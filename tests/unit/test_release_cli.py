@@ -78,3 +78,69 @@ def test_repository_with_two_models_gets_one_release_each(tmp_path: Path) -> Non
     assert "built release tiny version 1" in r.stdout and "built release tiny_trt version 1" in r.stdout
     assert_one_message(cli(tmp_path, "promote", "--to", "dev", *store), "holds 2 models; say which one", "--model")
     assert cli(tmp_path, "promote", "--to", "dev", "--model", "tiny_trt", *store).returncode == 0
+
+
+def test_list_is_readable_in_a_pipe(tmp_path: Path) -> None:
+    """Finding 11: off a terminal rich cut the table at 80 columns, so CI logs read "…"."""
+    store = ["--store", str(tmp_path / ("a-store-with-a-long-path-" + "x" * 40))]
+    project(tmp_path, "tiny")
+    assert cli(tmp_path, "build", *store).returncode == 0
+    for env in ("dev", "staging", "production"):
+        assert cli(tmp_path, "promote", "--to", env, *store).returncode == 0
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no COLUMNS: what a CI job has
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "list", *store], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout, r.stdout
+    assert "dev, staging, production" in r.stdout and "created UTC" in r.stdout and "installed in" in r.stdout
+
+
+# Deliver a real SIGINT at a chosen point of `release build` (deterministic, unlike a timed kill).
+INTERRUPT_AT = """\
+import os, signal, sys, time
+
+def interrupt(*_a, **_k):
+    os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt right here
+    time.sleep(5)
+
+where = sys.argv.pop(1)
+import pipeline  # noqa: F401 - the package is always imported first
+if where == "import":
+    import builtins
+    real_import = builtins.__import__
+    builtins.__import__ = lambda name, *a, **k: interrupt() if name == "rich.table" else real_import(name, *a, **k)
+elif where == "parse":
+    import typer._click.core as click_core
+    click_core.Parameter.handle_parse_result = interrupt
+elif where == "check":
+    import pipeline.release.manifest as manifest
+    manifest.git_info = interrupt
+elif where == "upload":
+    import pipeline.release.fs as fs
+    real_put, calls = fs.StoreFS.put_file, []
+    def put(self, *a):
+        calls.append(a)
+        return interrupt() if len(calls) == 3 else real_put(self, *a)
+    fs.StoreFS.put_file = put
+from pipeline.cli import app
+sys.argv[0] = "triton-pipeline"
+app()
+"""
+
+
+def test_ctrl_c_anywhere_prints_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while importing, parsing options, checking or uploading: one line, no traceback, no partial release.
+
+    (Parsing used to exit 130 silently: typer swallows the interrupt outside a command's body.)
+    """
+    bad = {}
+    for where in ("import", "parse", "check", "upload"):
+        cwd = tmp_path / where
+        store = project(cwd, "tiny")
+        r = subprocess.run([sys.executable, "-c", INTERRUPT_AT, where, "release", "build", *store], cwd=cwd, capture_output=True, text=True,
+                           timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)})
+        releases = cwd / "store/releases/tiny"
+        if (r.returncode not in (130, -2)  # -2: the interpreter re-raised SIGINT after the hook printed
+                or [ln for ln in r.stderr.splitlines() if ln.strip()] != ["interrupted"]
+                or (releases.exists() and list(releases.iterdir()))):  # a staged upload must be removed
+            bad[where] = (r.returncode, r.stderr[-800:], r.stdout[-300:])
+    assert not bad, bad

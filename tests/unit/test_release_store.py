@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,20 +20,19 @@ from pipeline.release import pointer
 from pipeline.release.build import build_release
 from pipeline.release.promote import promote, rollback, verify_store
 from pipeline.release.store import ReleaseStore
-from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+from tests.helpers.release_repo import ONNX_BYTES, bench_report, dvc_lock, parity_report, sha256, tiny_repository
 
 
 @pytest.fixture
 def inputs(tmp_path: Path) -> dict[str, Path]:
-    """Two repositories whose model files differ, a passing parity report, a dvc.lock, a bench report."""
-    bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"summary": {"latency_p50_ms": 1.5}}))
+    """Two repositories whose model.py differ (same model.onnx and configs), a passing parity report, a dvc.lock, a bench report."""
+    repo1 = tiny_repository(tmp_path / "repo1")
     return {
-        "repo1": tiny_repository(tmp_path / "repo1"),
+        "repo1": repo1,
         "repo2": tiny_repository(tmp_path / "repo2", marker="two"),
         "parity": parity_report(tmp_path / "parity.json"),
         "lock": dvc_lock(tmp_path / "dvc.lock"),
-        "bench": bench,
+        "bench": bench_report(tmp_path / "bench.json", repo1 / "tiny"),
         "cwd": tmp_path,
     }
 
@@ -42,12 +47,20 @@ def test_build_records_everything_and_numbers_versions(tmp_path: Path, inputs: d
     assert _build(store, inputs, "repo2") == 2
     m = store.manifest("tiny", 2)
     # The source's version dir "1" is renumbered to the release version.
-    assert set(m["files"]) == {"config.pbtxt", "configs/latency.pbtxt", "configs/throughput.pbtxt", "2/model.py", "2/sys_path.json"}
+    assert set(m["files"]) == {"config.pbtxt", "configs/latency.pbtxt", "configs/throughput.pbtxt", "2/model.py", "2/model.onnx", "2/sys_path.json"}
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in m["files"].values())
     assert m["dvc_lock"]["repository"]["deps"]["artifacts/onnx/model.sim.onnx"] == "0123456789abcdef0123456789abcdef"
     assert m["parity"]["pass"] is True and m["parity"]["artifacts"]["fp32"]["pass"] is True
     assert m["parity"]["artifacts"]["fp16"]["outputs"]["y"]["max_abs"] == 1e-7
-    assert m["bench"] == {"latency_p50_ms": 1.5}
+    # Summaries with the shas they vouch for, never whole reports.
+    assert m["parity"]["served"] == {"model.onnx": {"sha256": sha256(ONNX_BYTES), "artifact": "fp32"}}
+    assert m["parity"]["artifacts"]["fp32"] == {"pass": True, "status": "passed", "sha256": sha256(ONNX_BYTES), "outputs": {"y": {"max_abs": 1e-7, "atol": 1e-4}}}
+    assert m["files"]["2/model.onnx"]["sha256"] == sha256(ONNX_BYTES)
+    assert m["bench"]["status"] == "measured" and m["bench"]["summary"] == {"latency_p50_ms": 1.5}
+    assert m["bench"]["model_sha256"] == sha256(ONNX_BYTES) and set(m["bench"]["configs_sha256"]) == {"latency", "throughput"}
+    assert "variants" not in m["bench"]  # the report's bulk stays out of the manifest
+    # Built from a directory outside any DVC project: said so, not silently skipped.
+    assert m["dvc"]["checked"] is False and "not inside a DVC project" in m["dvc"]["reason"]
     assert m["environment"]["python"] and "dvc" in m["environment"]["packages"]
     assert m["git"]["commit"] is None  # tmp_path is not a git repository
     assert (tmp_path / "store/releases/tiny/2/files/2/model.py").read_text().endswith("# two\n")
@@ -157,21 +170,21 @@ def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str
     with pytest.raises(ReleaseError, match="parity failed") as e:
         build_release(store, inputs["repo1"], failed, None, inputs["lock"], git_cwd=tmp_path, tag=False)
     assert "fp16" in e.value.render()
-    no_verdict = tmp_path / "noverdict.json"
-    no_verdict.write_text(json.dumps({"artifacts": {}}))
-    with pytest.raises(ReleaseError, match="no overall verdict"):
-        build_release(store, inputs["repo1"], no_verdict, None, inputs["lock"], git_cwd=tmp_path, tag=False)
+    # The parity stage's one reader (pipeline.core.parity.load_report) decides what a report is:
+    # shapes the stage never writes (no schema, a bare top-level "pass", a list of artifacts) are refused.
+    for name, body in (("noverdict", {"artifacts": {}}), ("minimal", {"pass": True, "artifacts": [{"name": "fp32", "pass": True}]})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(body))
+        with pytest.raises(ReleaseError, match="unknown format") as e:
+            build_release(store, inputs["repo1"], tmp_path / f"{name}.json", None, inputs["lock"], git_cwd=tmp_path, tag=False)
+        assert "rerun the parity stage" in e.value.render()
     assert not (tmp_path / "store").exists()
 
 
-def test_parity_skipped_artifact_does_not_block_and_top_level_pass_key(tmp_path: Path, inputs: dict[str, Path]) -> None:
+def test_parity_skipped_artifact_does_not_block(tmp_path: Path, inputs: dict[str, Path]) -> None:
     store = ReleaseStore(tmp_path / "store")
-    p = parity_report(tmp_path / "skip.json", skipped=("trt_a100",))
+    p = parity_report(tmp_path / "skip.json", skipped=("trt@a100",))
     r = build_release(store, inputs["repo1"], p, None, inputs["lock"], git_cwd=tmp_path, tag=False)
-    assert r.manifest["parity"]["artifacts"]["trt_a100"] == {"pass": None, "status": "skipped"}
-    minimal = tmp_path / "minimal.json"
-    minimal.write_text(json.dumps({"pass": True, "artifacts": [{"name": "fp32", "pass": True}]}))
-    assert build_release(store, inputs["repo1"], minimal, None, inputs["lock"], git_cwd=tmp_path, tag=False).version == 2
+    assert r.manifest["parity"]["artifacts"]["trt@a100"] == {"pass": None, "status": "skipped"}
 
 
 def test_store_not_writable(tmp_path: Path, inputs: dict[str, Path]) -> None:
@@ -279,3 +292,54 @@ def test_build_refuses_a_config_triton_cannot_parse(tmp_path: Path, inputs: dict
         _build(ReleaseStore(tmp_path / "store"), inputs)
     assert "dvc repro repository" in e.value.render()
     assert not (tmp_path / "store").exists()
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory other users may enter (pytest's tmp_path is under a 700 directory)."""
+    d = Path(tempfile.mkdtemp(prefix="release-shared-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _promote_everything(store: ReleaseStore, inputs: dict[str, Path]) -> None:
+    _build(store, inputs)
+    _build(store, inputs, "repo2")
+    promote(store, "dev", version=1)
+    promote(store, "dev", version=2)
+    rollback(store, "dev")
+
+
+def test_store_files_get_the_modes_the_umask_says(shared_dir: Path, inputs: dict[str, Path]) -> None:
+    """Finding 5: config.pbtxt, manifest.json and history/*.json were 600 whatever the umask (mkstemp)."""
+    for umask in (0o022, 0o027, 0o077):
+        root = shared_dir / f"umask-{umask:03o}"
+        old = os.umask(umask)
+        try:
+            _promote_everything(ReleaseStore(root / "store"), inputs)
+        finally:
+            os.umask(old)
+        modes = {str(p.relative_to(root)): stat.S_IMODE(p.stat().st_mode) for p in (root / "store").rglob("*")}
+        assert {"store/envs/dev/tiny/config.pbtxt", "store/releases/tiny/2/manifest.json", "store/history/dev/tiny.json", "store/envs/dev/tiny/2/model.onnx"} <= set(modes)
+        want = {p: (0o777 if (root / p).is_dir() else 0o666) & ~umask for p in modes}
+        assert {p: oct(m) for p, m in modes.items()} == {p: oct(m) for p, m in want.items()}, f"umask {umask:03o}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user needs root to switch to 'nobody'")
+def test_store_is_readable_by_another_user(shared_dir: Path, inputs: dict[str, Path]) -> None:
+    """What a Triton server or an operator running as another user reads, read as 'nobody' (umask 022)."""
+    old = os.umask(0o022)
+    try:
+        store = ReleaseStore(shared_dir / "store")
+        _promote_everything(store, inputs)
+    finally:
+        os.umask(old)
+    s = shared_dir / "store"
+    triton = [s / "envs/dev/tiny/config.pbtxt", *sorted((s / "envs/dev/tiny/1").iterdir()), *sorted((s / "envs/dev/tiny/2").iterdir())]
+    records = [s / "releases/tiny/1/manifest.json", s / "history/dev/tiny.json"]
+    r = subprocess.run(["cat", *map(str, triton + records)], user="nobody", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "versions: 1" in r.stdout  # the pointer Triton reads
+    r = subprocess.run(["ls", str(s / "envs/dev/tiny"), str(s / "releases/tiny/2/files")], user="nobody", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

@@ -1,0 +1,132 @@
+"""What the parity and bench reports say about the exact files a release ships.
+
+A report vouches for a release only through sha256. The parity stage records the sha256 of
+every artifact it compared; the bench records the sha256 of the served ``model.onnx`` and
+of each config variant it measured. A parity report written for other files (another
+model, an older run) refuses the build; a bench report for other files is recorded as
+absent, with the reason (a release without a benchmark is still a valid release).
+
+The manifest embeds summaries, never whole reports: parity's verdict and per artifact
+its status, sha256 and worst error per output; the bench's ``summary`` and the shas it was
+measured on. Parity is read with the parity stage's own reader (:mod:`pipeline.core.parity`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.atomic import file_digest
+from pipeline.core.errors import ParityError, ReleaseError
+from pipeline.core.parity import artifact_passed, load_report
+
+ONNX_FILE = "model.onnx"
+PLAN_SUFFIX = ".plan"
+_TRT = "trt@"
+_PARITY_FIX = "rerun `dvc repro parity repository` so the parity report and the repository come from the same run, then build again"
+
+
+def served_files(version_dir: Path) -> dict[str, tuple[str, str]]:
+    """Files of a version directory that parity vouches for: name -> (sha256, "onnx" | "trt")."""
+    out = {}
+    for p in sorted(version_dir.iterdir()):
+        if p.is_file() and (p.name == ONNX_FILE or p.suffix == PLAN_SUFFIX):
+            out[p.name] = (file_digest(p)[0], "onnx" if p.name == ONNX_FILE else "trt")
+    return out
+
+
+def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> dict[str, Any]:
+    """The manifest's parity summary, after checking the report passed and covers every served file.
+
+    ``outputs`` are the output names the release's config serves (they explain a mismatch).
+
+    Raises:
+        ReleaseError: the report is missing or not a parity report; it failed; the version
+        directory holds no ONNX model or TensorRT plan; or a served file's sha256 matches
+        no passed artifact of the report (both shas and the fix in the message).
+    """
+    try:
+        report = load_report(path)
+    except ParityError as e:
+        raise ReleaseError(e.what, fix=(e.fix or "run `dvc repro parity`") + " (a release needs a passed parity gate)", details=e.details) from None
+    arts: dict[str, dict[str, Any]] = {k: v for k, v in (report.get("artifacts") or {}).items() if isinstance(v, dict)}
+    failed = {k: artifact_passed(report, k)[1] for k, a in arts.items() if a.get("status") in ("failed", "error")}
+    if report.get("passed") is not True or failed:
+        raise ReleaseError(
+            "parity failed: refusing to build a release from a repository that did not pass the parity gate",
+            fix="run the parity stage (`dvc repro parity`) and fix what it reports before building a release",
+            details={"report": path, "overall pass": report.get("passed"), "failed artifacts": "; ".join(f"{k}: {why}" for k, why in failed.items()) or "(none listed)"},
+        )
+    served = served_files(version_dir)
+    if not served:
+        raise ReleaseError(
+            f"{version_dir} holds no {ONNX_FILE} or TensorRT plan, so the parity report cannot vouch for what it serves",
+            fix="release the repository stage's output (`dvc repro repository`)",
+        )
+    matched, problems = {}, []
+    for name, (sha, kind) in served.items():
+        wanted = {k: a for k, a in arts.items() if k.startswith(_TRT) == (kind == "trt")}
+        hits = [k for k, a in wanted.items() if a.get("sha256") == sha and artifact_passed(report, k)[0]]
+        if hits:
+            matched[name] = {"sha256": sha, "artifact": hits[0]}
+            continue
+        have = ", ".join(f"{k} {str(a.get('sha256') or 'no sha256')[:12]} ({a.get('status')})" for k, a in wanted.items()) or "none"
+        problems.append(f"{name} sha256 {sha[:12]}... matches no passed {'ONNX' if kind == 'onnx' else 'TensorRT'} artifact of the report (report: {have})")
+    if problems:
+        compared = sorted({o for k, a in arts.items() if not k.startswith(_TRT) for o in (a.get("outputs") or {})})
+        details: dict[str, object] = {"report": path, "files": "\n    " + "\n    ".join(problems)}
+        if compared and outputs and compared != sorted(outputs):
+            details["outputs"] = f"parity compared {compared}, the release serves {sorted(outputs)}"
+        if report.get("model"):
+            details["report's model"] = report["model"]
+        raise ReleaseError(f"the parity report does not vouch for the files this release ships ({version_dir})", fix=_PARITY_FIX, details=details)
+    return {"pass": True, "report": str(path), "served": matched, "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
+
+
+def _artifact_summary(entry: dict[str, Any]) -> dict[str, Any]:
+    """One artifact's verdict, status, sha256 and worst absolute error per output (what a reviewer wants)."""
+    out: dict[str, Any] = {"pass": entry.get("passed")}
+    for key in ("status", "sha256"):
+        if isinstance(entry.get(key), str):
+            out[key] = entry[key]
+    outputs = entry.get("outputs")
+    if isinstance(outputs, dict):
+        out["outputs"] = {k: {f: v[f] for f in ("max_abs", "atol") if f in v} for k, v in outputs.items() if isinstance(v, dict)}
+    return out
+
+
+def bench_section(path: str | Path | None, model: str, model_dir: Path, version_dir: Path) -> dict[str, Any]:
+    """The bench summary if the report measured exactly these files, else ``{"status": "absent", "reason": ...}``.
+
+    Never raises for a report that does not fit: a release does not need a benchmark.
+    """
+    if path is None or not Path(path).is_file():
+        return _absent(f"no bench report at {path}" if path else "no bench report given")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return _absent(f"{path} is not readable JSON ({e})")
+    measured = data.get("model") if isinstance(data, dict) else None
+    if not isinstance(measured, dict):
+        return _absent(f"{path} does not say which model it measured (no model section)")
+    if measured.get("name") != model:
+        return _absent(f"{path} measured model '{measured.get('name')}', not '{model}'")
+    onnx = version_dir / ONNX_FILE
+    if not onnx.is_file():
+        return _absent(f"the release has no {ONNX_FILE} (the bench measures the ONNX Runtime model)")
+    sha = file_digest(onnx)[0]
+    if measured.get("sha256") != sha:
+        return _absent(f"{path} measured a model.onnx with sha256 {str(measured.get('sha256'))[:12]}..., the release ships {sha[:12]}...")
+    configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
+    if measured.get("configs_sha256") != configs:
+        theirs = measured.get("configs_sha256") if isinstance(measured.get("configs_sha256"), dict) else {}
+        diff = sorted(k for k in configs.keys() | theirs.keys() if configs.get(k) != theirs.get(k))
+        return _absent(f"{path} measured other config variants than the release ships (differ: {', '.join(diff)})")
+    if not isinstance(data.get("summary"), dict):
+        return _absent(f"{path} has no summary to record (rerun `dvc repro bench`)")
+    return {"status": "measured", "report": str(path), "model_sha256": sha, "configs_sha256": configs, "summary": data["summary"]}
+
+
+def _absent(reason: str) -> dict[str, Any]:
+    return {"status": "absent", "reason": reason}

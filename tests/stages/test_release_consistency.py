@@ -1,0 +1,137 @@
+"""`release build` on a real copy of this project: a release is consistent with its inputs or refused.
+
+The project is copied into tmp with a tiny ONNX model (``model=onnx``), ``dvc repro repository``
+runs once, and each test starts from a copy of that state (git history and DVC cache included):
+
+(a) a committed but unrun params change (finding 3) is refused, naming stage ``repository``;
+(b) a model file rewritten in place (a "retrain", finding 1) is refused: its source record no
+    longer matches;
+(c) after ``dvc repro repository`` the build succeeds, and the manifest's parity and bench
+    sections are summaries carrying the shas of the shipped files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.atomic import file_digest
+from pipeline.params import compose
+from tests.helpers.release_repo import retrain_onnx
+from tests.helpers.tiny_models import export_tiny_onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command as a user would: the venv first on PATH, the project copy importable, a git identity for tags."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd),
+           "DVC_NO_ANALYTICS": "1", "COLUMNS": "200"}
+    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def release_build(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return sh(project, sys.executable, "-m", "pipeline.cli", "release", "build", "--store", str(project.parent / "store"), *args, check=False)
+
+
+def commit(project: Path, message: str) -> None:
+    sh(project, *GIT, "add", "-A")
+    sh(project, *GIT, "commit", "-qm", message)
+
+
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project after its first `dvc repro repository`, committed."""
+    proj = tmp_path_factory.mktemp("consistency") / "proj"
+    for name in ("pipeline", "conf", "tests", "hydra_plugins", "native"):
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy(ROOT / name, proj / name)
+    (proj / ".dvc").mkdir()
+    shutil.copy(ROOT / ".dvc" / "config", proj / ".dvc" / "config")
+    (proj / "models").mkdir()
+    export_tiny_onnx(str(proj / "models/tiny.onnx"))
+    (proj / "params.yaml").write_text(compose(BASE, proj / "conf"))
+    sh(proj, "git", "init", "-q")
+    sh(proj, sys.executable, "-m", "dvc", "repro", "repository")
+    commit(proj, "first run")
+    return proj
+
+
+@pytest.fixture
+def project(_built: Path, tmp_path: Path) -> Path:
+    proj = tmp_path / "proj"
+    shutil.copytree(_built, proj, symlinks=True)
+    return proj
+
+
+def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "variant.throughput.dynamic_batching.max_queue_delay_us=500")
+    commit(project, "throughput: 500 us")
+    r = release_build(project)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "repository: changed deps: params.yaml (" in r.stderr and "variant modified" in r.stderr, r.stderr
+    assert "fix: run `dvc repro repository`" in r.stderr
+    assert not (project.parent / "store/releases").exists()
+    # The fix it names works, and the release then says what the commit says.
+    sh(project, sys.executable, "-m", "dvc", "repro", "repository")
+    r = release_build(project, "--no-tag")
+    assert r.returncode == 0, r.stdout + r.stderr
+    shipped = project.parent / "store/releases/tiny/1/files/configs/throughput.pbtxt"
+    assert "max_queue_delay_microseconds: 500" in shipped.read_text()
+
+
+def test_a_model_file_rewritten_in_place_is_refused(project: Path) -> None:
+    """A retrain writes new weights to the same path: no param, no dvc.lock entry changes; the source record does."""
+    retrain_onnx(project / "models/tiny.onnx")
+    r = release_build(project)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "source record artifacts/sources/model.json no longer matches the files it fingerprints: models/tiny.onnx changed" in r.stderr, r.stderr
+    assert "fix: run `dvc repro repository`" in r.stderr
+    assert not (project.parent / "store/releases").exists()
+
+
+def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> None:
+    retrain_onnx(project / "models/tiny.onnx")
+    sh(project, sys.executable, "-m", "dvc", "repro", "repository")
+    commit(project, "retrained")
+    model_dir = project / "artifacts/model_repository/tiny"
+    served = file_digest(model_dir / "1/model.onnx")[0]
+    configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
+    # The bench stage needs a Triton server; its report, in the stage's format, measured exactly these files.
+    bench = {"schema": 1, "model": {"name": "tiny", "sha256": served, "configs_sha256": configs, "version": "1"},
+             "summary": {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}}, "variants": {"latency": {"points": {"c1": {}}}}}
+    (project / "artifacts/reports/bench.json").write_text(json.dumps(bench))
+
+    r = release_build(project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "git tag: tiny@v1.0.0" in r.stdout
+    m = json.loads((project.parent / "store/releases/tiny/1/manifest.json").read_text())
+    assert m["dvc"]["checked"] is True and m["dvc"]["target"] == "repository"
+    assert {"export", "parity", "repository"} <= set(m["dvc"]["stages"]) and "probe" not in m["dvc"]["stages"]
+    assert "probe" in m["dvc"]["not_checked"] and all(s.startswith("engine@") for s in set(m["dvc"]["not_checked"]) - {"probe"})
+    assert m["dvc"]["sources"] == {"data": "artifacts/sources/data.json", "model": "artifacts/sources/model.json"}
+
+    parity = json.loads((project / "artifacts/reports/parity.json").read_text())
+    assert m["parity"]["served"]["model.onnx"]["sha256"] == served == parity["artifacts"][m["parity"]["served"]["model.onnx"]["artifact"]]["sha256"]
+    for kind, art in m["parity"]["artifacts"].items():
+        assert set(art) <= {"pass", "status", "sha256", "outputs"}
+        if art.get("status") == "passed":
+            assert art["sha256"] == parity["artifacts"][kind]["sha256"]
+            assert all(set(o) == {"max_abs", "atol"} for o in art["outputs"].values())
+    assert m["bench"] == {"status": "measured", "report": "artifacts/reports/bench.json", "model_sha256": served,
+                          "configs_sha256": configs, "summary": bench["summary"]}

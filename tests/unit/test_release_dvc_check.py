@@ -1,0 +1,175 @@
+"""`release build` refuses while the DVC pipeline behind the repository is stale (findings 1 and 3).
+
+A five-stage DVC project shaped like this one (an always-changed probe writing a machine
+record and the two source records, export, a per-target engine, repository, bench) but with
+trivial commands, so real `dvc repro` runs in seconds. The real pipeline is covered by
+tests/stages/test_release_consistency.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.errors import ReleaseError
+from pipeline.params import compose
+from pipeline.release.build import build_release
+from pipeline.release.store import ReleaseStore
+from tests.helpers.release_repo import parity_report, retrain_onnx
+from tests.helpers.tiny_models import export_tiny_onnx
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
+
+DVC_YAML = """\
+stages:
+  probe:
+    cmd: python -m pipeline.stages.probe --params params.yaml --out machine/probe.json --model-record sources/model.json --data-record sources/data.json
+    always_changed: true
+    params: [model.path]
+    outs:
+      - machine/probe.json: {cache: false}
+      - sources/model.json: {cache: false}
+      - sources/data.json: {cache: false}
+  export:
+    cmd: python steps.py export
+    deps: [steps.py, sources/model.json, sources/data.json]
+    outs: [build/model.onnx]
+  engine:
+    foreach: [cpu]
+    do:
+      cmd: python steps.py engine ${item}
+      deps: [machine/probe.json, build/model.onnx]
+      outs: ["engines/${item}"]
+  repository:
+    cmd: python steps.py repository
+    deps: [steps.py, build/model.onnx, engines]
+    params: [variant]
+    outs: [model_repository]
+  bench:
+    cmd: python steps.py bench
+    deps: [model_repository]
+    outs: [bench.json: {cache: false}]
+"""
+
+STEPS = '''\
+import shutil, sys, yaml
+from pathlib import Path
+
+step = sys.argv[1]
+if step == "export":
+    Path("build").mkdir(exist_ok=True)
+    shutil.copyfile("models/tiny.onnx", "build/model.onnx")
+elif step == "engine":
+    Path("engines", sys.argv[2]).mkdir(parents=True, exist_ok=True)
+    Path("engines", sys.argv[2], "manifest.json").write_text('{"status": "skipped"}')
+elif step == "repository":
+    delay = yaml.safe_load(open("params.yaml"))["variant"]["throughput"]["dynamic_batching"]["max_queue_delay_us"]
+    d = Path("model_repository/tiny")
+    (d / "1").mkdir(parents=True, exist_ok=True)
+    (d / "configs").mkdir(exist_ok=True)
+    shutil.copyfile("build/model.onnx", d / "1/model.onnx")
+    base = 'name: "tiny"\\nbackend: "onnxruntime"\\nmax_batch_size: 8\\n'
+    (d / "configs/latency.pbtxt").write_text(base)
+    (d / "configs/throughput.pbtxt").write_text(base + "dynamic_batching { max_queue_delay_microseconds: %d }\\n" % delay)
+    (d / "config.pbtxt").write_text(base)
+elif step == "bench":
+    Path("bench.json").write_text("{}")
+'''
+
+
+def run(cwd: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project after its first `dvc repro` (built once; each test gets a copy)."""
+    proj = tmp_path_factory.mktemp("dvc") / "proj"
+    (proj / "models").mkdir(parents=True)
+    export_tiny_onnx(str(proj / "models/tiny.onnx"))
+    shutil.copytree(ROOT / "conf", proj / "conf")  # model.path is relative to the project that holds conf/
+    (proj / "params.yaml").write_text(compose(BASE, proj / "conf"))
+    (proj / "dvc.yaml").write_text(DVC_YAML)
+    (proj / "steps.py").write_text(STEPS)
+    run(proj, sys.executable, "-m", "dvc", "init", "--no-scm", "-q")
+    run(proj, sys.executable, "-m", "dvc", "repro", "-q", "repository")
+    return proj
+
+
+@pytest.fixture
+def project(_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    proj = tmp_path / "proj"
+    shutil.copytree(_built, proj, symlinks=True)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the source records are recomputed like the probe computes them
+    return proj
+
+
+def build(project: Path, store: ReleaseStore, repository: Path | None = None) -> dict:
+    repo = repository or project / "model_repository"
+    parity = parity_report(project.parent / "parity.json", onnx=repo / "tiny/1/model.onnx")
+    return build_release(store, repo, parity, project / "bench.json", project / "dvc.lock", git_cwd=project, tag=False).manifest
+
+
+def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    (project / "machine/probe.json").write_text('{"gpus": ["another machine"]}')  # engines are guarded elsewhere
+    dvc = build(project, store)["dvc"]
+    assert dvc["checked"] is True and dvc["target"] == "repository" and dvc["project"] == str(project)
+    assert dvc["stages"] == ["export", "repository"]  # transitive deps from DVC's graph; bench is downstream
+    assert set(dvc["not_checked"]) == {"probe", "engine@cpu"} and "machine/probe.json" in dvc["not_checked"]["engine@cpu"]
+    assert dvc["sources"] == {"data": "sources/data.json", "model": "sources/model.json"}
+
+
+def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: Path) -> None:
+    """Finding 3: max_queue_delay_us=500 in params.yaml while throughput.pbtxt still says 2000."""
+    store = ReleaseStore(tmp_path / "store")
+    (project / "params.yaml").write_text(compose([*BASE, "variant.throughput.dynamic_batching.max_queue_delay_us=500"], project / "conf"))
+    with pytest.raises(ReleaseError, match="is out of date: 1 stage") as e:
+        build(project, store)
+    msg = e.value.render()
+    assert "repository: changed deps: params.yaml (variant modified)" in msg
+    assert "fix: run `dvc repro repository`" in msg
+    assert not (tmp_path / "store").exists()
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
+    assert "max_queue_delay_microseconds: 500" in (project / "model_repository/tiny/configs/throughput.pbtxt").read_text()
+    assert build(project, store)["dvc"]["checked"] is True
+
+
+def test_model_file_rewritten_in_place_is_refused(project: Path, tmp_path: Path) -> None:
+    """Finding 1: a retrained file at the same path changes no param and no dvc.lock entry; its source record catches it."""
+    store = ReleaseStore(tmp_path / "store")
+    retrain_onnx(project / "models/tiny.onnx")
+    with pytest.raises(ReleaseError, match="is out of date") as e:
+        build(project, store)
+    msg = e.value.render()
+    assert "probe: source record sources/model.json no longer matches the files it fingerprints: models/tiny.onnx changed (sha256" in msg
+    assert "(export would rerun)" in msg and "dvc repro repository" in msg
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
+    assert build(project, store)["dvc"]["checked"] is True
+
+
+def test_code_change_and_missing_record_are_refused(project: Path, tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    (project / "steps.py").write_text((project / "steps.py").read_text() + "# edited\n")
+    with pytest.raises(ReleaseError, match="2 stage") as e:
+        build(project, store)
+    assert "export: changed deps: steps.py (modified)" in e.value.render() and "repository: changed deps: steps.py (modified)" in e.value.render()
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
+    (project / "sources/data.json").unlink()
+    with pytest.raises(ReleaseError, match="probe: its out sources/data.json is missing"):
+        build(project, store)
+
+
+def test_repository_inside_the_project_but_written_by_no_stage_is_refused(project: Path, tmp_path: Path) -> None:
+    shutil.copytree(project / "model_repository", project / "elsewhere")
+    with pytest.raises(ReleaseError, match="no stage writes it"):
+        build(project, ReleaseStore(tmp_path / "store"), project / "elsewhere")
