@@ -2,13 +2,13 @@
 
 The YAML under conf/ is composed by Hydra (by `dvc exp run`, or by ``python -m pipeline.params``) into
 params.yaml; resolving its ``config_check`` key runs every check at composition (resolver.py). Every stage
-loads params.yaml through :func:`load_config`, which runs the same checks (without the file checks), so an
+loads params.yaml through :func:`load_config`, which runs the same checks (all but the model-source ones), so an
 unknown key, a wrong type or a value out of range fails with all problems listed, naming each key.
 
     schema.py    dataclasses: types and defaults
     enums.py     the closed sets (str Enums that print as their value)
     checks.py    ranges and cross-field rules
-    files.py     files named by the model config; the fixed-batch decision (:func:`fixed_batch`)
+    files.py     the model source: its fields, the files it names; the fixed-batch decision (:func:`fixed_batch`)
     load.py      validate / load_config: collect every problem, raise one ConfigError
     resolver.py  the ``pipeline_checked`` OmegaConf resolver used at composition
 """

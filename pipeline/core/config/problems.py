@@ -10,10 +10,7 @@ from typing import Any
 
 from pipeline.core.errors import ConfigError
 
-FIX = (
-    "change these keys in conf/ or with overrides (`python -m pipeline.params KEY=VALUE`, "
-    "`dvc exp run -S KEY=VALUE`); params.yaml is left unchanged until every problem is fixed"
-)
+FIX = "change these keys in conf/ or in your overrides (`python -m pipeline.params KEY=VALUE`, `dvc exp run -S KEY=VALUE`)"
 
 
 def show(value: Any) -> str:

@@ -26,7 +26,7 @@ from pipeline.core.config.problems import Problems
 RESOLVER = "pipeline_checked"
 CHECK_KEY = "config_check"
 PASSED = "passed (pipeline/core/config)"
-ORIGIN = "the config composed from conf/"
+ORIGIN = "the config composed from conf/ (params.yaml not written)"
 
 # The directory relative model paths are read from while composing: pipeline.params sets it to the project
 # root of the conf/ it composes; `dvc exp run` leaves it unset, so the working directory (the repo root) counts.
