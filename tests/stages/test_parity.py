@@ -39,7 +39,7 @@ def parity_args(params: Path, p: dict[str, Path], d: Path, *extra: str) -> list[
 
 
 def repo_args(params: Path, p: dict[str, Path], d: Path) -> list[str]:
-    return ["--params", str(params), "--fp32", str(p["sim"]), "--fp16", str(p["fp16"]), "--parity", str(d / "parity.json"),
+    return ["--params", str(params), "--onnx", str(p["sim"]), "--parity", str(d / "parity.json"),
             "--out", str(d / "repo"), "--report", str(d / "repository.json")]
 
 

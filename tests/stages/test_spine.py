@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pipeline.adapters import onnx_tools, triton_config
-from pipeline.core.errors import ModelSourceError
+from pipeline.core.errors import ConfigError, ModelSourceError
 from pipeline.stages import export, fp16, repository, simplify
 from tests.conftest import TINY_MLP, run_module
 
@@ -141,8 +141,26 @@ def _assert_clean_failure(res, out_dir: Path, *needles: str) -> None:
     assert leftovers == [], leftovers
 
 
-def test_nonexistent_model_path(make_params, tmp_path: Path) -> None:
-    res, out = _stage(tmp_path, make_params("model=onnx", f"model.path={tmp_path / 'nope.onnx'}"))
+def _refused_at_composition(make_params, overrides: list[str], *needles: str) -> None:
+    """Composition (python -m pipeline.params, dvc exp run) refuses the config before any stage runs."""
+    with pytest.raises(ConfigError) as e:
+        make_params(*overrides)
+    for n in needles:
+        assert n in str(e.value), str(e.value)
+
+
+def _hand_edited(params: Path, old: str, new: str) -> Path:
+    """A params.yaml edited by hand after composition: the stage's own load must refuse it as cleanly."""
+    text = params.read_text(encoding="utf-8")
+    assert old in text
+    params.write_text(text.replace(old, new), encoding="utf-8")
+    return params
+
+
+def test_nonexistent_model_path(make_params, tiny_onnx: Path, tmp_path: Path) -> None:
+    _refused_at_composition(make_params, ["model=onnx", f"model.path={tmp_path / 'nope.onnx'}"], "model.path", "nope.onnx")
+    params = _hand_edited(make_params("model=onnx", f"model.path={tiny_onnx}"), str(tiny_onnx), str(tmp_path / "nope.onnx"))
+    res, out = _stage(tmp_path, params)
     _assert_clean_failure(res, out, "not found", "nope.onnx")
 
 
@@ -161,13 +179,17 @@ def test_garbage_onnx(make_params, tmp_path: Path) -> None:
 
 
 def test_input_names_mismatch(make_params, tiny_onnx: Path, tmp_path: Path) -> None:
-    params = make_params("model=onnx", f"model.path={tiny_onnx}", "model.inputs=[{name: pixels, dtype: float32, shape: [batch, 8]}]")
+    pinned = "model.inputs=[{name: %s, dtype: float32, shape: [batch, 8]}]"
+    _refused_at_composition(make_params, ["model=onnx", f"model.path={tiny_onnx}", pinned % "pixels"], "pixels", "x")
+    params = _hand_edited(make_params("model=onnx", f"model.path={tiny_onnx}", pinned % "x"), "name: x", "name: pixels")
     res, out = _stage(tmp_path, params)
     _assert_clean_failure(res, out, "input names", "pixels", "'x'")
 
 
 def test_unknown_key(make_params, tmp_path: Path) -> None:
-    res, out = _stage(tmp_path, make_params(*TINY_MLP, "+export.opsett=18"))
+    _refused_at_composition(make_params, [*TINY_MLP, "+export.opsett=18"], "export.opsett", "export.opset")
+    params = _hand_edited(make_params(*TINY_MLP), "  opset: 17", "  opset: 17\n  opsett: 18")
+    res, out = _stage(tmp_path, params)
     _assert_clean_failure(res, out, "export.opsett", "export.opset")
 
 

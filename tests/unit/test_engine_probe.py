@@ -61,11 +61,14 @@ def test_matching_gpu_among_several_is_chosen() -> None:
 def test_probe_here_is_deterministic_and_honest(tmp_path: Path) -> None:
     """On this CPU machine: no GPU, no TensorRT; two runs give identical JSON (so DVC sees no change)."""
     out = tmp_path / "probe.json"
-    assert probe_stage.main(["--out", str(out)]) == 0
-    first = out.read_text()
-    assert probe_stage.main(["--out", str(out)]) == 0
-    assert out.read_text() == first
-    data = json.loads(first)
+    argv = ["--out", str(out), "--model-record", str(tmp_path / "model.json"), "--data-record", str(tmp_path / "data.json")]
+    assert probe_stage.main(argv) == 0
+    first = [(tmp_path / n).read_text() for n in ("probe.json", "model.json", "data.json")]
+    assert probe_stage.main(argv) == 0
+    assert [(tmp_path / n).read_text() for n in ("probe.json", "model.json", "data.json")] == first
+    # The source records name the default model's factory module by content.
+    assert "pipeline/models/minilm.py" in first[1] and json.loads(first[1])["record"] == "model"
+    data = json.loads(first[0])
     assert data == probe_machine()
     assert set(data) >= {"gpus", "driver_version", "cuda_driver_version", "cuda_runtime_version", "tensorrt"}
     if not data["gpus"]:
