@@ -20,7 +20,7 @@ from typing import Any
 
 from pipeline.adapters import onnx_tools, triton_config
 from pipeline.core import atomic
-from pipeline.core.config import PipelineConfig, VariantConfig, load_config
+from pipeline.core.config import PipelineConfig, TargetConfig, VariantConfig, load_config
 from pipeline.core.errors import ParityError, RepositoryError
 from pipeline.core.parity import artifact_passed, load_report
 from pipeline.core.specs import IOSpec, graph_io
@@ -103,7 +103,8 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
     name = cfg.model.name
     if not name or "/" in name or name.startswith("."):
         raise RepositoryError(f"model.name '{name}' is not a valid Triton model directory name", fix="set model.name to a plain name")
-    serving = cfg.target_specs[cfg.serving.target]
+    # Only serving.* (derived from targets[0]): the stage's params in dvc.yaml, so no other target's knob reruns it.
+    serving = TargetConfig(name=cfg.serving.target, kind=cfg.serving.kind, precision=cfg.serving.precision)
     precision = str(cfg.serving.precision)
     gate = check_parity(parity, precision, onnx) if parity is not None else None
     proto = onnx_tools.load_model(onnx, f"{precision} ONNX model")

@@ -205,7 +205,8 @@ def test_serving_is_derived_and_an_override_fails() -> None:
     lines = problems("serving.precision=fp16")
     assert len(lines) == 1 and "target_specs.cpu.precision" in lines[0] and "never set it" in lines[0]
     assert "targets" in one_problem("serving.target=a100", "serving.target")
-    assert "serving:\n  target: a100\n  precision: fp16\n" in compose(["targets=[a100,cpu]"])
+    assert "serving:\n  target: a100\n  kind: gpu\n  precision: fp16\n" in compose(["targets=[a100,cpu]"])
+    assert "target_specs.cpu.kind" in one_problem("serving.kind=gpu", "serving.kind")
 
 
 @pytest.mark.parametrize(

@@ -137,13 +137,15 @@ def check_fleet(cfg: PipelineConfig, p: Problems, serving: dict[str, Any] | None
     first = cfg.target_specs.get(cfg.targets[0])
     if serving is None or first is None:
         return
-    target, precision = serving.get("target"), serving.get("precision")
+    target = serving.get("target")
     if str(target) != cfg.targets[0]:
         p.add("serving.target", target, f"is derived from targets[0]='{cfg.targets[0]}': never set it; "
               "to serve another target, put it first in `targets`")
-    if not p.has(f"target_specs.{cfg.targets[0]}.precision") and str(precision) != str(first.precision):
-        p.add("serving.precision", precision, f"is derived from target_specs.{cfg.targets[0]}.precision="
-              f"'{first.precision}': never set it; change target_specs.{cfg.targets[0]}.precision instead")
+    for field in ("kind", "precision"):
+        want, got = getattr(first, field), serving.get(field)
+        if not p.has(f"target_specs.{cfg.targets[0]}.{field}") and got is not None and str(got) != str(want):
+            p.add(f"serving.{field}", got, f"is derived from target_specs.{cfg.targets[0]}.{field}="
+                  f"'{want}': never set it; change target_specs.{cfg.targets[0]}.{field} instead")
 
 
 def check_target(t: TargetConfig, key: str, p: Problems) -> None:

@@ -62,7 +62,7 @@ def collect(
     # `serving` is derived from the fleet (conf/config.yaml): compared with its source below, never type-checked on
     # its own, so a bad target precision is reported once, at target_specs, not again at serving.
     serving = raw.pop("serving", None)
-    if serving is not None and not (isinstance(serving, dict) and set(serving) <= {"target", "precision"}):
+    if serving is not None and not (isinstance(serving, dict) and set(serving) <= {"target", "kind", "precision"}):
         p.add("serving", serving, "is derived from targets[0] and its target_specs entry: never set it")
         serving = None
     _walk(PipelineConfig, raw, "", p)
@@ -80,7 +80,7 @@ def collect(
         files.check_source(cfg, graph, p, base)
     p.raise_if_any(origin)
     first = cfg.target_specs[cfg.targets[0]]  # the checks passed: the fleet is non-empty and defined
-    cfg.serving = ServingConfig(target=cfg.targets[0], precision=first.precision)
+    cfg.serving = ServingConfig(target=cfg.targets[0], kind=first.kind, precision=first.precision)
     return cfg, graph
 
 

@@ -191,6 +191,7 @@ class ServingConfig:
     """Derived in conf/config.yaml from ``targets[0]``: what the ONNX Runtime model serves. Never set by hand."""
 
     target: str = "cpu"
+    kind: TargetKind = TargetKind.cpu
     precision: Precision = Precision.fp32
 
 
