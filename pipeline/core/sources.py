@@ -172,7 +172,7 @@ def _onnx_entries(path: Path, root: Path) -> list[dict[str, Any]]:
     """The ONNX file and every external-data file it references."""
     import onnx
 
-    from pipeline.adapters.onnx_tools import load_model
+    from pipeline.core.onnx_tools import load_model
 
     entries = [file_entry(path, root)]
     # A truncated or corrupt file fails here, in the first stage, with export's own message: nothing later runs.

@@ -8,7 +8,7 @@ absent, with the reason (a release without a benchmark is still a valid release)
 
 The manifest embeds summaries, never whole reports: parity's verdict and per artifact
 its status, sha256 and worst error per output; the bench's ``summary`` and the shas it was
-measured on. Parity is read with the parity stage's own reader (:mod:`pipeline.core.parity`).
+measured on. Parity is read with the parity stage's own reader (:mod:`pipeline.parity.report`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from pipeline.core.atomic import file_digest
 from pipeline.core.errors import ParityError, ReleaseError
-from pipeline.core.parity import artifact_passed, load_report
+from pipeline.parity.report import artifact_passed, load_report
 
 ONNX_FILE = "model.onnx"
 PLAN_SUFFIX = ".plan"

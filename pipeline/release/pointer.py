@@ -17,7 +17,7 @@ from __future__ import annotations
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import triton_config
+from pipeline.repository import config as triton_config
 from pipeline.core.errors import ReleaseError
 
 HEADER = (

@@ -1,132 +1,14 @@
-"""fp16 stage: FP16 conversion with onnxconverter-common; unsafe nodes stay FP32; NaN/Inf refused.
-
-Which nodes are unsafe is decided from data (pipeline/adapters/fp16_safety.py): FP32 intermediate
-ranges on the real samples, cross-checked by a true FP16 evaluation where onnx.reference can run
-the model. An FP16 run on ONNX Runtime's CPU provider alone proves nothing (it computes in FP32).
-"""
+"""fp16 stage: FP16 conversion with onnxconverter-common; unsafe nodes stay FP32; NaN/Inf refused."""
 
 from __future__ import annotations
 
 import argparse
-import copy
-import time
-import warnings
 from pathlib import Path
-from typing import Any
 
-import onnx
-
-from pipeline.adapters import fp16_safety, onnx_tools
+from pipeline.convert.fp16 import headline, run_fp16
 from pipeline.core import atomic
-from pipeline.core.config import ModelConfig, PrecisionConfig, load_config
-from pipeline.core.errors import PrecisionError
-from pipeline.core.samples import input_specs, load_samples
-from pipeline.core.specs import graph_io
+from pipeline.core.config import load_config
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-
-
-def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str] | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
-    """Convert to FP16; returns (model, op types blocked, node names blocked)."""
-    from onnxconverter_common import float16
-
-    ops = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list))
-    nodes = sorted(set(cfg.node_block_list) | set(extra_nodes or []))
-    try:
-        with warnings.catch_warnings():
-            # One warning per clipped constant (hundreds for MiniLM); clipping is configured and reported.
-            warnings.simplefilter("ignore", UserWarning)
-            # The converter edits its argument in place; the caller converts the same model more than once.
-            converted = float16.convert_float_to_float16(
-                copy.deepcopy(model), min_positive_val=cfg.min_positive_val, max_finite_val=cfg.max_finite_val,
-                keep_io_types=cfg.keep_io_types, op_block_list=ops, node_block_list=nodes,
-            )
-    except Exception as e:  # the converter raises ValueError/RuntimeError on unsupported graphs
-        raise PrecisionError(
-            "FP16 conversion failed", fix="add the failing op type to precision.op_block_list",
-            details={"error": f"{type(e).__name__}: {e}"},
-        ) from None
-    fix_float_casts(converted, nodes)
-    # The converter's value_info can also claim FLOAT16 where a node still computes FLOAT (e.g. a
-    # Softmax reading an FP32 graph output that keep_io_types cast back). value_info is optional:
-    # drop it and let ONNX Runtime infer types from the (consistent) nodes.
-    del converted.graph.value_info[:]
-    return converted, ops, nodes
-
-
-def fix_float_casts(model: onnx.ModelProto, blocked_nodes: list[str]) -> list[str]:
-    """Retarget ``Cast(to=FLOAT)`` nodes whose output the converter declared FLOAT16.
-
-    onnxconverter-common rewrites value_info to float16 but leaves Cast's ``to``
-    attribute alone, so a Cast from int64 (e.g. an attention mask) feeding FP16
-    math makes ONNX Runtime refuse the graph with a type error. Returns the
-    names of the Cast nodes changed.
-    """
-    fp16_values = {
-        vi.name for vi in list(model.graph.value_info) + list(model.graph.output)
-        if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
-    }
-    changed: list[str] = []
-    for n in model.graph.node:
-        if n.op_type != "Cast" or n.name in blocked_nodes or n.output[0] not in fp16_values:
-            continue
-        for a in n.attribute:
-            if a.name == "to" and a.i == onnx.TensorProto.FLOAT:
-                a.i = onnx.TensorProto.FLOAT16
-                changed.append(n.name)
-    return changed
-
-
-def kept_fp32(model: onnx.ModelProto, ops: list[str], nodes: list[str], reasons: dict[str, str] | None = None) -> list[dict[str, str]]:
-    """Nodes of the source graph that the conversion left in FP32, and why (``reasons``: automatic fallback)."""
-    out: list[dict[str, str]] = []
-    reasons = reasons or {}
-    for n in model.graph.node:
-        if n.name in reasons:
-            out.append({"node": n.name, "op": n.op_type, "reason": reasons[n.name]})
-        elif n.name in nodes:
-            out.append({"node": n.name, "op": n.op_type, "reason": "precision.node_block_list"})
-        elif n.op_type in ops:
-            out.append({"node": n.name, "op": n.op_type, "reason": "op type in the FP32 block list"})
-    return out
-
-
-def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> dict[str, Any]:
-    """Convert ``src`` into ``out`` (a temporary path) with data-driven FP32 fallback; open a session, refuse NaN/Inf."""
-    from onnxconverter_common import float16
-
-    t0 = time.perf_counter()
-    fp32 = onnx_tools.load_model(src, "simplified model")
-    fp16_safety.name_nodes(fp32)  # node_block_list works by name; unnamed nodes get stable names
-    inputs, _ = graph_io(fp32)
-    feeds = load_samples(model, input_specs(model, inputs))
-    block_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list)
-    converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra: convert(m, cfg, extra)[0], block_ops)
-    auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
-            for b in safety["blocked_nodes"]}
-    ops = sorted(block_ops)
-    nodes = sorted(set(cfg.node_block_list) | set(auto))
-    onnx_tools.save_model(converted, out)
-    # Cast/Resize type errors only show when a session is opened, so open one here, not in a later stage.
-    sess = onnx_tools.session(out, "FP16 model")
-    for i, feed in enumerate(feeds):
-        if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "FP16 model")):
-            raise PrecisionError(
-                f"the FP16 model produces NaN/Inf on sample {i}",
-                fix="add the overflowing node names to precision.node_block_list or op types to precision.op_block_list",
-                details={"outputs": bad},
-            )
-    kept = kept_fp32(fp32, ops, nodes, auto)
-    return {
-        "keep_io_types": cfg.keep_io_types,
-        "nodes": len(converted.graph.node),
-        "kept_fp32": kept,
-        "kept_fp32_count": len(kept),
-        "fallback_blocked_count": len(auto),
-        "fallback": safety,
-        "size_bytes_fp32": src.stat().st_size,
-        "size_bytes_fp16": out.stat().st_size,
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -135,29 +17,23 @@ def _args(p: argparse.ArgumentParser) -> None:
     add_report_args(p)
 
 
-def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """Size and what stayed FP32 (dvc metrics); the node list and ranges stay in the report."""
-    keep = ("nodes", "kept_fp32_count", "fallback_blocked_count", "size_bytes_fp32", "size_bytes_fp16")
-    return {k: report[k] for k in keep if k in report}
-
-
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     with atomic.atomic_path(a.out) as tmp:
         report = run_fp16(a.onnx, tmp, cfg.precision, cfg.model)
     write_report(a, report, headline(report))
     print(f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32 "
-          f"({report['fallback_blocked_count']} by the data-driven fallback)")
+          f"({report['fallback_blocked_count']} by the data-driven fallback)")  # fmt: skip
     for b in report["fallback"]["blocked_nodes"]:
         what = f"{b['role']} '{b['value']}': " if b["value"] else ""
         print(f"[fp16]   kept FP32: {b['node']} ({b['op']}) {what}{b['reason']}")
-    for a in report["fallback"]["attempts"]:
-        c = a["cross_check"]
-        print(f"[fp16]   attempt {a['attempt']}: true-FP16 cross-check {c['status']}" + (f" ({c['error']})" if c.get("error") else ""))
+    for attempt in report["fallback"]["attempts"]:
+        c = attempt["cross_check"]
+        print(f"[fp16]   attempt {attempt['attempt']}: true-FP16 cross-check {c['status']}" + (f" ({c['error']})" if c.get("error") else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m pipeline.stages.fp16 --params ... --onnx ... --out ... --report ...``."""
+    """``python -m pipeline.stages.fp16 --params ... --onnx ... --out ... --report ... [--metrics ...]``."""
     return stage_main("fp16", __doc__, _args, _body, argv)
 
 

@@ -1,214 +1,18 @@
 """parity stage: the reference model against every artifact on real inputs, with Polygraphy; a hard gate.
 
-Reference: the original PyTorch model on the CPU (model.source=factory) or the exported copy of the
-given ONNX file (model.source=onnx). Artifacts: the simplified FP32 ONNX and the FP16 ONNX under
-ONNX Runtime, and each TensorRT engine under --engines where tensorrt imports (else recorded as
-skipped, with the reason). Inputs and reference outputs are saved as Polygraphy JSON goldens;
-``--goldens-only`` compares artifacts against saved goldens without torch (GPU CI, later runs).
-
-    python -m pipeline.stages.parity --params params.yaml --source-onnx artifacts/onnx/model.onnx \\
-        --fp32 artifacts/onnx/model.sim.onnx --fp16 artifacts/onnx/model.fp16.onnx \\
-        --inputs artifacts/parity/inputs.json --reference artifacts/parity/reference.json \\
-        --report artifacts/reports/parity.json [--engines artifacts/engines] [--goldens-only]
+``--goldens-only`` compares against saved goldens without torch (a GPU CI job, for its own engine).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import time
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from pipeline.adapters import onnx_tools, polygraphy_tools as pg
-from pipeline.core import atomic
-from pipeline.core.config import PipelineConfig, ToleranceConfig, load_config
+from pipeline.core.config import load_config
 from pipeline.core.errors import ParityError
-from pipeline.core.parity import SCHEMA_VERSION, round_up, artifact_passed, gate, polygraphy_options, resolve, summarize_output, tolerance_key
-from pipeline.core.samples import input_specs, load_samples
-from pipeline.core.specs import graph_io
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-
-__all__ = ["artifact_passed", "run_parity", "main"]
-
-
-def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[list[pg.Feed], Any, str]:
-    """Real samples and the reference's outputs on them: (feeds, RunResults, source name)."""
-    model = cfg.model
-    if model.source == "onnx":
-        if source_onnx is None:
-            raise ParityError("model.source=onnx needs the exported copy of the ONNX file as reference", fix="pass --source-onnx artifacts/onnx/model.onnx")
-        proto = onnx_tools.load_model(source_onnx, "reference ONNX (model.path copy)")
-        specs = input_specs(model, graph_io(proto)[0])
-        runner, source = pg.onnxrt_runner(source_onnx, "reference"), "onnx"
-    else:
-        from pipeline.stages.export import build_module  # the export stage's safe factory + checkpoint loader
-
-        specs, source = model.inputs, "torch"
-        runner = pg.TorchCpuRunner(lambda: build_module(model), specs, list(model.outputs), name="reference")
-    feeds = load_samples(model, specs, batch_sizes=list(cfg.parity.synthetic_batch_sizes))[: cfg.parity.max_samples]
-    results = pg.run(runner, feeds, f"reference ({source})")
-    for i, out in enumerate(pg.outputs(results)):
-        if bad := onnx_tools.nonfinite(out):
-            raise ParityError(f"the reference itself produces NaN/Inf on sample {i}", details={"outputs": bad},
-                              fix="check the model and the sample inputs (model.data); nothing can be compared against a non-finite reference")
-    return feeds, results, source
-
-
-def compare_artifact(kind: str, runner: Any, feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig, path: Path) -> dict[str, Any]:
-    """Run one artifact over the samples and summarize it against the reference, output by output."""
-    # The sha256 of what was compared: the repository stage and `release build` ship a file only if its
-    # sha256 is here, so a report from another run can never vouch for it.
-    entry: dict[str, Any] = {"file": str(path), "sha256": atomic.file_digest(path)[0], "config_key": tolerance_key(kind)}
-    try:
-        results = pg.run(runner, feeds, f"{kind} artifact {path}")
-    except ParityError as e:  # an artifact that cannot run fails the gate; the others are still compared
-        return {**entry, "status": "error", "passed": False, "reason": e.what + "; " + "; ".join(f"{k}: {v}" for k, v in e.details.items())}
-    ref_out, art_out = pg.outputs(reference), pg.outputs(results)
-    names = list(ref_out[0])
-    opts = polygraphy_options(tol, names)
-    per_sample = pg.compare(reference, results, pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"]))
-    outputs = {
-        n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_sample], [a.get(n) for a in art_out], [r[n] for r in ref_out])
-        for n in names
-    }
-    ok = all(o["passed"] for o in outputs.values())
-    return {**entry, "status": "passed" if ok else "failed", "passed": ok, "outputs": outputs}
-
-
-def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig) -> dict[str, dict[str, Any]]:
-    """``trt@<target>`` entries for each GPU target's engine under ``engines`` (built, skipped, or not runnable here).
-
-    Only ``targets`` are looked at (a stale directory of a target no longer in the fleet is not).
-    Skipped entries carry no ``passed`` flag: they are neither a pass nor a failure of the gate.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for target in targets:
-        manifest_path = engines / target / "manifest.json"
-        kind = f"trt@{target}"
-        if not manifest_path.is_file():
-            out[kind] = {"status": "skipped", "reason": f"no engine manifest at {manifest_path} (run `dvc repro engine@{target}`)"}
-            continue
-        try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as e:
-            out[kind] = {"status": "error", "passed": False, "reason": f"unreadable manifest {manifest_path}: {e}"}
-            continue
-        plan = manifest_path.parent / str((manifest.get("engine") or {}).get("file") or "model.plan")
-        if manifest.get("status") != "built":
-            out[kind] = {"status": "skipped", "file": str(plan), "reason": f"engine not built: {manifest.get('reason', manifest.get('status'))}"}
-            continue
-        runner, why = pg.trt_runner(plan, kind)
-        if runner is None:
-            out[kind] = {"status": "skipped", "file": str(plan), "reason": why}
-            continue
-        out[kind] = compare_artifact(kind, runner, feeds, reference, tol, plan)
-    return out
-
-
-def _torch_importable() -> bool:
-    try:
-        import torch  # noqa: F401 - only to learn whether the PyTorch reference can run here
-    except ImportError:
-        return False
-    return True
-
-
-def run_parity(
-    cfg: PipelineConfig, artifacts: dict[str, Path], inputs_path: Path, reference_path: Path,
-    source_onnx: Path | None = None, engines: Path | None = None, goldens_only: bool = False, verbose: bool = False,
-) -> dict[str, Any]:
-    """Compare every artifact with the reference; save goldens unless ``goldens_only``; return the report.
-
-    ``artifacts`` maps a kind ("fp32", "fp16") to its ONNX file. Does not raise on a parity
-    failure (see :func:`pipeline.core.parity.gate`); raises ParityError when nothing can be compared.
-    """
-    t0 = time.perf_counter()
-    torch_missing = cfg.model.source == "factory" and not goldens_only and not _torch_importable()
-    with pg.quiet(verbose):
-        if goldens_only or torch_missing:
-            if torch_missing and not goldens_only:
-                print("[parity] torch is not importable: comparing against the saved goldens instead of the PyTorch model")
-            feeds, reference = pg.load_goldens(inputs_path, reference_path)
-            source = "goldens"
-        else:
-            feeds, reference, source = reference_results(cfg, source_onnx)
-            pg.save_goldens(feeds, reference, inputs_path, reference_path)
-        arts: dict[str, dict[str, Any]] = {}
-        for kind, path in artifacts.items():
-            tol = getattr(cfg.parity, kind)
-            # Load once here so a missing/corrupt file gets the pipeline's own message, not ORT's.
-            onnx_tools.load_model(path, f"{kind} ONNX artifact")
-            arts[kind] = compare_artifact(kind, pg.onnxrt_runner(path, kind), feeds, reference, tol, path)
-        if engines is not None and engines.is_dir():
-            gpu_targets = [t for t in cfg.targets if cfg.target_specs[t].kind == "gpu"]  # cpu targets have no engine
-            arts.update(engine_entries(engines, gpu_targets, feeds, reference, cfg.parity.trt))
-    compared = [a for a in arts.values() if a.get("status") != "skipped"]
-    return {
-        "schema": SCHEMA_VERSION,
-        "model": cfg.model.name,
-        "passed": bool(compared) and all(a.get("passed") is True for a in compared),
-        "reference": {
-            "source": source,
-            "samples": len(feeds),
-            "batch_sizes": [int(next(iter(f.values())).shape[0]) if np.ndim(next(iter(f.values()))) else 1 for f in feeds],
-            "inputs": str(inputs_path),
-            "outputs": str(reference_path),
-        },
-        "artifacts": arts,
-        "notes": [
-            "ONNX artifacts run on ONNX Runtime's CPU provider, which computes most FP16 ops in FP32: the fp16 row "
-            "checks the converted graph and weights, not FP16 arithmetic; FP16 range safety is decided in the fp16 "
-            "stage from FP32 intermediate ranges (fp16.json: fallback). TensorRT rows run true FP16 on the GPU.",
-            "max_rel follows Polygraphy (|diff| / |reference|): it is huge where the reference is ~0, which is why an "
-            "output fails only when its statistic exceeds both atol and rtol.",
-        ],
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
-
-
-def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """The verdict and each compared artifact's worst absolute error per output (dvc metrics)."""
-    arts: dict[str, Any] = {}
-    for kind, art in report["artifacts"].items():
-        if "outputs" in art:
-            arts[kind] = {"passed": art["passed"], "max_abs": {o: v["max_abs"] for o, v in art["outputs"].items()}}
-        else:
-            arts[kind] = {"status": art.get("status")}
-    return {"passed": report["passed"], "samples": report["reference"]["samples"], "artifacts": arts}
-
-
-def print_table(report: dict[str, Any]) -> None:
-    """A rich table of every artifact and output (falls back to plain lines if rich is missing)."""
-    rows: list[list[str]] = []
-    for kind, art in report["artifacts"].items():
-        if "outputs" not in art:
-            rows.append([kind, "-", "-", "-", "-", "-", "-", "-", "-", f"{art['status'].upper()}: {art.get('reason', '')}"])
-            continue
-        for out, o in art["outputs"].items():
-            f = (lambda x: "n/a" if x is None else f"{x:.3g}")
-            rows.append([kind, out, o["stat"], f(o["max_abs"]), f(o["max_rel"]), f(o["mean_abs"]), f(o["atol"]), f(o["rtol"]),
-                         f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), "PASS" if o["passed"] else "FAIL"])
-    head = ["artifact", "output", "stat", "max abs", "max rel", "mean abs", "atol", "rtol", "min atol", "result"]
-    ref = report["reference"]
-    title = f"parity vs {ref['source']} reference, {ref['samples']} samples (batch sizes {ref['batch_sizes']}), {report['seconds']} s"
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(title)
-        for r in [head, *rows]:
-            print(" | ".join(r))
-        return
-    table = Table(title=title)
-    for h in head:
-        table.add_column(h, justify="left" if h in ("artifact", "output", "stat", "result") else "right")
-    for r in rows:
-        style = "green" if r[-1] == "PASS" else ("yellow" if r[-1].startswith("SKIPPED") else "red")
-        table.add_row(*r, style=style)
-    Console(width=160).print(table)
+from pipeline.parity.report import gate
+from pipeline.parity.run import headline, print_table, run_parity
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -235,7 +39,7 @@ def _body(a: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m pipeline.stages.parity --params ... --fp32 ... --fp16 ... --inputs ... --reference ... --report ...``."""
+    """``python -m pipeline.stages.parity --params ... --fp32 ... --fp16 ... --inputs ... --reference ... --report ...``."""
     return stage_main("parity", __doc__, _args, _body, argv)
 
 

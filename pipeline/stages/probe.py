@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipeline.core import atomic, sources
 from pipeline.core.config import load_config
-from pipeline.core.gpu import probe_machine
+from pipeline.engines.probe import probe_machine
 from pipeline.core.stage import main as stage_main
 
 

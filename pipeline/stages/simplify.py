@@ -3,73 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import shutil
-import time
 from pathlib import Path
-from typing import Any
 
-from pipeline.adapters import onnx_tools
+from pipeline.convert.simplify import headline, simplify
 from pipeline.core import atomic
-from pipeline.core.config import ModelConfig, SimplifyConfig, load_config
-from pipeline.core.errors import SimplifyError
-from pipeline.core.samples import input_specs, load_samples
-from pipeline.core.specs import graph_io, op_counts
+from pipeline.core.config import load_config
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-
-SKIP_HINT = "set simplify.enabled=false to ship the exported graph unsimplified"
-
-
-def simplify(src: Path, out: Path, cfg: SimplifyConfig, model: ModelConfig) -> dict[str, Any]:
-    """Simplify ``src`` into ``out`` (a temporary path); raise :class:`SimplifyError` naming the skip key."""
-    before = onnx_tools.load_model(src, "exported model")
-    report: dict[str, Any] = {"enabled": cfg.enabled, "nodes_before": len(before.graph.node), "ops_before": op_counts(before)}
-    if not cfg.enabled:
-        shutil.copyfile(src, out)
-        return {**report, "nodes_after": report["nodes_before"], "ops_after": report["ops_before"]}
-    import onnxsim
-
-    inputs, _ = graph_io(before)
-    # onnxsim's check feeds random data by default; token ids need real values (random ids overflow the
-    # embedding Gather), so the check runs on a real sample with its real shapes.
-    sample = load_samples(model, input_specs(model, inputs), count=1)[0]
-    t0 = time.perf_counter()
-    try:
-        simplified, ok = onnxsim.simplify(
-            before, check_n=cfg.check_n, input_data=sample, skip_shape_inference=cfg.skip_shape_inference,
-            test_input_shapes={k: list(v.shape) for k, v in sample.items()},
-        )
-    except Exception as e:  # onnxsim raises RuntimeError/ValueError/AssertionError from its C++ core
-        raise SimplifyError(
-            "onnxsim failed on the exported model",
-            fix=SKIP_HINT,
-            details={"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"},
-        ) from None
-    if not ok:
-        raise SimplifyError(
-            f"onnxsim's own check failed: the simplified model's outputs differ from the original on {cfg.check_n} inputs",
-            fix=SKIP_HINT + " (or simplify.check_n=0 to skip only the check, not recommended)",
-        )
-    onnx_tools.save_model(simplified, out)
-    onnx_tools.check_model(out, "simplified model")
-    onnx_tools.session(out, "simplified model")
-    return {
-        **report,
-        "nodes_after": len(simplified.graph.node),
-        "ops_after": op_counts(simplified),
-        "check_n": cfg.check_n,
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
 
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--onnx", required=True, type=Path, help="exported ONNX to simplify")
-    p.add_argument("--out", required=True, type=Path, help="simplified ONNX to write")
+    p.add_argument("--out", required=True, type=Path, help="simplified FP32 ONNX to write")
     add_report_args(p)
-
-
-def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """Node counts before and after (dvc metrics)."""
-    return {k: report[k] for k in ("enabled", "nodes_before", "nodes_after") if k in report}
 
 
 def _body(a: argparse.Namespace) -> None:
@@ -81,7 +26,7 @@ def _body(a: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m pipeline.stages.simplify --params ... --onnx ... --out ... --report ...``."""
+    """``python -m pipeline.stages.simplify --params ... --onnx ... --out ... --report ... [--metrics ...]``."""
     return stage_main("simplify", __doc__, _args, _body, argv)
 
 

@@ -1,6 +1,6 @@
 """A STAND-IN for the ``tensorrt`` Python module, since the real one cannot be installed here.
 
-It mimics only the surface pipeline/adapters/tensorrt.py uses (names and signatures
+It mimics only the surface pipeline/engines/trt.py uses (names and signatures
 as in TensorRT's Python bindings, 10.x and 11.x) and records every call, so tests can
 check which version branch was taken. It builds nothing: the "plan" it returns is a
 marker string, never a TensorRT engine, and exists only in test temp dirs.

@@ -15,9 +15,9 @@ import onnx
 import pytest
 
 from pipeline.core.config import ProfileConfig, TargetConfig
-from pipeline.core.engine_manifest import check_matches_target, sha256_file
-from pipeline.core.gpu import probe_machine
-from pipeline.stages.engine import build_target
+from pipeline.engines.manifest import check_matches_target, sha256_file
+from pipeline.engines.probe import probe_machine
+from pipeline.engines.build import build_target
 from tests.tiny_triton import FEATURES, tiny_onnx
 
 pytestmark = pytest.mark.gpu

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline.adapters import perf_analyzer as pa_mod
-from pipeline.adapters.embedded_repo import build_embedded_repository
-from pipeline.adapters.triton_process import EmbeddedServer
+from pipeline.serving import perf_analyzer as pa_mod
+from pipeline.serving.embedded import build_embedded_repository
+from pipeline.serving.process import EmbeddedServer
 from pipeline.bench import tune
 from pipeline.core.config import PipelineConfig, TensorSpec, load_config
 from pipeline.core.errors import ConfigError, ToolError
-from pipeline.stages.bench import run_bench
+from pipeline.bench.run import run_bench
 from tests.tiny_triton import shipped_repository, variant_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -280,7 +280,7 @@ def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     if other["steady"] and other["within_budget"]:
         assert t["lead_over_next"] == pytest.approx(won["vs_ort_best"] / other["vs_ort_best"] - 1)
         assert "ahead of the next candidate" in (out / "bench" / "report.md").read_text()
-    from pipeline.adapters.embedded_repo import read_config
+    from pipeline.serving.embedded import read_config
 
     tuned = read_config(out / "throughput.pbtxt")
     assert tuned.backend == "onnxruntime"  # the shipped form, not the python stand-in

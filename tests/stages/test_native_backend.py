@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from pipeline.adapters import native_backend as nb
-from pipeline.adapters.embedded_repo import build_embedded_repository, read_config, write_config
-from pipeline.adapters.triton_process import EmbeddedServer
+from pipeline.serving import native_backend as nb
+from pipeline.serving.embedded import build_embedded_repository, read_config, write_config
+from pipeline.serving.process import EmbeddedServer
 from pipeline.core.errors import BenchError, ToolError
 from tests.tiny_triton import FEATURES, shipped_repository
 

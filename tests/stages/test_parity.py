@@ -14,9 +14,11 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline.core.config import PipelineConfig
+from pipeline.core.config import PipelineConfig, load_config
 from pipeline.core.errors import PrecisionError
-from pipeline.stages import export, fp16, parity, repository, simplify
+from pipeline.convert import export, fp16, simplify
+from pipeline.parity.report import artifact_passed
+from pipeline.stages import parity, repository
 from tests.conftest import ROOT, TINY_MLP
 from tests.helpers.parity_models import UNSAFE_INPUTS
 
@@ -55,7 +57,7 @@ def perturb(path: Path, scale: float = 0.05) -> None:
 
 def test_tiny_passes_and_report_is_complete(make_params, tmp_path: Path) -> None:
     params = make_params(*TINY_MLP)
-    cfg = parity.load_config(params)
+    cfg = load_config(params)
     p = build(cfg, tmp_path)
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     rep = json.loads((tmp_path / "parity.json").read_text())
@@ -66,8 +68,8 @@ def test_tiny_passes_and_report_is_complete(make_params, tmp_path: Path) -> None
         assert y["passed"] is True and y["stat"] == "max" and y["nonfinite"] == 0
         assert 0 <= y["max_abs"] <= y["atol"] and y["min_passing_atol"] <= y["max_abs"]
         assert {"max_rel", "mean_abs", "stat_abs", "stat_rel", "samples"} <= set(y)
-    assert parity.artifact_passed(rep, "fp32") == (True, "passed")
-    assert parity.artifact_passed(rep, "trt:a100")[0] is False
+    assert artifact_passed(rep, "fp32") == (True, "passed")
+    assert artifact_passed(rep, "trt:a100")[0] is False
     # The gate opens: the repository ships the FP32 model and records the verdict.
     assert repository.main(repo_args(params, p, tmp_path)) == 0
     assert json.loads((tmp_path / "repository.json").read_text())["parity"]["kind"] == "fp32"
@@ -75,7 +77,7 @@ def test_tiny_passes_and_report_is_complete(make_params, tmp_path: Path) -> None
 
 def test_damaged_artifact_fails_gate_and_repository_refuses(make_params, tmp_path: Path, capsys) -> None:
     params = make_params(*TINY_MLP)
-    p = build(parity.load_config(params), tmp_path)
+    p = build(load_config(params), tmp_path)
     perturb(p["sim"])
     assert parity.main(parity_args(params, p, tmp_path)) != 0
     err = capsys.readouterr().err
@@ -102,7 +104,7 @@ def test_damaged_artifact_fails_gate_and_repository_refuses(make_params, tmp_pat
 
 def test_goldens_accepted_later_without_torch(make_params, tmp_path: Path) -> None:
     params = make_params(*TINY_MLP)
-    p = build(parity.load_config(params), tmp_path)
+    p = build(load_config(params), tmp_path)
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     first = json.loads((tmp_path / "parity.json").read_text())
     block_torch = "import sys; sys.modules['torch'] = None; from pipeline.stages.parity import main; raise SystemExit(main(sys.argv[1:]))"
@@ -126,7 +128,7 @@ def test_goldens_accepted_later_without_torch(make_params, tmp_path: Path) -> No
 
 def test_fp16_unsafe_model_passes_only_thanks_to_fallback(make_params, tmp_path: Path) -> None:
     params = make_params(*UNSAFE)
-    p = build(parity.load_config(params), tmp_path)
+    p = build(load_config(params), tmp_path)
     rep16 = json.loads((tmp_path / "fp16.json").read_text())
     fb = rep16["fallback"]
     blocked = {b["node"]: b for b in fb["blocked_nodes"]}
@@ -142,7 +144,7 @@ def test_fp16_unsafe_model_passes_only_thanks_to_fallback(make_params, tmp_path:
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     assert json.loads((tmp_path / "parity.json").read_text())["artifacts"]["fp16"]["passed"] is True
     # With the fallback off, the fp16 stage refuses the model and names the nodes.
-    off = parity.load_config(make_params(*UNSAFE, "precision.fallback.enabled=false", name="off.yaml"))
+    off = load_config(make_params(*UNSAFE, "precision.fallback.enabled=false", name="off.yaml"))
     with pytest.raises(PrecisionError) as e:
         fp16.run_fp16(p["sim"], tmp_path / "off.fp16.onnx", off.precision, off.model)
     assert "precision.fallback.enabled=false" in e.value.what and set(blocked) <= set(e.value.details)
@@ -150,7 +152,7 @@ def test_fp16_unsafe_model_passes_only_thanks_to_fallback(make_params, tmp_path:
 
 def test_engines_recorded_as_skipped_without_tensorrt(make_params, tmp_path: Path) -> None:
     params = make_params(*TINY_MLP, "targets=[cpu,a100,h100]")
-    p = build(parity.load_config(params), tmp_path)
+    p = build(load_config(params), tmp_path)
     eng = tmp_path / "engines"
     (eng / "a100").mkdir(parents=True)
     (eng / "a100" / "manifest.json").write_text(json.dumps({"target": "a100", "status": "skipped", "reason": "no A100 here"}))
@@ -165,12 +167,12 @@ def test_engines_recorded_as_skipped_without_tensorrt(make_params, tmp_path: Pat
         import tensorrt  # noqa: F401
     except ImportError:
         assert arts["trt@h100"]["status"] == "skipped" and "tensorrt is not importable" in arts["trt@h100"]["reason"]
-    assert parity.artifact_passed({"artifacts": arts}, "trt@a100") == (False, "parity skipped: engine not built: no A100 here")
+    assert artifact_passed({"artifacts": arts}, "trt@a100") == (False, "parity skipped: engine not built: no A100 here")
 
 
 def test_onnx_source_reference_is_the_given_file(make_params, tiny_onnx: Path, tmp_path: Path) -> None:
     params = make_params("model=onnx", f"model.path={tiny_onnx}")
-    cfg = parity.load_config(params)
+    cfg = load_config(params)
     d = tmp_path / "out"
     d.mkdir()
     p = build(cfg, d)
@@ -184,7 +186,7 @@ def test_minilm_parity_from_stage_functions(make_params, tmp_path: Path) -> None
     """MiniLM built in tmp_path by the stage functions passes with the default tolerances (about a minute)."""
     params = make_params()
     t0 = time.perf_counter()
-    p = build(parity.load_config(params), tmp_path)
+    p = build(load_config(params), tmp_path)
     t1 = time.perf_counter()
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     rep = json.loads((tmp_path / "parity.json").read_text())

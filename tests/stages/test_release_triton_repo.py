@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.adapters.tritonserver import validate_repository
+from pipeline.serving.tritonserver import validate_repository
 from pipeline.release.build import build_release
 from pipeline.release.promote import promote, rollback
 from pipeline.release.store import ReleaseStore

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from pipeline.adapters import triton_config
-from pipeline.adapters.tritonserver import validate_repository
-from pipeline.stages import export, fp16, repository, simplify
+from pipeline.repository import config as triton_config
+from pipeline.serving.tritonserver import validate_repository
+from pipeline.convert import export, fp16, simplify
+from pipeline.repository import writer as repository
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,11 @@ import onnx
 import pytest
 import torch
 
-from pipeline.adapters import onnx_tools, triton_config
+from pipeline.core import onnx_tools
+from pipeline.repository import config as triton_config
 from pipeline.core.errors import ConfigError, ModelSourceError
-from pipeline.stages import export, fp16, repository, simplify
+from pipeline.convert import export, fp16, simplify
+from pipeline.repository import writer as repository
 from tests.conftest import TINY_MLP, run_module
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.adapters.tritonserver import MISSING_ORT_BACKEND, validate_repository
+from pipeline.serving.tritonserver import MISSING_ORT_BACKEND, validate_repository
 from tests.tiny_triton import shipped_repository, variant_config
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.adapters.tensorrt import build_engine, major_version, plan_settings, read_timing_cache
+from pipeline.engines.trt import build_engine, major_version, plan_settings, read_timing_cache
 from pipeline.core.config import TrtBuilderConfig
 from pipeline.core.errors import EngineError
-from pipeline.core.targets import InputProfile
+from pipeline.engines.targets import InputProfile
 from tests.fakes.fake_tensorrt import STAND_IN_CACHE, STAND_IN_PLAN, make_fake_tensorrt
 from tests.tiny_triton import tiny_onnx
 

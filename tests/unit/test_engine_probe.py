@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from pipeline.core.config import TargetConfig
-from pipeline.core.gpu import decide, name_matches, parse_smi_csv, probe_machine, sm_tag
+from pipeline.engines.probe import decide, name_matches, parse_smi_csv, probe_machine, sm_tag
 from pipeline.stages import probe as probe_stage
 from tests.helpers.probes import TRT_MISSING, probe
 

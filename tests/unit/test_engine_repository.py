@@ -17,9 +17,9 @@ from google.protobuf import text_format
 
 from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.core.errors import EngineError, RepositoryError
-from pipeline.engines_repository import engine_dirs_for, engine_parity, load_parity, render_trt_model, targets_table
-from pipeline.core.engine_manifest import sha256_file
-from pipeline.stages.engine import build_target
+from pipeline.engines.assemble import engine_dirs_for, engine_parity, load_parity, render_trt_model, targets_table
+from pipeline.engines.manifest import sha256_file
+from pipeline.engines.build import build_target
 from tests.fakes.fake_tensorrt import make_fake_tensorrt
 from tests.helpers.probes import TRT_MISSING, probe
 from tests.tiny_triton import tiny_onnx
@@ -90,7 +90,7 @@ def write_model(repo: Path, name: str, m: object) -> Path:
 @pytest.mark.slow
 def test_rendered_config_passes_real_triton_strict_validation(tmp_path: Path, onnx_file: Path) -> None:
     """The real tritonserver (strict, exit on error) accepts the config and stops only at the missing tensorrt backend."""
-    tritonserver = pytest.importorskip("pipeline.adapters.tritonserver")
+    tritonserver = pytest.importorskip("pipeline.serving.tritonserver")
     from pipeline.core.errors import ToolError
 
     try:

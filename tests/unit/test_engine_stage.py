@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.config import TargetConfig, load_config
-from pipeline.core.engine_manifest import EngineManifest, check_matches_target, read_manifest, sha256_file
+from pipeline.engines.manifest import EngineManifest, check_matches_target, read_manifest, sha256_file
 from pipeline.core.errors import EngineError
 from pipeline.stages import engine as engine_stage
-from pipeline.stages.engine import build_target
+from pipeline.engines.build import build_target
 from tests.fakes.fake_tensorrt import STAND_IN_PLAN, make_fake_tensorrt
 from tests.tiny_triton import tiny_onnx
 from tests.helpers.probes import TRT_MISSING, TRT_OK, probe

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.ci_engines import main as ci_main
-from pipeline.ci_engines import merge_locks, merge_parity
+from pipeline.engines.ci import main as ci_main
+from pipeline.engines.ci import merge_locks, merge_parity
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "engines.yml"

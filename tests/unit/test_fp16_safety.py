@@ -10,10 +10,10 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 from onnxconverter_common import float16
 
-from pipeline.adapters import fp16_safety
+from pipeline.convert import fp16_safety
 from pipeline.core.config import Fp16FallbackConfig, PrecisionConfig
 from pipeline.core.errors import PrecisionError
-from pipeline.stages.fp16 import convert
+from pipeline.convert.fp16 import convert
 
 RNG = np.random.default_rng(0)
 FEEDS = [{"x": RNG.uniform(5, 10, (b, 16)).astype(np.float32)} for b in (1, 4)]

@@ -10,10 +10,10 @@ import pytest
 from polygraphy.comparator import RunResults
 from polygraphy.comparator.struct import IterationResult
 
-from pipeline.adapters import polygraphy_tools as pg
+from pipeline.parity import polygraphy as pg
 from pipeline.core.config import ErrorStat, OutputToleranceConfig, ToleranceConfig
 from pipeline.core.errors import ConfigError, ParityError
-from pipeline.core.parity import artifact_passed, failures, gate, polygraphy_options, resolve, summarize_output
+from pipeline.parity.report import artifact_passed, failures, gate, polygraphy_options, resolve, summarize_output
 from pipeline.core.samples import load_feed_file, load_samples
 from pipeline.core.config import ModelConfig
 

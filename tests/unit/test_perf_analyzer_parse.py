@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.adapters import perf_analyzer as pa
+from pipeline.serving import perf_analyzer as pa
 from pipeline.core.errors import ToolError
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -170,7 +170,7 @@ def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str
     with pytest.raises(ReleaseError, match="parity failed") as e:
         build_release(store, inputs["repo1"], failed, None, inputs["lock"], git_cwd=tmp_path, tag=False)
     assert "fp16" in e.value.render()
-    # The parity stage's one reader (pipeline.core.parity.load_report) decides what a report is:
+    # The parity stage's one reader (pipeline.parity.report.load_report) decides what a report is:
     # shapes the stage never writes (no schema, a bare top-level "pass", a list of artifacts) are refused.
     for name, body in (("noverdict", {"artifacts": {}}), ("minimal", {"pass": True, "artifacts": [{"name": "fp32", "pass": True}]})):
         (tmp_path / f"{name}.json").write_text(json.dumps(body))
@@ -264,7 +264,7 @@ def test_variant_choice_is_served_and_survives_rollback(tmp_path: Path, inputs: 
 
 
 def test_unreachable_triton_changes_nothing(tmp_path: Path, inputs: dict[str, Path]) -> None:
-    from pipeline.adapters.tritonserver import free_port
+    from pipeline.serving.tritonserver import free_port
 
     store = ReleaseStore(tmp_path / "store")
     _build(store, inputs)

@@ -10,7 +10,7 @@ import pytest
 from pipeline.core.config import ProfileConfig, TargetConfig, load_config
 from pipeline.core.errors import ConfigError, EngineError
 from pipeline.core.specs import IOSpec
-from pipeline.core.targets import check_target, compute_profiles, gpu_targets, max_batch, resolve_target
+from pipeline.engines.targets import check_target, compute_profiles, gpu_targets, max_batch, resolve_target
 
 GPU_TARGETS = {"t4": "7.5", "a100": "8.0", "a10": "8.6", "l4": "8.9", "h100": "9.0"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import triton_config
+from pipeline.repository import config as triton_config
 from pipeline.core.config import DynamicBatchingConfig, TargetConfig, VariantConfig
 from pipeline.core.errors import RepositoryError
 from pipeline.core.specs import IOSpec

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import tritonserver as ts
-from pipeline.adapters.embedded_repo import (
+from pipeline.serving import tritonserver as ts
+from pipeline.serving.embedded import (
     build_embedded_repository,
     find_shipped,
     read_config,

@@ -17,12 +17,12 @@ from typing import Any, Optional
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.adapters import triton_config
+from pipeline.repository import config as triton_config
 from pipeline.core.config import TargetConfig, VariantConfig
-from pipeline.core.engine_manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
+from pipeline.engines.manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
 from pipeline.core.errors import EngineError, ParityError, RepositoryError
-from pipeline.core.gpu import sm_tag
-from pipeline.core.parity import artifact_passed, load_report
+from pipeline.engines.probe import sm_tag
+from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec
 
 
@@ -43,7 +43,7 @@ def engine_parity(report: Optional[Mapping[str, Any]], target: str) -> tuple[boo
     """Did target's engine pass the parity gate? Returns (passed, why).
 
     The parity stage writes one ``trt@<target>`` entry per engine manifest in
-    ``artifacts/reports/parity.json``; :func:`pipeline.core.parity.artifact_passed` reads it
+    ``artifacts/reports/parity.json``; :func:`pipeline.parity.report.artifact_passed` reads it
     (skipped, errored, failed or missing all count as not passed).
     """
     if report is None:

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from pipeline.core.atomic import file_digest, read_json, write_json
 from pipeline.core.config import TargetConfig
 from pipeline.core.errors import EngineError
-from pipeline.core.gpu import name_matches
+from pipeline.engines.probe import name_matches
 
 MANIFEST_SCHEMA = 1
 MANIFEST_NAME = "manifest.json"

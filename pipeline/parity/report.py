@@ -1,6 +1,6 @@
 """Parity bookkeeping without any runtime: tolerances per output, the report, the gate, the lookup.
 
-The comparison itself is Polygraphy's (pipeline/adapters/polygraphy_tools.py); this module turns
+The comparison itself is Polygraphy's (pipeline/parity/polygraphy.py); this module turns
 its per-sample results into the parity.json report (read by ``dvc metrics``), raises the one
 ParityError that lists every failing output, and answers "did artifact X pass?" for the stages
 that ship artifacts (:func:`artifact_passed`).

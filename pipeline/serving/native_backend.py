@@ -1,7 +1,7 @@
 """Build ``pipeline_ort``, our native Triton backend that runs ONNX Runtime (``native/pipeline_ort/``).
 
 The embedded bench server (nvidia-pytriton's tritonserver) has no onnxruntime backend. The
-python-backend stand-in (:mod:`pipeline.adapters.triton_ort_model`) pays for a second process
+python-backend stand-in (:mod:`pipeline.serving.python_standin`) pays for a second process
 and Python on every batch; this C++ backend runs ORT inside tritonserver like Triton's own
 onnxruntime backend does, so the served path measured is the real one minus only the backend's
 implementation.
@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.adapters.tritonserver import cache_dir
+from pipeline.serving.tritonserver import cache_dir
 from pipeline.core.atomic import atomic_path
 from pipeline.core.errors import ToolError
 
@@ -165,7 +165,7 @@ def build(out_root: Path | None = None, compiler: str = "g++") -> Path:
 
 
 def main() -> int:
-    """``python -m pipeline.adapters.native_backend``: fetch headers and build (scripts/setup.sh runs this)."""
+    """``python -m pipeline.serving.native_backend``: fetch headers and build (scripts/setup.sh runs this)."""
     try:
         fetch_headers()
         print(f"native bench backend: {build()}")

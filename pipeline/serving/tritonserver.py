@@ -194,7 +194,7 @@ def validate_repository(
     try:
         log, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        from pipeline.adapters.triton_process import kill_group
+        from pipeline.serving.process import kill_group
 
         kill_group(proc)
         log = proc.communicate()[0] or ""
@@ -211,9 +211,9 @@ def validate_repository(
 
 
 def __getattr__(name: str) -> object:
-    """``EmbeddedServer`` lives in :mod:`pipeline.adapters.triton_process` (kept apart for size)."""
+    """``EmbeddedServer`` lives in :mod:`pipeline.serving.process` (kept apart for size)."""
     if name in ("EmbeddedServer", "free_port", "port_free", "set_pdeathsig"):
-        from pipeline.adapters import triton_process
+        from pipeline.serving import process as triton_process
 
         return getattr(triton_process, name)
     raise AttributeError(name)

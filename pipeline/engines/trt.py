@@ -37,7 +37,7 @@ from typing import Any, Optional
 
 from pipeline.core.config import TrtBuilderConfig
 from pipeline.core.errors import EngineError
-from pipeline.core.targets import InputProfile
+from pipeline.engines.targets import InputProfile
 
 
 def import_tensorrt() -> ModuleType:

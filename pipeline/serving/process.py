@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from pipeline.adapters.tritonserver import (
+from pipeline.serving.tritonserver import (
     TritonInstall,
     backend_dir,
     error_lines,

@@ -7,9 +7,9 @@ merges each runner's ``engine@<T>`` entry into its own lock (:func:`merge_locks`
 then ``dvc pull``s exactly those engines, writes the repository and prints the table
 of which targets are present (:func:`targets_table`).
 
-    python -m pipeline.ci_engines merge-locks --into dvc.lock a100=locks/a100/dvc.lock h100=locks/h100/dvc.lock
-    python -m pipeline.ci_engines merge-parity --into artifacts/reports/parity.json a100=reports/a100/parity.json
-    python -m pipeline.ci_engines table --params params.yaml --engines artifacts/engines >> "$GITHUB_STEP_SUMMARY"
+    python -m pipeline.engines.ci merge-locks --into dvc.lock a100=locks/a100/dvc.lock h100=locks/h100/dvc.lock
+    python -m pipeline.engines.ci merge-parity --into artifacts/reports/parity.json a100=reports/a100/parity.json
+    python -m pipeline.engines.ci table --params params.yaml --engines artifacts/engines >> "$GITHUB_STEP_SUMMARY"
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import yaml
 from pipeline.core.atomic import write_json, write_text
 from pipeline.core.config import load_config
 from pipeline.core.errors import PipelineError, ToolError
-from pipeline.engines_repository import engine_dirs_for, targets_table
+from pipeline.engines.assemble import engine_dirs_for, targets_table
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _pairs(items: Sequence[str]) -> dict[str, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: merge-locks | merge-parity | table."""
-    p = argparse.ArgumentParser(prog="python -m pipeline.ci_engines", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pipeline.engines.ci", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("merge-locks", "merge-parity"):
         s = sub.add_parser(name)

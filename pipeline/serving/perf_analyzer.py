@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.adapters.triton_process import set_pdeathsig
-from pipeline.adapters.tritonserver import cache_dir, site_packages
+from pipeline.serving.process import set_pdeathsig
+from pipeline.serving.tritonserver import cache_dir, site_packages
 from pipeline.core.atomic import write_text
 from pipeline.core.errors import ToolError
 

@@ -1,7 +1,7 @@
 """Triton python-backend model that runs one ONNX file with ONNX Runtime (CPU).
 
 This file is copied as ``<version>/model.py`` into the *embedded* serving
-repository (see :mod:`pipeline.adapters.embedded_repo`). It stands in for
+repository (see :mod:`pipeline.serving.embedded`). It stands in for
 Triton's onnxruntime backend, which the nvidia-pytriton wheel does not ship, so
 it reads the same config keys that backend reads:
 

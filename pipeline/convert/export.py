@@ -1,0 +1,191 @@
+"""export stage: PyTorch model (or an existing ONNX file) -> checked ONNX with named I/O and a dynamic batch axis."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core import onnx_tools
+from pipeline.core import atomic
+from pipeline.core.config import ExportConfig, ModelConfig, load_config
+from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError
+from pipeline.core.samples import input_specs, load_samples
+from pipeline.core.specs import graph_io, op_counts
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
+
+
+def build_module(model: ModelConfig) -> Any:
+    """Instantiate ``model.factory`` and load ``model.checkpoint`` safely; returns an eval-mode nn.Module."""
+    import torch
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    if not model.factory or "_target_" not in model.factory:
+        raise ModelSourceError(
+            "model.source=factory needs model.factory._target_ (an importable function returning an nn.Module)",
+            fix="set model.factory._target_=my_pkg.models.build, or use model=onnx model.path=<file>",
+        )
+    target = model.factory["_target_"]
+    try:
+        module = instantiate(model.factory)
+    except InstantiationException as e:
+        raise ModelSourceError(
+            f"cannot build the model from model.factory._target_={target}",
+            fix="make sure the package is installed (pip install -e <your project>) and the name is importable",
+            details={"error": str(e).splitlines()[-1]},
+        ) from None
+    if not isinstance(module, torch.nn.Module):
+        raise ModelSourceError(
+            f"model.factory._target_={target} returned {type(module).__name__}, not a torch.nn.Module",
+            fix="return the nn.Module from your factory",
+        )
+    if model.checkpoint:
+        module.load_state_dict(load_checkpoint(Path(model.checkpoint)))
+    return module.eval()
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A state_dict from .safetensors, or from .pt/.pth with ``torch.load(weights_only=True)`` (no arbitrary unpickling)."""
+    import torch
+
+    if not path.is_file():
+        raise ModelSourceError(f"checkpoint not found: {path}", fix="fix model.checkpoint", details={"path": path.resolve()})
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:  # safetensors raises SafetensorError / OSError
+            raise ModelSourceError(f"cannot read safetensors checkpoint {path}", details={"error": e}) from None
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle.UnpicklingError for unsafe globals, RuntimeError for corrupt zips
+        unsafe = "weights_only" in str(e) or "Unsupported global" in str(e)
+        raise ModelSourceError(
+            f"refused to load checkpoint {path}: "
+            + ("it needs unpickling of arbitrary Python objects" if unsafe else "it is not a readable torch file"),
+            fix="save only the weights: torch.save(model.state_dict(), path) or safetensors.torch.save_file(...)"
+            if unsafe
+            else "check the file; model.checkpoint must be a state_dict (.pt/.pth) or a .safetensors file",
+            details={"error": str(e).strip().splitlines()[0]},
+        ) from None
+    if not isinstance(state, dict):
+        raise ModelSourceError(f"checkpoint {path} holds a {type(state).__name__}, not a state_dict", fix="save model.state_dict()")
+    return state
+
+
+def check_input_names(configured: list[str], graph: list[str], origin: str) -> None:
+    """Refuse a config whose input names differ from the graph's."""
+    if configured and sorted(configured) != sorted(graph):
+        raise ModelSourceError(
+            f"input names in the config do not match the {origin}",
+            fix="set model.inputs[*].name to the graph's input names (or remove model.inputs to read them from the graph)",
+            details={"config": configured, "graph": graph},
+        )
+
+
+def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[str, Any]:
+    """torch.onnx.export to ``out`` (a temporary path), then check it and compare one sample with torch."""
+    import torch
+
+    module = build_module(model)
+    if not model.inputs or not model.outputs:
+        raise ModelSourceError("a factory model needs model.inputs and model.outputs in its config", fix="list them in conf/model/<name>.yaml")
+    samples = load_samples(model, batch=export.sample_batch)
+    # Trace with the configured batch; check a second batch size to prove the batch axis is dynamic.
+    feed = next((f for f in samples if next(iter(f.values())).shape[0] == export.sample_batch), samples[0])
+    checks = [feed] + [f for f in samples if next(iter(f.values())).shape[0] != next(iter(feed.values())).shape[0]][:1]
+    names = [s.name for s in model.inputs]
+    check_input_names(names, list(feed), "sample-data hook output (model.data)")
+    dynamic = {s.name: {i: (d if i else export.batch_axis) for i, d in enumerate(s.shape) if isinstance(d, str)} for s in model.inputs}
+    for o in model.outputs:
+        dynamic[o] = {0: export.batch_axis}
+    args = tuple(torch.from_numpy(feed[n]) for n in names)
+    with torch.no_grad(), warnings.catch_warnings():
+        # The TorchScript exporter warns about its own deprecation and about traced Python branches.
+        warnings.simplefilter("ignore", category=DeprecationWarning)
+        warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
+        try:
+            torch.onnx.export(
+                module, args, str(out), input_names=names, output_names=list(model.outputs), dynamic_axes=dynamic,
+                opset_version=export.opset, do_constant_folding=export.do_constant_folding, dynamo=export.dynamo,
+            )
+        except Exception as e:  # the exporter raises many types (TorchExportError, RuntimeError, OnnxExporterError)
+            raise ExportError(
+                f"torch.onnx.export failed for {model.factory.get('_target_') if model.factory else model.name}",
+                fix="try another export.opset, or export.dynamo=true (needs onnxscript)",
+                details={"opset": export.opset, "error": str(e).strip().splitlines()[0]},
+            ) from None
+    onnx_tools.check_model(out, "exported model")
+    sess = onnx_tools.session(out, "exported model")
+    diffs: dict[str, float] = {}
+    for sample in checks:
+        with torch.no_grad():
+            expected = module(*(torch.from_numpy(sample[n]) for n in names))
+        expected_list = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        if len(expected_list) != len(model.outputs):
+            raise ModelSourceError(
+                f"the model returns {len(expected_list)} outputs but model.outputs names {len(model.outputs)}",
+                fix="make model.outputs list one name per returned tensor", details={"model.outputs": model.outputs},
+            )
+        got = onnx_tools.run(sess, sample, "exported model")
+        for name, ref in zip(model.outputs, expected_list):
+            r = ref.detach().numpy()
+            diff = float(np.max(np.abs(got[name] - r))) if r.size else 0.0
+            diffs[name] = max(diffs.get(name, 0.0), diff)
+            if not np.allclose(got[name], r, atol=export.check_atol, rtol=export.check_rtol):
+                raise ExportError(
+                    f"exported ONNX output '{name}' differs from torch on a sanity sample (batch {r.shape[0] if r.ndim else '-'})",
+                    fix="raise export.check_atol/check_rtol only if the difference is expected; else check the export (export.opset)",
+                    details={"max_abs_diff": diff, "atol": export.check_atol, "rtol": export.check_rtol},
+                )
+    return {"source": "factory", "factory": model.factory.get("_target_") if model.factory else None, "sanity_max_abs_diff": diffs, "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks]}
+
+
+def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
+    """model=onnx: check the given file thoroughly, then copy it to ``out`` (a temporary path)."""
+    if not model.path:
+        raise ModelSourceError("model.source=onnx needs model.path", fix="pass model.path=<file.onnx>")
+    src = Path(model.path)
+    proto = onnx_tools.load_model(src, "model.path", fix="set model.path to an existing, complete .onnx file")
+    inputs, _ = graph_io(proto)
+    check_input_names([s.name for s in model.inputs], [i.name for i in inputs], f"graph in {src}")
+    onnx_tools.check_model(src, f"model.path={src}")
+    sess = onnx_tools.session(src, f"model.path={src}")
+    specs = input_specs(model, inputs)
+    outputs = onnx_tools.run(sess, load_samples(model, specs, count=1)[0], f"model.path={src}")
+    if bad := onnx_tools.nonfinite(outputs):
+        raise OnnxModelError(f"model.path={src} produces NaN/Inf on a sample", details={"outputs": bad})
+    shutil.copyfile(src, out)
+    return {"source": "onnx", "path": str(src)}
+
+
+def run_export(model: ModelConfig, export: ExportConfig, out: Path) -> dict[str, Any]:
+    """Produce ``out`` atomically and return the export report."""
+    t0 = time.perf_counter()
+    with atomic.atomic_path(out) as tmp:
+        info = copy_onnx(model, tmp) if model.source == "onnx" else export_torch(model, export, tmp)
+        proto = onnx_tools.load_model(tmp, "exported model")
+    inputs, outputs = graph_io(proto)
+    return {
+        **info,
+        "opset": max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=None),
+        "nodes": len(proto.graph.node),
+        "ops": op_counts(proto),
+        "inputs": [{"name": i.name, "dtype": i.dtype, "dims": list(i.dims)} for i in inputs],
+        "outputs": [{"name": o.name, "dtype": o.dtype, "dims": list(o.dims)} for o in outputs],
+        "size_bytes": out.stat().st_size,
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def headline(report: dict[str, Any]) -> dict[str, Any]:
+    """The export numbers worth comparing across runs (dvc metrics)."""
+    keep = ("nodes", "opset", "size_bytes", "sanity_max_abs_diff")
+    return {k: report[k] for k in keep if k in report}

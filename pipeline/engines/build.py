@@ -1,0 +1,130 @@
+"""engine stage: build one target's TensorRT engine from the FP16 ONNX, or record why not.
+
+One DVC stage per fleet target (``foreach: ${targets}``). It writes the directory
+``artifacts/engines/<target>/`` holding ``manifest.json`` and, when built,
+``model.plan``; the directory is the DVC output, so a skipped target (no matching GPU,
+no TensorRT, or a CPU target) still produces its output and the pipeline finishes.
+The per-target timing cache is a separate, persistent DVC output (an empty file
+means no cache yet). A build failure on a matching GPU is an error, not a skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Optional
+
+from pipeline.engines import trt as trt_adapter
+from pipeline.core.onnx_tools import load_model
+from pipeline.core import atomic
+from pipeline.core.atomic import read_json
+from pipeline.core.config import TargetConfig, load_config
+from pipeline.engines.manifest import (
+    MANIFEST_NAME,
+    PLAN_NAME,
+    EngineManifest,
+    expected_for,
+    sha256_file,
+    write_manifest,
+)
+from pipeline.core.errors import EngineError
+from pipeline.engines.probe import decide
+from pipeline.core.specs import graph_io
+from pipeline.core.stage import main as stage_main
+from pipeline.engines.targets import check_target, compute_profiles, resolve_target
+
+
+def _machine(probe: dict[str, Any], gpu: Optional[dict[str, Any]]) -> dict[str, Any]:
+    trt = probe.get("tensorrt") or {}
+    return {
+        "gpu_name": gpu.get("name") if gpu else None,
+        "compute_capability": gpu.get("compute_capability") if gpu else None,
+        "gpu_index": gpu.get("index") if gpu else None,
+        "gpus_present": [f"{g.get('name')} ({g.get('compute_capability')})" for g in probe.get("gpus") or []],
+        "driver_version": probe.get("driver_version"),
+        "cuda_driver_version": probe.get("cuda_driver_version"),
+        "cuda_runtime_version": probe.get("cuda_runtime_version"),
+        "tensorrt_version": trt.get("version"),
+    }
+
+
+def _select_device(gpu: dict[str, Any]) -> None:
+    """Make the chosen GPU CUDA's device 0 before TensorRT initialises CUDA (nvidia-smi order = PCI order)."""
+    if "CUDA_VISIBLE_DEVICES" not in os.environ and int(gpu.get("index", 0)) != 0:
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu["index"])
+
+
+def build_target(
+    target: TargetConfig,
+    onnx_path: Path,
+    probe: dict[str, Any],
+    out_dir: Path,
+    timing_cache_path: Path,
+    batch_axis: str = "batch",
+    reproduce: Optional[dict[str, str]] = None,
+    trt: Optional[ModuleType] = None,
+) -> EngineManifest:
+    """Build ``target``'s engine into ``out_dir`` (replaced atomically), or write a skipped manifest.
+
+    ``probe`` is the machine description (the probe stage's JSON, or a dict in tests);
+    ``trt`` is the tensorrt module (default: import the real one when a build is due).
+    Raises EngineError/ConfigError when the build is due but fails.
+    """
+    check_target(target)
+    decision = decide(target, probe)
+    manifest = EngineManifest(
+        target=target.name,
+        status="skipped",
+        reason=decision.reason,
+        expected=expected_for(target),
+        machine=_machine(probe, decision.gpu),
+        onnx={"path": str(onnx_path), "sha256": sha256_file(onnx_path) if onnx_path.is_file() else None},
+        timing_cache={"path": str(timing_cache_path)},
+        reproduce=dict(reproduce or {}),
+    )
+    plan_bytes: Optional[bytes] = None
+    new_cache: Optional[bytes] = None
+    if target.kind == "gpu":
+        if not onnx_path.is_file():
+            raise EngineError(f"FP16 ONNX not found: {onnx_path}", fix="run the fp16 stage first: dvc repro fp16")
+        inputs, outputs = graph_io(load_model(onnx_path, "FP16 model"))
+        manifest.io = {k: [{"name": s.name, "dtype": s.dtype, "dims": list(s.dims)} for s in v] for k, v in (("inputs", inputs), ("outputs", outputs))}
+        profiles = compute_profiles(inputs, target.profile, target.name, batch_axis)
+        manifest.profiles = {p.name: p.as_dict() for p in profiles}
+        if decision.build:
+            assert decision.gpu is not None
+            if trt is None:
+                _select_device(decision.gpu)
+            old_cache = trt_adapter.read_timing_cache(timing_cache_path) if target.builder.timing_cache else None
+            result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache, trt=trt)
+            plan_bytes, new_cache = result.engine, result.timing_cache
+            manifest.status = "built"
+            manifest.settings = result.settings.as_dict()
+            manifest.build_time_s = round(result.build_time_s, 3)
+            manifest.machine["tensorrt_version"] = result.tensorrt_version
+            manifest.notes = list(result.notes)
+            manifest.timing_cache.update(loaded=bool(old_cache), bytes=len(new_cache or b""))
+
+    with atomic.atomic_path(out_dir) as tmp:
+        tmp.mkdir(parents=True)
+        if plan_bytes is not None:
+            (tmp / PLAN_NAME).write_bytes(plan_bytes)
+            manifest.engine = {"file": PLAN_NAME, "bytes": len(plan_bytes), "sha256": sha256_file(tmp / PLAN_NAME)}
+        write_manifest(tmp / MANIFEST_NAME, manifest)
+    if new_cache is not None:
+        with atomic.atomic_path(timing_cache_path) as tmp_cache:
+            tmp_cache.write_bytes(new_cache)
+    elif not timing_cache_path.exists():
+        # DVC needs the output to exist; an empty file means "no timing cache yet".
+        atomic.write_text(timing_cache_path, "")
+    return manifest
+
+
+def reproduce_info(argv: list[str], target: str) -> dict[str, str]:
+    """How to repeat this exact build: the DVC command and the stage command line."""
+    return {"dvc": f"dvc repro engine@{target}", "command": shlex.join([Path(sys.executable).name, "-m", "pipeline.stages.engine", *argv])}

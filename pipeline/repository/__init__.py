@@ -1,0 +1,1 @@
+"""The Triton model repository: configs rendered from Triton's model_config.proto and the repository writer."""
