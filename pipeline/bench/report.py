@@ -129,7 +129,7 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
         if threads > cores:
             add("oversubscription", "warning", name,
                 f"instances x intra_op threads = {threads} > {cores} cores available",
-                "lower instance_group count or variant.<name>.intra_op_threads so the product fits the cores")  # fmt: skip
+                "lower instance_group count or variants.<name>.intra_op_threads so the product fits the cores")  # fmt: skip
         for i in cfg.input:
             want = graph_dtypes.get(i.name)
             have = mc.DataType.Name(i.data_type).removeprefix("TYPE_").lower()
@@ -139,7 +139,7 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
                     "re-render the config from the ONNX graph (repository stage)")  # fmt: skip
         if cfg.HasField("optimization") and cfg.optimization.graph.level == 2:
             add("graph_level_off", "warning", name, "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
-                "set variant.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)")  # fmt: skip
+                "set variants.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)")  # fmt: skip
     better_fix = "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
     swept = {int(k[1:]) for v in res["variants"].values() for k in v.get("points", {})}
     for c in sorted(swept | {int(k[1:]) for k in res.get("paired_throughput") or {}}):
@@ -184,7 +184,7 @@ def diagnose(res: Result, configs: dict[str, mc.ModelConfig], graph_dtypes: dict
                         "runs were stable")  # fmt: skip
             add("unstable_variant", "warning", name,
                 f"no stable measurement at concurrency 1 while {', '.join(stable)} is stable on the same machine and inputs.{hint}",
-                "read the per-window lines in the perf logs; try variant.<name>.dynamic_batching.max_queue_size=0")  # fmt: skip
+                "read the per-window lines in the perf logs; try variants.<name>.dynamic_batching.max_queue_size=0")  # fmt: skip
     for name, v in res["variants"].items():
         bad = [k for k, p in v.get("points", {}).items() if not p["valid"]]
         if bad:

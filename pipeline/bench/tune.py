@@ -97,9 +97,9 @@ def tune(
     shares = [record["candidates"][i]["vs_ort_best"] for i in order[:2]]
     record["lead_over_next"] = shares[0] / shares[1] - 1 if len(shares) == 2 else None
     record["persist"] = (
-        f"dvc exp run -S 'variant.throughput.dynamic_batching.max_queue_delay_us={cand['max_queue_delay_us']}' "
-        f"-S 'variant.throughput.dynamic_batching.preferred_batch_sizes={cand['preferred_batch_sizes']}' "
-        f"-S 'variant.throughput.instance_count={cand['instance_count']}'"
+        f"dvc exp run -S 'variants.throughput.dynamic_batching.max_queue_delay_us={cand['max_queue_delay_us']}' "
+        f"-S 'variants.throughput.dynamic_batching.preferred_batch_sizes={cand['preferred_batch_sizes']}' "
+        f"-S 'variants.throughput.instance_count={cand['instance_count']}'"
     )
     return record, apply(base, cand)
 

@@ -157,12 +157,12 @@ def render_trt_model(
     if too_small:
         raise RepositoryError(
             f"max_batch_size={variant.max_batch_size} of variant '{variant.name}' exceeds the engines' profile max batch {too_small}",
-            fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variant.<name>.max_batch_size",
+            fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variants.<name>.max_batch_size",
         )
     if not io.get("inputs") or not io.get("outputs"):
         raise EngineError("the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>")
     inputs, outputs = _io(io["inputs"]), _io(io["outputs"])
-    cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variant.{variant.name}", "gpu")
+    cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variants.{variant.name}", "gpu")
     cfg.platform = "tensorrt_plan"
     for cc, name in sorted(by_cc.items(), key=lambda kv: float(kv[0])):
         cfg.cc_model_filenames[cc] = out.included[name]

@@ -73,7 +73,7 @@ def write_trt_model(cfg: PipelineConfig, engines: Path, parity: Path | None, out
     name = cfg.model.name + cfg.repository.trt_model_suffix
     report = load_parity(parity)
     rendered = {
-        key: render_trt_model(name, dirs, getattr(cfg.variant, key), report, cfg.repository.version)
+        key: render_trt_model(name, dirs, getattr(cfg.variants, key), report, cfg.repository.version)
         for key in ("latency", "throughput")
     }
     trt = rendered["latency"]
@@ -119,8 +119,8 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
     rendered: dict[str, str] = {}
     derived: dict[str, str] = {}
     for key in ("latency", "throughput"):
-        variant, note = fixed_batch_variant(getattr(cfg.variant, key), inputs)
-        pb = triton_config.onnx_model_config(name, inputs, outputs, variant, serving, f"variant.{key}")
+        variant, note = fixed_batch_variant(getattr(cfg.variants, key), inputs)
+        pb = triton_config.onnx_model_config(name, inputs, outputs, variant, serving, f"variants.{key}")
         lines = triton_config.describe_variant(variant, serving, precision)
         if note:
             derived[key] = note

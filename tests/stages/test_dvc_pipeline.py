@@ -53,7 +53,7 @@ def test_repro_noop_and_variant_change_reruns_only_repository(project: Path) -> 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     sh(project, *git, "add", "-A")
     sh(project, *git, "commit", "-qm", "first run")
-    overrides = [*BASE, "variant.latency.instance_count=3"]
+    overrides = [*BASE, "variants.latency.instance_count=3"]
     exp = sh(project, *dvc, "exp", "run", "repository", *[a for o in overrides for a in ("-S", o)])
     ran = {s for s in ("export", "simplify", "fp16", "parity", "engine@cpu", "repository") if f"Running stage '{s}'" in exp.stdout}
     assert ran == {"repository"}, exp.stdout

@@ -80,7 +80,7 @@ def project(_built: Path, tmp_path: Path) -> Path:
 
 
 def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
-    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "variant.throughput.dynamic_batching.max_queue_delay_us=500")
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "variants.throughput.dynamic_batching.max_queue_delay_us=500")
     commit(project, "throughput: 500 us")
     r = release_build(project)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr

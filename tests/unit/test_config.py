@@ -41,12 +41,12 @@ def test_onnx_model_needs_path(make_params, tiny_onnx: Path) -> None:
 
 
 def test_targets_and_variants(make_params) -> None:
-    cfg = load_config(make_params("targets=[cpu,a100,h100]", "variant.latency.instance_count=2"))
+    cfg = load_config(make_params("targets=[cpu,a100,h100]", "variants.latency.instance_count=2"))
     assert cfg.targets == ["cpu", "a100", "h100"]
     assert cfg.target_specs["h100"].compute_capability == "9.0"
-    assert cfg.variant.latency.instance_count == 2
-    assert cfg.variant.latency.dynamic_batching is None
-    assert cfg.variant.throughput.dynamic_batching is not None
+    assert cfg.variants.latency.instance_count == 2
+    assert cfg.variants.latency.dynamic_batching is None
+    assert cfg.variants.throughput.dynamic_batching is not None
 
 
 def test_unknown_key_named_with_suggestion(make_params, tmp_path: Path) -> None:
@@ -62,8 +62,8 @@ def test_unknown_key_named_with_suggestion(make_params, tmp_path: Path) -> None:
 
 
 def test_wrong_type_named(make_params) -> None:
-    with pytest.raises(ConfigError, match="variant.latency.instance_count"):
-        load_config(make_params("variant.latency.instance_count=many"))
+    with pytest.raises(ConfigError, match="variants.latency.instance_count"):
+        load_config(make_params("variants.latency.instance_count=many"))
 
 
 def test_unknown_target(make_params) -> None:
@@ -73,7 +73,7 @@ def test_unknown_target(make_params) -> None:
 
 def test_graph_level_must_be_triton_level(make_params) -> None:
     with pytest.raises(ConfigError, match="graph_optimization_level"):
-        load_config(make_params("variant.throughput.graph_optimization_level=3"))
+        load_config(make_params("variants.throughput.graph_optimization_level=3"))
 
 
 def test_hydra_override_typo_fails_before_params_change(tmp_path: Path) -> None:

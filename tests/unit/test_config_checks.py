@@ -52,7 +52,7 @@ def relu_onnx(path: Path, dims: list[int | str], name: str = "a") -> Path:
 
 # ---------------------------------------------------------------- the findings (each passed composition before)
 def test_negative_queue_delay_fails_at_composition() -> None:
-    line = one_problem("variant.throughput.dynamic_batching.max_queue_delay_us=-1", "variant.throughput.dynamic_batching.max_queue_delay_us=-1")
+    line = one_problem("variants.throughput.dynamic_batching.max_queue_delay_us=-1", "variants.throughput.dynamic_batching.max_queue_delay_us=-1")
     assert "must be >= 0 (closest valid: 0)" in line
 
 
@@ -75,7 +75,7 @@ def test_non_positive_repository_version_fails(version: int) -> None:
 
 
 def test_zero_instances_fail() -> None:
-    assert "must be >= 1" in one_problem("variant.latency.instance_count=0", "variant.latency.instance_count=0")
+    assert "must be >= 1" in one_problem("variants.latency.instance_count=0", "variants.latency.instance_count=0")
 
 
 @pytest.mark.parametrize("text", ["- model: {}\n- bench: {}\n", "just a string\n", "42\n"])
@@ -89,20 +89,20 @@ def test_non_mapping_params_file_is_a_config_error(tmp_path: Path, text: str) ->
 # ---------------------------------------------------------------- one message, every problem
 def test_every_problem_is_listed_in_one_message() -> None:
     with pytest.raises(ConfigProblems) as e:
-        compose(["bench.protocol=grcp", "repository.version=0", "parity.max_samples=0", "variant.latency.instance_count=0",
-                 "targets=[]", "variant.throughput.dynamic_batching.max_queue_delay_us=-1", "bench.server=embeded"])
+        compose(["bench.protocol=grcp", "repository.version=0", "parity.max_samples=0", "variants.latency.instance_count=0",
+                 "targets=[]", "variants.throughput.dynamic_batching.max_queue_delay_us=-1", "bench.server=embeded"])
     keys = [p.key for p in e.value.problems]
-    assert set(keys) == {"bench.protocol", "repository.version", "parity.max_samples", "variant.latency.instance_count",
-                         "targets", "variant.throughput.dynamic_batching.max_queue_delay_us", "bench.server"}
+    assert set(keys) == {"bench.protocol", "repository.version", "parity.max_samples", "variants.latency.instance_count",
+                         "targets", "variants.throughput.dynamic_batching.max_queue_delay_us", "bench.server"}
     text = e.value.render()
     assert text.startswith("7 problems in ") and text.count("\n  - ") == 7 and "fix:" in text
     assert "bench.server='embeded': not one of [embedded, external]; did you mean 'embedded'?" in text
 
 
 def test_unknown_keys_and_wrong_types_are_listed_with_the_rest() -> None:
-    lines = problems("+export.opsett=18", "variant.latency.instance_count=many", "repository.version=0")
+    lines = problems("+export.opsett=18", "variants.latency.instance_count=many", "repository.version=0")
     assert lines[0] == "export.opsett=18: unknown key; did you mean 'export.opset'?"
-    assert lines[1].startswith("variant.latency.instance_count='many': must be an int")
+    assert lines[1].startswith("variants.latency.instance_count='many': must be an int")
     assert lines[2].startswith("repository.version=0")
 
 
@@ -128,7 +128,7 @@ def test_closed_sets_suggest_the_closest_value(override: str, key: str, suggesti
 
 
 def test_graph_level_is_checked() -> None:
-    assert "not a Triton ORT level" in one_problem("variant.latency.graph_optimization_level=3", "variant.latency.graph_optimization_level")
+    assert "not a Triton ORT level" in one_problem("variants.latency.graph_optimization_level=3", "variants.latency.graph_optimization_level")
 
 
 def test_enum_values_read_as_plain_strings(make_params) -> None:
@@ -144,11 +144,11 @@ def test_enum_values_read_as_plain_strings(make_params) -> None:
 @pytest.mark.parametrize(
     ("override", "key"),
     [
-        ("variant.throughput.dynamic_batching.max_queue_size=-5", "variant.throughput.dynamic_batching.max_queue_size"),
-        ("variant.throughput.dynamic_batching.preferred_batch_sizes=[0,8]", "variant.throughput.dynamic_batching.preferred_batch_sizes"),
-        ("variant.throughput.dynamic_batching.preferred_batch_sizes=[4,32]", "variant.throughput.dynamic_batching.preferred_batch_sizes"),
-        ("variant.latency.max_batch_size=-1", "variant.latency.max_batch_size"),
-        ("variant.latency.intra_op_threads=-1", "variant.latency.intra_op_threads"),
+        ("variants.throughput.dynamic_batching.max_queue_size=-5", "variants.throughput.dynamic_batching.max_queue_size"),
+        ("variants.throughput.dynamic_batching.preferred_batch_sizes=[0,8]", "variants.throughput.dynamic_batching.preferred_batch_sizes"),
+        ("variants.throughput.dynamic_batching.preferred_batch_sizes=[4,32]", "variants.throughput.dynamic_batching.preferred_batch_sizes"),
+        ("variants.latency.max_batch_size=-1", "variants.latency.max_batch_size"),
+        ("variants.latency.intra_op_threads=-1", "variants.latency.intra_op_threads"),
         ("parity.synthetic_batch_sizes=[1,0]", "parity.synthetic_batch_sizes"),
         ("parity.fp16.atol=-0.1", "parity.fp16.atol"),
         ("parity.fp32.error_quantile=0", "parity.fp32.error_quantile"),
@@ -188,7 +188,7 @@ def test_ranges(override: str, key: str) -> None:
 
 
 def test_range_messages_name_the_closest_valid_value() -> None:
-    assert "closest valid: [4, 16]" in one_problem("variant.throughput.dynamic_batching.preferred_batch_sizes=[4,32]", "variant.throughput")
+    assert "closest valid: [4, 16]" in one_problem("variants.throughput.dynamic_batching.preferred_batch_sizes=[4,32]", "variants.throughput")
     assert "'8.0'" in one_problem("target_specs.a100.compute_capability=80", "target_specs.a100.compute_capability")
     assert "closest valid: 23" in one_problem("export.opset=99", "export.opset")
 
@@ -219,8 +219,8 @@ def test_serving_is_derived_and_an_override_fails() -> None:
         (["targets=[a100,a10]", "target_specs.a10.compute_capability='8.0'"], "targets", "share compute capability 8.0"),
         (["target_specs.a100.name=a200"], "target_specs.a100.name", "must be 'a100'"),
         (["target_specs.t4.builder.hardware_compatibility=ampere_plus"], "target_specs.t4.builder.hardware_compatibility", "Ampere"),
-        (["variant.throughput.max_batch_size=0"], "variant.throughput.max_batch_size", "dynamic_batching=null"),
-        (["variant.latency.name=fast"], "variant.latency.name", "must be 'latency'"),
+        (["variants.throughput.max_batch_size=0"], "variants.throughput.max_batch_size", "dynamic_batching=null"),
+        (["variants.latency.name=fast"], "variants.latency.name", "must be 'latency'"),
         (["model.inputs=[{name: a, shape: [batch]}, {name: a, shape: [batch]}]"], "model.inputs[*].name", "more than once"),
         (["model=cnn", "model.factory._target_=null"], "model.factory._target_", "model.source=factory needs"),
         (["model=cnn", "model.outputs=[]"], "model.outputs", "output names"),
@@ -234,8 +234,8 @@ def test_cross_field_rules(overrides: list[str], key: str, needle: str) -> None:
 
 
 def test_latency_variant_without_dynamic_batching_is_valid(make_params) -> None:
-    cfg = load_config(make_params("variant.latency.dynamic_batching=null", "variant.throughput.dynamic_batching=null"))
-    assert cfg.variant.latency.dynamic_batching is None and cfg.variant.throughput.dynamic_batching is None
+    cfg = load_config(make_params("variants.latency.dynamic_batching=null", "variants.throughput.dynamic_batching=null"))
+    assert cfg.variants.latency.dynamic_batching is None and cfg.variants.throughput.dynamic_batching is None
 
 
 def test_variant_group_override_points_to_default_variant() -> None:
@@ -282,7 +282,7 @@ def test_fixed_batch_onnx_composes_with_one_note(tmp_path: Path, capsys: pytest.
     cfg = load_config(params)
     assert fixed_batch(cfg) == f"{path} has no dynamic batch axis (input 'a' dims [1, 4])"
     # Batching values the repository stage replaces for this model are not problems either.
-    compose(["model=onnx", f"model.path={path}", "variant.throughput.max_batch_size=0"])
+    compose(["model=onnx", f"model.path={path}", "variants.throughput.max_batch_size=0"])
     capsys.readouterr()
     dynamic = relu_onnx(tmp_path / "dynamic.onnx", ["batch", 4])
     assert fixed_batch(load_config(make_params("model=onnx", f"model.path={dynamic}"))) is None

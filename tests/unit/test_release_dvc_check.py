@@ -132,7 +132,7 @@ def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp
 def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: Path) -> None:
     """Finding 3: max_queue_delay_us=500 in params.yaml while throughput.pbtxt still says 2000."""
     store = ReleaseStore(tmp_path / "store")
-    (project / "params.yaml").write_text(compose([*BASE, "variant.throughput.dynamic_batching.max_queue_delay_us=500"], project / "conf"))
+    (project / "params.yaml").write_text(compose([*BASE, "variants.throughput.dynamic_batching.max_queue_delay_us=500"], project / "conf"))
     with pytest.raises(ReleaseError, match="is out of date: 1 stage") as e:
         build(project, store)
     msg = e.value.render()

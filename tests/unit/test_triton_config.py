@@ -18,7 +18,7 @@ GPU = TargetConfig(name="a100", kind="gpu", compute_capability="8.0", precision=
 
 def test_latency_variant_cpu() -> None:
     v = VariantConfig(max_batch_size=8, instance_count=2, intra_op_threads=1, inter_op_threads=1)
-    cfg = triton_config.onnx_model_config("minilm", INPUTS, OUTPUTS, v, CPU, "variant.latency")
+    cfg = triton_config.onnx_model_config("minilm", INPUTS, OUTPUTS, v, CPU, "variants.latency")
     assert cfg.backend == "onnxruntime" and cfg.max_batch_size == 8
     assert [list(i.dims) for i in cfg.input] == [[-1], [-1]]  # batch dropped, sequence dynamic
     assert cfg.input[0].data_type == mc.TYPE_INT64 and cfg.output[0].data_type == mc.TYPE_FP32
@@ -31,7 +31,7 @@ def test_latency_variant_cpu() -> None:
 
 def test_throughput_variant_gpu_round_trips() -> None:
     v = VariantConfig(name="throughput", max_batch_size=16, dynamic_batching=DynamicBatchingConfig([4, 8], 500, 32))
-    cfg = triton_config.onnx_model_config("minilm", INPUTS, OUTPUTS, v, GPU, "variant.throughput")
+    cfg = triton_config.onnx_model_config("minilm", INPUTS, OUTPUTS, v, GPU, "variants.throughput")
     assert cfg.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
     assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 500
@@ -47,16 +47,16 @@ def test_throughput_variant_gpu_round_trips() -> None:
 
 def test_unbatched_keeps_all_dims() -> None:
     v = VariantConfig(max_batch_size=0)
-    cfg = triton_config.onnx_model_config("m", INPUTS, OUTPUTS, v, CPU, "variant.latency")
+    cfg = triton_config.onnx_model_config("m", INPUTS, OUTPUTS, v, CPU, "variants.latency")
     assert list(cfg.input[0].dims) == [-1, -1] and list(cfg.output[0].dims) == [-1, 384]
 
 
 def test_refusals() -> None:
-    with pytest.raises(RepositoryError, match="variant.latency.max_batch_size=-1"):
-        triton_config.onnx_model_config("m", INPUTS, OUTPUTS, VariantConfig(max_batch_size=-1), CPU, "variant.latency")
+    with pytest.raises(RepositoryError, match="variants.latency.max_batch_size=-1"):
+        triton_config.onnx_model_config("m", INPUTS, OUTPUTS, VariantConfig(max_batch_size=-1), CPU, "variants.latency")
     fixed = [IOSpec("x", "float32", (1, 8))]
     with pytest.raises(RepositoryError, match="no dynamic batch axis"):
-        triton_config.onnx_model_config("m", fixed, OUTPUTS, VariantConfig(), CPU, "variant.latency")
+        triton_config.onnx_model_config("m", fixed, OUTPUTS, VariantConfig(), CPU, "variants.latency")
     big = VariantConfig(max_batch_size=4, dynamic_batching=DynamicBatchingConfig([8]))
     with pytest.raises(RepositoryError, match="preferred_batch_sizes"):
-        triton_config.onnx_model_config("m", INPUTS, OUTPUTS, big, CPU, "variant.throughput")
+        triton_config.onnx_model_config("m", INPUTS, OUTPUTS, big, CPU, "variants.throughput")

@@ -46,7 +46,7 @@ def check_config(
     for name, target in cfg.target_specs.items():
         check_target(target, f"target_specs.{name}", p)
     for key in ("latency", "throughput"):
-        check_variant(getattr(cfg.variant, key), f"variant.{key}", key, p, fixed_batch)
+        check_variant(getattr(cfg.variants, key), f"variants.{key}", key, p, fixed_batch)
     p.number("repository.version", cfg.repository.version, 1)
     suffix = cfg.repository.trt_model_suffix
     if not suffix or "/" in suffix:

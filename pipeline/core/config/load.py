@@ -98,16 +98,15 @@ def load_config(params_path: str | Path, origin: str | None = None) -> PipelineC
 
 
 def _catch_variant_choice(raw: dict[str, Any], p: Problems) -> None:
-    """`variant=throughput` merges one variant file into `variant` itself (conf/config.yaml declares the group
-    with no choice for this): say where the real choice is, and drop what it added."""
-    node = raw.get("variant")
-    if not isinstance(node, dict) or not set(node) - set(_VARIANTS):
+    """`variant=throughput` puts one variant file at the group's own key `variant` (conf/config.yaml declares the group
+    with no choice for this): say where the real choice is, and drop what it added. The variants live at `variants`."""
+    node = raw.pop("variant", None)
+    if node is None:
         return
-    chosen = node.get("name", "?")
+    chosen = node.get("name", "?") if isinstance(node, dict) else node
     p.add("variant", chosen, "the `variant` group is not a choice: both variants (latency, throughput) are always built; "
           f"the served default is repository.default_variant (e.g. repository.default_variant={chosen}), and a variant's "
-          f"values are set with variant.{chosen if chosen in _VARIANTS else 'latency'}.<key>=...")
-    raw["variant"] = {k: v for k, v in node.items() if k in _VARIANTS}
+          f"values are set with variants.{chosen if chosen in _VARIANTS else 'latency'}.<key>=...")
 
 
 def _walk(cls: type, raw: dict[str, Any], prefix: str, p: Problems) -> None:

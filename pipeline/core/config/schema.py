@@ -311,7 +311,7 @@ class PipelineConfig:
     targets: list[str] = field(default_factory=lambda: ["cpu"])
     target_specs: dict[str, TargetConfig] = field(default_factory=dict)
     serving: ServingConfig = field(default_factory=ServingConfig)
-    variant: VariantsConfig = field(default_factory=VariantsConfig)
+    variants: VariantsConfig = field(default_factory=VariantsConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     parity: ParityConfig = field(default_factory=ParityConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
