@@ -17,10 +17,9 @@ from typing import Any, Optional, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from pipeline.core.config import ReleaseConfig, load_config
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, print_error
 
 _interrupt_said = False
 
@@ -70,10 +69,10 @@ def _one_message(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except PipelineError as e:
-            err.print(Text.assemble(("ERROR", "bold red"), " ", e.render()))
-            raise typer.Exit(e.exit_code) from None
+            raise typer.Exit(print_error(e)) from None
         except OSError as e:  # a filesystem failure no check anticipated (disk full, I/O error): still one message
-            err.print(Text.assemble(("ERROR", "bold red"), f" {type(e).__name__}: {e}\n  fix: check the path, free space and permissions named above"))
+            fix = "check the path, free space and permissions named above"
+            print_error(PipelineError(f"{type(e).__name__}: {e}", fix=fix))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             _say_interrupted()

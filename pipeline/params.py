@@ -21,7 +21,7 @@ from pathlib import Path
 from pipeline.core.atomic import atomic_path
 from pipeline.core.config import load_config
 from pipeline.core.config.resolver import composing_in, register
-from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.core.errors import ConfigError, PipelineError, print_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = write_params(args)
     except PipelineError as e:
-        print(f"error: {e.render()}", file=sys.stderr)
-        return e.exit_code
+        return print_error(e, "params")
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

@@ -6,6 +6,9 @@ stage entry point can print one message and exit non-zero.
 
 from __future__ import annotations
 
+import sys
+from typing import TextIO
+
 
 class PipelineError(Exception):
     """Base class: a failure the user can act on.
@@ -79,3 +82,12 @@ class BenchError(PipelineError):
 
 class ReleaseError(PipelineError):
     """A release operation (build, promote, rollback, verify) was refused or failed."""
+
+
+def print_error(e: PipelineError, where: str | None = None, stream: TextIO | None = None) -> int:
+    """The one way every entry point (stages, ``pipeline.params``, the CLI, CI helpers) shows a failure.
+
+    Prints ``ERROR [where] <what>``, the details and the fix, to stderr; returns the exit code to use.
+    """
+    print(f"ERROR{f' [{where}]' if where else ''} {e.render()}", file=stream or sys.stderr)
+    return e.exit_code

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core import atomic
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, print_error
 
 
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
@@ -43,8 +43,8 @@ def run(stage: str, body: Callable[[argparse.Namespace], object], args: argparse
     try:
         body(args)
     except PipelineError as e:
-        print(f"\nERROR [{stage}] {e.render()}", file=sys.stderr)
-        return e.exit_code
+        print(file=sys.stderr)  # the stage's own progress lines may end without a newline
+        return print_error(e, stage)
     except KeyboardInterrupt:
         print(f"\nERROR [{stage}] interrupted", file=sys.stderr)
         return 130
