@@ -308,7 +308,7 @@ def test_params_cli_prints_one_message_and_leaves_params_unchanged(tmp_path: Pat
     res = subprocess.run([sys.executable, "-m", "pipeline.params", "bench.protocol=grcp", "parity.max_samples=0"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and res.stdout == ""
-    assert "Traceback" not in res.stderr and res.stderr.count("error:") == 1, res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.count("ERROR [params]") == 1, res.stderr
     assert "bench.protocol='grcp': not one of [http, grpc]; did you mean 'grpc'?" in res.stderr
     assert "parity.max_samples=0: must be >= 1" in res.stderr
     assert params.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["conf", "hydra_plugins", "params.yaml", "pipeline"]
