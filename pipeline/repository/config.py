@@ -45,10 +45,12 @@ def io_dims(spec: IOSpec, batched: bool, key: str) -> list[int]:
 
 
 def base_config(name: str, inputs: list[IOSpec], outputs: list[IOSpec], variant: VariantConfig, variant_key: str, kind: str) -> mc.ModelConfig:
-    """Name, I/O, max_batch_size, instance group and dynamic batching: what every backend shares."""
+    """Name, I/O, max_batch_size, instance group and dynamic batching: what every backend shares.
+
+    The variant's values were checked when params.yaml was composed (pipeline/core/config); only the graph
+    against the config (a batch axis to drop) is checked here.
+    """
     key = f"{variant_key}.max_batch_size"
-    if variant.max_batch_size < 0:
-        raise RepositoryError(f"{key}={variant.max_batch_size} must be >= 0", fix=f"set {key} to 0 (no batching) or a positive size")
     batched = variant.max_batch_size > 0
     cfg = mc.ModelConfig(name=name, max_batch_size=variant.max_batch_size)
     for s in inputs:
@@ -59,14 +61,6 @@ def base_config(name: str, inputs: list[IOSpec], outputs: list[IOSpec], variant:
     cfg.instance_group.add(count=variant.instance_count, kind=instance_kind)
     db = variant.dynamic_batching
     if db is not None:
-        if not batched:
-            raise RepositoryError(f"{variant_key}.dynamic_batching needs max_batch_size > 0", fix=f"set {key} > 0 or {variant_key}.dynamic_batching=null")
-        too_big = [b for b in db.preferred_batch_sizes if b > variant.max_batch_size or b < 1]
-        if too_big:
-            raise RepositoryError(
-                f"{variant_key}.dynamic_batching.preferred_batch_sizes {too_big} outside 1..max_batch_size={variant.max_batch_size}",
-                fix=f"lower the preferred sizes or raise {key}",
-            )
         cfg.dynamic_batching.preferred_batch_size.extend(db.preferred_batch_sizes)
         cfg.dynamic_batching.max_queue_delay_microseconds = db.max_queue_delay_us
         cfg.dynamic_batching.preserve_ordering = db.preserve_ordering

@@ -101,9 +101,7 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
     (a parity.json), it must be the very file that passed the gate (else RepositoryError). With ``engines``
     (artifacts/engines), GPU targets' engines that passed parity go into a TensorRT model.
     """
-    name = cfg.model.name
-    if not name or "/" in name or name.startswith("."):
-        raise RepositoryError(f"model.name '{name}' is not a valid Triton model directory name", fix="set model.name to a plain name")
+    name = cfg.model.name  # a valid directory name: checked at composition
     # Only serving.* (derived from targets[0]): the stage's params in dvc.yaml, so no other target's knob reruns it.
     serving = TargetConfig(name=cfg.serving.target, kind=cfg.serving.kind, precision=cfg.serving.precision)
     precision = str(cfg.serving.precision)

@@ -52,11 +52,15 @@ def test_unbatched_keeps_all_dims() -> None:
 
 
 def test_refusals() -> None:
-    with pytest.raises(RepositoryError, match="variants.latency.max_batch_size=-1"):
-        triton_config.onnx_model_config("m", INPUTS, OUTPUTS, VariantConfig(max_batch_size=-1), CPU, "variants.latency")
+    # Config values are refused where params.yaml is composed (pipeline/core/config), before any stage runs.
+    from pipeline.core.errors import ConfigError
+    from pipeline.params import compose
+
+    with pytest.raises(ConfigError, match="variants.latency.max_batch_size=-1"):
+        compose(["variants.latency.max_batch_size=-1"])
+    with pytest.raises(ConfigError, match="preferred_batch_sizes"):
+        compose(["variants.throughput.max_batch_size=4", "variants.throughput.dynamic_batching.preferred_batch_sizes=[8]"])
+    # The graph against the config is the renderer's own check: a fixed batch dim cannot be dropped.
     fixed = [IOSpec("x", "float32", (1, 8))]
     with pytest.raises(RepositoryError, match="no dynamic batch axis"):
         triton_config.onnx_model_config("m", fixed, OUTPUTS, VariantConfig(), CPU, "variants.latency")
-    big = VariantConfig(max_batch_size=4, dynamic_batching=DynamicBatchingConfig([8]))
-    with pytest.raises(RepositoryError, match="preferred_batch_sizes"):
-        triton_config.onnx_model_config("m", INPUTS, OUTPUTS, big, CPU, "variants.throughput")
