@@ -10,7 +10,7 @@ pip_q() { .venv/bin/python -m pip install -q "$@" >"$LOG" 2>&1 || { cat "$LOG"; 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_q --upgrade pip
 # torch==2.13.0 (pinned in pyproject) is the CPU build these machines carry; an unpinned torch pulls a CUDA build.
-pip_q -e '.[dev,sign]'
+pip_q -e '.[dev,sign,s3]'
 # nvidia-pytriton ships a real tritonserver binary and python-backend stubs. Its declared deps
 # (protobuf<6, numpy<2 pins) clash with onnx's protobuf>=6, and we use only the binary: --no-deps.
 pip_q --no-deps 'nvidia-pytriton==0.7.0'

@@ -67,3 +67,12 @@ def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 300) 
     """Run ``python -m module args`` as a user would, with the project importable."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def s3():  # noqa: ANN201 - tests.helpers.s3.S3Server, imported lazily so the unit tests need no boto3
+    """A real S3 HTTP API (moto's server mode) on a loopback port, for the whole session; make a bucket per test."""
+    from tests.helpers.s3 import s3_server
+
+    with s3_server() as server:
+        yield server

@@ -1,0 +1,90 @@
+"""A real S3 HTTP API for the tests: moto's server mode on a free loopback port (as DVC's own tests use).
+
+Nothing is patched in-process: DVC, s3fs, boto3 and tritonserver all talk HTTP to the server. The
+credentials are dummies; moto accepts any.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class S3Server:
+    """A running moto server: its endpoint and the environment a client needs to reach it."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    buckets: list[str] = field(default_factory=list)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Credentials and endpoint for any AWS SDK client (boto3, s3fs, DVC, tritonserver)."""
+        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ENDPOINT_URL_S3": self.endpoint}
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+
+    def bucket(self, name: str) -> str:
+        """Create bucket ``name`` (>= 3 characters) and return it."""
+        self.client().create_bucket(Bucket=name)
+        self.buckets.append(name)
+        return name
+
+    def keys(self, bucket: str, prefix: str = "") -> list[str]:
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+@contextmanager
+def s3_server(timeout_s: float = 60.0) -> Iterator[S3Server]:
+    """Start ``python -m moto.server`` on a free loopback port; stop it (and nothing else) on exit."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **CREDENTIALS})  # fmt: skip
+    server = S3Server(port, proc)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto.server exited with {proc.returncode} before it answered on port {port}")
+            try:
+                with urllib.request.urlopen(f"{server.endpoint}/moto-api/", timeout=2):  # noqa: S310 - loopback test server
+                    break
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"moto.server did not answer on port {port} within {timeout_s} s") from None
+                time.sleep(0.2)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
