@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # One-step setup for a fresh machine: a venv in .venv with everything the pipeline and its tests need.
 # Idempotent: rerunning only installs what is missing.
+#   bash scripts/setup.sh          CPU machine: onnxruntime
+#   bash scripts/setup.sh --gpu    GPU runner: onnxruntime-gpu (never beside onnxruntime) and the tensorrt extra
 set -euo pipefail
+RUNTIME=cpu
+case "${1:-}" in
+  --gpu) RUNTIME=gpu ;;
+  "") ;;
+  *) echo "usage: bash scripts/setup.sh [--gpu]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG=$(mktemp -t setup-pip.XXXXXX)
@@ -10,7 +18,11 @@ pip_q() { .venv/bin/python -m pip install -q "$@" >"$LOG" 2>&1 || { cat "$LOG"; 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip_q --upgrade pip
 # torch==2.13.0 (pinned in pyproject) is the CPU build these machines carry; an unpinned torch pulls a CUDA build.
-pip_q -e '.[dev,sign,s3]'
+# Exactly one ONNX Runtime wheel: both own the `onnxruntime` import, so the other one is removed first.
+OTHER=$([ "$RUNTIME" = gpu ] && echo onnxruntime || echo onnxruntime-gpu)
+.venv/bin/python -m pip uninstall -q -y "$OTHER" >/dev/null 2>&1 || true
+EXTRAS=$([ "$RUNTIME" = gpu ] && echo "gpu,tensorrt,dev,s3" || echo "cpu,dev,sign,s3")
+pip_q -e ".[${EXTRAS}]"
 # nvidia-pytriton ships a real tritonserver binary and python-backend stubs. Its declared deps
 # (protobuf<6, numpy<2 pins) clash with onnx's protobuf>=6, and we use only the binary: --no-deps.
 pip_q --no-deps 'nvidia-pytriton==0.7.0'
