@@ -49,7 +49,7 @@ stages:
   repository:
     cmd: python steps.py repository
     deps: [steps.py, build/model.onnx, engines]
-    params: [variant]
+    params: [variants]
     outs: [model_repository]
   bench:
     cmd: python steps.py bench
@@ -69,7 +69,7 @@ elif step == "engine":
     Path("engines", sys.argv[2]).mkdir(parents=True, exist_ok=True)
     Path("engines", sys.argv[2], "manifest.json").write_text('{"status": "skipped"}')
 elif step == "repository":
-    delay = yaml.safe_load(open("params.yaml"))["variant"]["throughput"]["dynamic_batching"]["max_queue_delay_us"]
+    delay = yaml.safe_load(open("params.yaml"))["variants"]["throughput"]["dynamic_batching"]["max_queue_delay_us"]
     d = Path("model_repository/tiny")
     (d / "1").mkdir(parents=True, exist_ok=True)
     (d / "configs").mkdir(exist_ok=True)
@@ -136,7 +136,7 @@ def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: P
     with pytest.raises(ReleaseError, match="is out of date: 1 stage") as e:
         build(project, store)
     msg = e.value.render()
-    assert "repository: changed deps: params.yaml (variant modified)" in msg
+    assert "repository: changed deps: params.yaml (variants modified)" in msg
     assert "fix: run `dvc repro repository`" in msg
     assert not (tmp_path / "store").exists()
     run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
