@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.serving.embedded import MODEL_PY, read_config, to_python_backend, write_config  # noqa: E402
 from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
-from pipeline.serving.tritonserver import EmbeddedServer, site_packages  # noqa: E402
+from pipeline.serving.install import site_packages  # noqa: E402
+from pipeline.serving.process import EmbeddedServer  # noqa: E402
 from pipeline.release.build import build_release  # noqa: E402
 from pipeline.release.promote import promote, rollback  # noqa: E402
 from pipeline.release.store import ReleaseStore  # noqa: E402

@@ -7,10 +7,7 @@ description every report carries.
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,14 +15,16 @@ from pathlib import Path
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.core.errors import BenchError, ToolError
+from pipeline.serving.client import TritonClient
 from pipeline.serving.embedded import (
     CHANGED_FIELDS,
     build_embedded_repository,
+    read_config,
     variant_model,
     write_config,
 )
 from pipeline.serving.process import EmbeddedServer
-from pipeline.core.errors import BenchError
 
 _STANDINS = {
     "native": "our native Triton backend pipeline_ort, which runs ONNX Runtime inside tritonserver (native/pipeline_ort)",
@@ -50,21 +49,17 @@ def embedded_note(backend: str) -> str:
 class Target:
     """A live server with one variant loaded."""
 
-    http_url: str
-    perf_url: str  # what perf_analyzer -u gets (HTTP or gRPC endpoint)
+    http_url: str  # the HTTP endpoint ("" for an external server given by its gRPC endpoint only)
+    perf_url: str  # the endpoint of ``protocol``: what perf_analyzer -u gets
     model: str
     variant: str
     version: str = ""
     metrics_url: str = ""  # Triton's /metrics host:port (embedded python stand-in: carries its ORT timers)
+    protocol: str = "http"  # of perf_url (bench.protocol)
 
-
-def server_version(http_url: str) -> str:
-    """Triton's version from its metadata endpoint."""
-    try:
-        with urllib.request.urlopen(f"http://{http_url}/v2", timeout=5) as r:  # noqa: S310
-            return str(json.load(r).get("version", ""))
-    except (urllib.error.URLError, OSError, ValueError):
-        return ""
+    def client(self) -> TritonClient:
+        """A client for this server over the bench's protocol (statistics work over either)."""
+        return TritonClient(self.perf_url, self.protocol)
 
 
 class EmbeddedMode:
@@ -90,16 +85,16 @@ class EmbeddedMode:
         write_config(self.repo / self.shipped.name / "configs" / f"{name}.pbtxt", cfg)
 
     def embedded_config(self, variant: str) -> mc.ModelConfig:
-        from pipeline.serving.embedded import read_config
-
         return read_config(self.repo / self.shipped.name / "configs" / f"{variant}.pbtxt")
 
     def _targets(self, srv: EmbeddedServer, models: dict[str, str]) -> dict[str, Target]:
         """A Target per variant (variant -> model name) on the running server ``srv``."""
         url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
+        with srv.client(self.protocol) as client:
+            ver = client.server_version()
         # Only the python stand-in publishes timers; for the native backend Triton's own stats say it all.
-        ver, metrics = server_version(srv.http_url), f"127.0.0.1:{srv.metrics_port}" if self.backend == "python" else ""
-        return {v: Target(srv.http_url, url, m, v, ver, metrics) for v, m in models.items()}
+        metrics = f"127.0.0.1:{srv.metrics_port}" if self.backend == "python" else ""
+        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol)) for v, m in models.items()}
 
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
@@ -127,42 +122,41 @@ class ExternalMode:
 
     Each variant is loaded through the repository API with the shipped config as an
     override, so the server benchmarks the shipped repository's configs as they are.
+    ``url`` is the server's endpoint for ``protocol``: its HTTP port for ``http``, its gRPC
+    port for ``grpc``; control, metadata and perf_analyzer all use that one endpoint.
     """
 
     mode = "external"
     # It may run the model on a GPU, where the server's time is no gauge for in-process CPU ORT.
     in_server_ort_key: str | None = None
 
-    def __init__(self, url: str, model: str, configs: dict[str, Path], protocol: str, grpc_url: str | None = None) -> None:
-        self.http_url = url.removeprefix("http://").rstrip("/")
-        self.model, self.configs, self.protocol = model, configs, protocol
-        self.grpc_url = grpc_url
-        self.description = f"External Triton at {self.http_url} serving the shipped repository's configs as they are."
-
-    def _post(self, path: str, body: dict) -> None:
-        req = urllib.request.Request(f"http://{self.http_url}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=300):  # noqa: S310 - user-given server
-                return
-        except urllib.error.HTTPError as e:
-            raise BenchError(
-                f"the external Triton refused {path}",
-                fix="start tritonserver with --model-control-mode=explicit and the shipped repository, or check bench.url",
-                details={"status": e.code, "body": e.read().decode(errors="replace")[:500]},
-            ) from None
-        except (urllib.error.URLError, OSError) as e:
-            raise BenchError(f"cannot reach the external Triton at {self.http_url}", fix="check bench.url", details={"error": e}) from None
+    def __init__(self, url: str, model: str, configs: dict[str, Path], protocol: str = "http") -> None:
+        self.client = TritonClient(url, str(protocol))
+        self.url, self.protocol = self.client.url, self.client.protocol
+        self.http_url = self.url if self.protocol == "http" else ""
+        self.model, self.configs = model, configs
+        self.description = f"External Triton at {self.url} ({self.protocol}) serving the shipped repository's configs as they are."
 
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
-        from pipeline.serving.embedded import read_config
+        """Load ``variant``'s shipped config as an override and yield the target.
 
+        Raises:
+            BenchError: the server is unreachable or refused the load (with Triton's reason).
+        """
         cfg = read_config(self.configs[variant])
         # Triton accepts a JSON model config as a load-time override (repository extension).
         cfg_json = json_format.MessageToJson(cfg, preserving_proto_field_name=True)
-        self._post(f"/v2/repository/models/{self.model}/load", {"parameters": {"config": cfg_json}})
-        url = self.grpc_url if self.protocol == "grpc" and self.grpc_url else self.http_url
-        yield Target(self.http_url, url, self.model, variant, server_version(self.http_url))
+        try:
+            self.client.load(self.model, cfg_json)
+        except ToolError as e:
+            raise BenchError(
+                f"the external Triton did not load the '{variant}' config: {e.what}",
+                fix="start tritonserver with --model-control-mode=explicit and the shipped repository, "
+                "and check bench.url and bench.protocol (the url is the endpoint of that protocol)",
+                details=e.details,
+            ) from None
+        yield Target(self.http_url, self.url, self.model, variant, self.client.server_version(), protocol=self.protocol)
 
     def close(self) -> None:
-        pass
+        self.client.close()

@@ -19,31 +19,25 @@ from __future__ import annotations
 import time
 
 from tritonclient.grpc import model_config_pb2 as mc
-from tritonclient.http import InferenceServerClient
-from tritonclient.utils import InferenceServerException
 
-from pipeline.core.errors import ReleaseError
+from pipeline.core.errors import ReleaseError, ToolError
 from pipeline.release import pointer
-
-
-def _host_port(url: str) -> str:
-    """tritonclient wants ``host:port``; accept ``http://host:port`` as well."""
-    for scheme in ("http://", "https://"):
-        if url.startswith(scheme):
-            url = url[len(scheme):]
-    return url.rstrip("/")
+from pipeline.serving.client import TritonClient
 
 
 class TritonReloader:
-    """Switch the served version of one model on a running Triton without dropping requests."""
+    """Switch the served version of one model on a running Triton without dropping requests.
+
+    ``url`` is Triton's HTTP endpoint, ``host:port`` or ``http://host:port``.
+    """
 
     def __init__(self, url: str, model: str, timeout_s: float = 120.0) -> None:
-        self.url = _host_port(url)
+        self.client = TritonClient(url.removeprefix("https://"), "http", load_timeout_s=timeout_s)
+        self.url = self.client.url
         self.model = model
         self.timeout_s = timeout_s
-        self.client = InferenceServerClient(self.url, connection_timeout=timeout_s, network_timeout=timeout_s)
 
-    def _fail(self, what: str, e: Exception | str, after_flip: bool = False) -> ReleaseError:
+    def _fail(self, what: str, e: object, after_flip: bool = False) -> ReleaseError:
         if after_flip:
             fix = (f"the store already points at the new version; make Triton re-read it with "
                    f"`curl -X POST http://{self.url}/v2/repository/models/{self.model}/load` (or restart it) and check its log")
@@ -53,19 +47,19 @@ class TritonReloader:
         return ReleaseError(what, fix=fix, details={"server": self.url, "model": self.model, "error": str(e).strip()[:800]})
 
     def check(self) -> None:
-        """Fail early, before anything changes, if the server is unreachable."""
-        try:
-            live = self.client.is_server_live()
-        except (InferenceServerException, OSError) as e:
-            raise self._fail(f"cannot reach Triton at {self.url}", e) from None
-        if not live:
+        """Fail early, before anything changes, if the server is unreachable or not live.
+
+        Raises:
+            ReleaseError: with the client's reason.
+        """
+        if not self.client.live():
+            if self.client.last_error:
+                raise self._fail(f"cannot reach Triton at {self.url}", self.client.last_error)
             raise self._fail(f"Triton at {self.url} is not live", "is_server_live() returned False")
 
     def ready(self, version: int) -> bool:
-        try:
-            return bool(self.client.is_model_ready(self.model, str(version)))
-        except (InferenceServerException, OSError):
-            return False
+        """Whether ``version`` of the model is loaded and ready (False when the server is unreachable)."""
+        return self.client.model_ready(self.model, str(version))
 
     def _wait(self, version: int, want: bool, after_flip: bool = False) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -80,17 +74,17 @@ class TritonReloader:
         """Load ``new`` next to ``old`` (config override [old, new]) and wait until it is ready."""
         both = [v for v in (old, new) if v is not None]
         try:
-            self.client.load_model(self.model, config=pointer.to_json(pointer.with_policy(cfg, self.model, both)))
-        except InferenceServerException as e:
-            raise self._fail(f"Triton could not load version {new} of '{self.model}'", e) from None
+            self.client.load(self.model, pointer.to_json(pointer.with_policy(cfg, self.model, both)))
+        except ToolError as e:
+            raise self._fail(f"Triton could not load version {new} of '{self.model}'", _reason(e)) from None
         self._wait(new, True)
 
     def retire(self, old: int | None, new: int) -> None:
         """Reload from the (already flipped) config.pbtxt so ``old`` is unloaded; ``new`` stays ready."""
         try:
-            self.client.load_model(self.model)
-        except InferenceServerException as e:
-            raise self._fail(f"Triton could not reload '{self.model}' from the flipped config.pbtxt", e, after_flip=True) from None
+            self.client.load(self.model)
+        except ToolError as e:
+            raise self._fail(f"Triton could not reload '{self.model}' from the flipped config.pbtxt", _reason(e), after_flip=True) from None
         if old is not None and old != new:
             self._wait(old, False, after_flip=True)
         if not self.ready(new):
@@ -98,3 +92,8 @@ class TritonReloader:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _reason(e: ToolError) -> str:
+    """Triton's own words from a client error (its reason, else what failed)."""
+    return str(e.details.get("reason") or e.details.get("error") or e.what)

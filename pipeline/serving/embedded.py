@@ -24,14 +24,14 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.serving import native_backend
-from pipeline.repository import config as triton_config
-from pipeline.serving.tritonserver import site_packages
 from pipeline.core.atomic import write_text
+from pipeline.core.config import EmbeddedBackend
 from pipeline.core.errors import BenchError
+from pipeline.repository import config as triton_config
+from pipeline.serving import native_backend
+from pipeline.serving.install import site_packages
 
 MODEL_PY = Path(__file__).with_name("python_standin.py")
-BACKENDS = ("native", "python")
 # What we change per stand-in, so reports can list it next to "identical scheduling config".
 _COMMON_CHANGES = ("platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path")
 CHANGED_FIELDS = {
@@ -134,24 +134,26 @@ def variant_model(name: str, variant: str) -> str:
 
 
 def build_embedded_repository(
-    model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], backend: str = "native"
+    model_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str], backend: EmbeddedBackend | str = EmbeddedBackend.native
 ) -> tuple[ShippedModel, dict[str, list[str]]]:
     """Write ``out_dir/<name>/`` serving the shipped ONNX file with every shipped variant.
 
     ``<name>/configs/<variant>.pbtxt`` serves one variant at a time (--model-config-name);
     ``<name>__<variant>/`` holds each variant as a model of its own, to load them side by side.
-    ``backend`` is the stand-in: ``native`` (pipeline_ort) or ``python``.
+    ``backend`` is the stand-in: ``native`` (pipeline_ort) or ``python`` (``bench.embedded_backend``,
+    whose values the config package checks when it composes the config).
 
     Returns the shipped model and, per variant, the list of changes made to its config.
 
     Raises:
-        BenchError: an unknown ``backend``. ToolError: the native backend cannot be built.
+        BenchError: the shipped model directory is incomplete. ToolError: the native backend cannot be built.
     """
-    if backend not in BACKENDS:
-        raise BenchError(f"unknown embedded backend {backend!r}", fix=f"set bench.embedded_backend to one of {', '.join(BACKENDS)}")
+    # Not a re-check: the config already holds a member; a plain string from a test or script converts
+    # here, and a typo there is a programming error (ValueError), never a silent python stand-in.
+    backend = EmbeddedBackend(backend)
     shipped = find_shipped(model_dir)
     lib = ort = None
-    if backend == "native":
+    if backend is EmbeddedBackend.native:
         lib, ort = native_backend.build(), native_backend.ort_library()
     dest = Path(out_dir) / shipped.name
     if dest.exists():

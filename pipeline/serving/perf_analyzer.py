@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.serving.process import set_pdeathsig
-from pipeline.serving.tritonserver import cache_dir, site_packages
 from pipeline.core.atomic import write_text
 from pipeline.core.errors import ToolError
+from pipeline.serving.install import cache_dir, site_packages
+from pipeline.serving.process import set_pdeathsig
 
 Feed = dict[str, np.ndarray]
 _US = 1e-3  # CSV times are microseconds; we report milliseconds

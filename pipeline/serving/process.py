@@ -1,5 +1,8 @@
 """A running tritonserver: free loopback ports, readiness, and a stop that always happens.
 
+Depends on :mod:`~pipeline.serving.install` (what to run) and :mod:`~pipeline.serving.client`
+(readiness over Triton's own protocol); :mod:`~pipeline.serving.tritonserver` builds on it.
+
 The server runs in its own process group with its python-backend stubs; stopping
 kills the group. PR_SET_PDEATHSIG and a watchdog process cover the case where the
 bench process itself is SIGKILLed and no Python code runs.
@@ -16,20 +19,21 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from pipeline.serving.tritonserver import (
+from pipeline.core.errors import ToolError
+from pipeline.serving.client import TritonClient
+from pipeline.serving.install import (
     TritonInstall,
     backend_dir,
     error_lines,
     locate_tritonserver,
     server_env,
 )
-from pipeline.core.errors import ToolError
+
+# Per readiness call while the server starts: it answers at once or not at all (refused connection).
+_POLL_TIMEOUT_S = 2.0
 
 
 def free_port(avoid: set[int] = frozenset()) -> int:  # type: ignore[assignment]
@@ -130,6 +134,10 @@ class EmbeddedServer:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    def client(self, protocol: str = "http") -> TritonClient:
+        """A :class:`TritonClient` for this server over ``protocol`` (http or grpc); close it when done."""
+        return TritonClient(self.grpc_url if protocol == "grpc" else self.http_url, protocol)
+
     def log(self) -> str:
         """The server's output so far."""
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
@@ -222,27 +230,12 @@ class EmbeddedServer:
             details={"last log": "\n".join(error_lines(self.log()))},
         )
 
-    def _get(self, path: str) -> int:
-        try:
-            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=2) as r:  # noqa: S310 - loopback
-                return int(r.status)
-        except urllib.error.HTTPError as e:
-            return int(e.code)
-        except (urllib.error.URLError, OSError):
-            return 0
-
     def _wait_ready(self) -> bool:
-        """Poll health and model readiness; False if the server exits or time runs out."""
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                return False
-            models = (self.model, *self.also_load)
-            if self._get("/v2/health/ready") == 200 and all(self._get(f"/v2/models/{m}/ready") == 200 for m in models):
-                return True
-            time.sleep(0.25)
-        return False
+        """Poll server and model readiness; False if the server exits or time runs out."""
+        assert self.proc is not None
+        proc = self.proc
+        with TritonClient(self.http_url, "http", timeout_s=_POLL_TIMEOUT_S) as client:
+            return client.wait_ready((self.model, *self.also_load), self.timeout_s, is_alive=lambda: proc.poll() is None)
 
     def _start_watchdog(self) -> None:
         """A separate process that SIGKILLs the server's group when this process dies.

@@ -38,9 +38,11 @@ if os.path.isfile(_PATHS):
 
 import numpy as np  # noqa: E402 - needs the sys.path above
 import onnxruntime as ort  # noqa: E402
-import triton_python_backend_utils as pb_utils  # provided by the stub
+import triton_python_backend_utils as pb_utils  # noqa: E402 - provided by the stub
 
-# Same mapping as triton-inference-server/onnxruntime_backend (ModelState::LoadModel).
+# Triton's onnxruntime backend mapping of optimization.graph.level (src/onnxruntime.cc, ModelState constructor):
+# a copy of pipeline/repository/config.py ORT_LEVEL_NAME, repeated because this file runs inside the stub and
+# cannot import the pipeline package. tests/unit/test_serving_layout.py checks that the two tables agree.
 _GRAPH_LEVELS = {
     0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

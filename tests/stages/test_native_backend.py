@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,10 +11,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
+from pipeline.core.errors import ToolError
 from pipeline.serving import native_backend as nb
 from pipeline.serving.embedded import build_embedded_repository, read_config, write_config
 from pipeline.serving.process import EmbeddedServer
-from pipeline.core.errors import BenchError, ToolError
 from tests.tiny_triton import FEATURES, shipped_repository
 
 
@@ -54,12 +52,6 @@ def test_a_file_that_is_not_a_deb_is_refused() -> None:
         nb._deb_data(b"PK\x03\x04 a zip", "x.deb")  # noqa: SLF001 - the parser on its own
 
 
-def test_unknown_embedded_backend(tmp_path: Path) -> None:
-    model_dir = shipped_repository(tmp_path / "shipped")
-    with pytest.raises(BenchError, match="unknown embedded backend 'cpp'"):
-        build_embedded_repository(model_dir, tmp_path / "emb", backend="cpp")
-
-
 def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
     client = httpclient.InferenceServerClient(url)
     inp = httpclient.InferInput("x", list(x.shape), "FP32")
@@ -67,9 +59,9 @@ def _infer(url: str, model: str, x: np.ndarray) -> np.ndarray:
     return client.infer(model, [inp]).as_numpy("y")
 
 
-def _stats(url: str, model: str) -> dict:
-    with urllib.request.urlopen(f"http://{url}/v2/models/{model}/stats", timeout=10) as r:  # noqa: S310 - loopback
-        return json.load(r)["model_stats"][0]
+def _stats(srv: EmbeddedServer, model: str) -> dict:
+    with srv.client() as client:
+        return client.model_statistics(model)["model_stats"][0]
 
 
 def test_batched_requests_get_their_own_rows(tmp_path: Path) -> None:
@@ -87,7 +79,7 @@ def test_batched_requests_get_their_own_rows(tmp_path: Path) -> None:
     with EmbeddedServer(tmp_path / "emb", "tiny__throughput", timeout_s=60) as srv:
         with ThreadPoolExecutor(len(xs)) as pool:
             got = list(pool.map(lambda x: _infer(srv.http_url, "tiny__throughput", x), xs))
-        st = _stats(srv.http_url, "tiny__throughput")
+        st = _stats(srv, "tiny__throughput")
     for x, y in zip(xs, got):
         assert y.shape == (len(x), sess.get_outputs()[0].shape[1])
         np.testing.assert_array_equal(y, sess.run(None, {"x": x})[0])
