@@ -22,6 +22,7 @@ from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.engines.manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
 from pipeline.core.errors import EngineError, ParityError, RepositoryError
 from pipeline.engines.probe import sm_tag
+from pipeline.engines.targets import InputProfile, gpu_targets, max_batch
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec
 
@@ -66,10 +67,6 @@ def plan_name(target: TargetConfig) -> str:
     """File name of target's plan inside the version directory, e.g. model.sm80.plan."""
     assert target.compute_capability
     return f"model.{sm_tag(target.compute_capability)}.plan"
-
-
-def _profile_max_batch(manifest_profiles: Mapping[str, Mapping[str, Sequence[int]]]) -> int:
-    return min((int(p["max"][0]) for p in manifest_profiles.values() if p.get("max")), default=0)
 
 
 def _io(manifest_io: Sequence[Mapping[str, Any]]) -> list[IOSpec]:
@@ -144,7 +141,7 @@ def render_trt_model(
         assert manifest.engine is not None
         out.included[name] = plan_name(target)
         out.files.append((Path(engine_dir) / manifest.engine["file"], f"{version}/{plan_name(target)}"))
-        max_batches[name] = _profile_max_batch(manifest.profiles)
+        max_batches[name] = max_batch([InputProfile.from_dict(i, p) for i, p in manifest.profiles.items()])
         io = io or manifest.io
         if (manifest.settings or {}).get("version_compatible"):
             out.notes.append(
@@ -160,7 +157,9 @@ def render_trt_model(
             fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variants.<name>.max_batch_size",
         )
     if not io.get("inputs") or not io.get("outputs"):
-        raise EngineError("the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>")
+        raise EngineError(
+            "the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>"
+        )
     inputs, outputs = _io(io["inputs"]), _io(io["outputs"])
     cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variants.{variant.name}", "gpu")
     cfg.platform = "tensorrt_plan"
@@ -181,7 +180,7 @@ def _default_target(by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig
 
 def engine_dirs_for(targets: Sequence[str], specs: Mapping[str, TargetConfig], engines_root: Path) -> dict[str, Path]:
     """``{target: engines_root/target}`` for the fleet's GPU targets."""
-    return {t: engines_root / t for t in targets if specs[t].kind == "gpu"}
+    return {t.name: engines_root / t.name for t in gpu_targets(targets, specs)}
 
 
 def targets_table(engine_dirs: Mapping[str, Path], trt_model: Optional[TrtModel] = None) -> str:

@@ -1,4 +1,4 @@
-"""engine stage: build one target's TensorRT engine from the FP16 ONNX, or record why not.
+"""Build one target's TensorRT engine from the FP16 ONNX, or record why not (the engine stage's work).
 
 One DVC stage per fleet target (``foreach: ${targets}``). It writes the directory
 ``artifacts/engines/<target>/`` holding ``manifest.json`` and, when built,
@@ -10,32 +10,19 @@ means no cache yet). A build failure on a matching GPU is an error, not a skip.
 
 from __future__ import annotations
 
-import argparse
 import os
-import shlex
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Optional
 
-from pipeline.engines import trt as trt_adapter
-from pipeline.core.onnx_tools import load_model
 from pipeline.core import atomic
-from pipeline.core.atomic import read_json
-from pipeline.core.config import TargetConfig, load_config
-from pipeline.engines.manifest import (
-    MANIFEST_NAME,
-    PLAN_NAME,
-    EngineManifest,
-    expected_for,
-    sha256_file,
-    write_manifest,
-)
+from pipeline.core.config import TargetConfig
 from pipeline.core.errors import EngineError
-from pipeline.engines.probe import decide
+from pipeline.core.onnx_tools import load_model
 from pipeline.core.specs import graph_io
-from pipeline.core.stage import main as stage_main
-from pipeline.engines.targets import check_target, compute_profiles, resolve_target
+from pipeline.engines import trt as trt_adapter
+from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, EngineManifest, expected_for, sha256_file, write_manifest
+from pipeline.engines.probe import decide
+from pipeline.engines.targets import compute_profiles
 
 
 def _machine(probe: dict[str, Any], gpu: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -66,16 +53,13 @@ def build_target(
     out_dir: Path,
     timing_cache_path: Path,
     batch_axis: str = "batch",
-    reproduce: Optional[dict[str, str]] = None,
-    trt: Optional[ModuleType] = None,
 ) -> EngineManifest:
     """Build ``target``'s engine into ``out_dir`` (replaced atomically), or write a skipped manifest.
 
-    ``probe`` is the machine description (the probe stage's JSON, or a dict in tests);
-    ``trt`` is the tensorrt module (default: import the real one when a build is due).
-    Raises EngineError/ConfigError when the build is due but fails.
+    ``probe`` is the machine description (the probe stage's JSON, or a dict in tests). The manifest's
+    ``reproduce`` holds the ``dvc repro`` line and, for a built engine, the same build as ``polygraphy
+    convert`` and ``trtexec`` commands. Raises EngineError when the build is due but fails.
     """
-    check_target(target)
     decision = decide(target, probe)
     manifest = EngineManifest(
         target=target.name,
@@ -85,7 +69,7 @@ def build_target(
         machine=_machine(probe, decision.gpu),
         onnx={"path": str(onnx_path), "sha256": sha256_file(onnx_path) if onnx_path.is_file() else None},
         timing_cache={"path": str(timing_cache_path)},
-        reproduce=dict(reproduce or {}),
+        reproduce={"dvc": f"dvc repro engine@{target.name}"},
     )
     plan_bytes: Optional[bytes] = None
     new_cache: Optional[bytes] = None
@@ -98,10 +82,9 @@ def build_target(
         manifest.profiles = {p.name: p.as_dict() for p in profiles}
         if decision.build:
             assert decision.gpu is not None
-            if trt is None:
-                _select_device(decision.gpu)
+            _select_device(decision.gpu)
             old_cache = trt_adapter.read_timing_cache(timing_cache_path) if target.builder.timing_cache else None
-            result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache, trt=trt)
+            result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache)
             plan_bytes, new_cache = result.engine, result.timing_cache
             manifest.status = "built"
             manifest.settings = result.settings.as_dict()
@@ -109,6 +92,9 @@ def build_target(
             manifest.machine["tensorrt_version"] = result.tensorrt_version
             manifest.notes = list(result.notes)
             manifest.timing_cache.update(loaded=bool(old_cache), bytes=len(new_cache or b""))
+            manifest.reproduce.update(
+                trt_adapter.reproduce_commands(onnx_path, profiles, result.settings, out_dir / PLAN_NAME, timing_cache_path)
+            )
 
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
@@ -124,7 +110,3 @@ def build_target(
         atomic.write_text(timing_cache_path, "")
     return manifest
 
-
-def reproduce_info(argv: list[str], target: str) -> dict[str, str]:
-    """How to repeat this exact build: the DVC command and the stage command line."""
-    return {"dvc": f"dvc repro engine@{target}", "command": shlex.join([Path(sys.executable).name, "-m", "pipeline.stages.engine", *argv])}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import yaml
 
 from pipeline.core.atomic import write_json, write_text
 from pipeline.core.config import load_config
-from pipeline.core.errors import PipelineError, ToolError
+from pipeline.core.errors import PipelineError, ToolError, print_error
 from pipeline.engines.assemble import engine_dirs_for, targets_table
 
 
@@ -103,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = load_config(a.params)
             print(targets_table(engine_dirs_for(cfg.targets, cfg.target_specs, a.engines)), end="")
     except PipelineError as e:
-        print(f"error: {e.render()}", file=sys.stderr)
-        return e.exit_code
+        return print_error(e, "ci")
     return 0
 
 

@@ -2,9 +2,10 @@
 
 ``artifacts/engines/<target>/manifest.json`` says whether the engine was ``built`` or
 ``skipped`` and why, on which GPU / driver / CUDA / TensorRT, with which profiles and
-builder settings, how long it took, and the plan's size and sha256, plus the command
-that reproduces it. The repository step refuses an engine whose manifest does not
-match its target.
+builder settings, how long it took, and the plan's size and sha256, plus how to
+reproduce it (``dvc repro engine@<target>``, and for a built engine the same build as
+``polygraphy convert`` and ``trtexec`` commands). The repository step refuses an engine
+whose manifest does not match its target.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class EngineManifest:
     build_time_s: Optional[float] = None
     timing_cache: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    reproduce: dict[str, str] = field(default_factory=dict)
+    reproduce: dict[str, str] = field(default_factory=dict)  # dvc [, polygraphy, trtexec]
     schema: int = MANIFEST_SCHEMA
 
     @property

@@ -13,7 +13,6 @@ data directly.
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import re
 import shutil
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pipeline.core.config import TargetConfig
+from pipeline.engines.trt import available
 
 PROBE_SCHEMA = 1
 _SMI_QUERY = "name,compute_cap,driver_version,memory.total"
@@ -88,11 +88,10 @@ def _dist_version(*names: str) -> Optional[str]:
 
 
 def probe_tensorrt() -> dict[str, Any]:
-    """Whether ``import tensorrt`` works here, and its version (the import is the real test)."""
-    try:
-        trt = importlib.import_module("tensorrt")
-    except (ImportError, OSError) as e:  # OSError: the wheel is there but libnvinfer is not
-        return {"available": False, "version": None, "error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+    """Whether ``import tensorrt`` works here, and its version (the import is the real test: :func:`trt.available`)."""
+    trt, why = available()
+    if trt is None:
+        return {"available": False, "version": None, "error": why}
     return {"available": True, "version": str(getattr(trt, "__version__", "unknown")), "error": None}
 
 

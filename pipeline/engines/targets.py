@@ -1,4 +1,4 @@
-"""GPU targets: resolve them from the config, check their settings, compute optimization profiles.
+"""GPU targets: resolve the stage's target from the config, the fleet's GPU targets, optimization profiles.
 
 A profile gives every input a (min, opt, max) shape. It comes from the ONNX graph's
 input dims and the target's ``profile`` section: the batch axis takes
@@ -8,14 +8,12 @@ input dims and the target's ``profile`` section: the batch axis takes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.core.config import PipelineConfig, ProfileConfig, TargetConfig
 from pipeline.core.errors import ConfigError, EngineError
 from pipeline.core.specs import IOSpec
-
-HARDWARE_COMPATIBILITY = ("none", "ampere_plus")
 
 Shape = tuple[int, ...]
 
@@ -33,9 +31,18 @@ class InputProfile:
         """JSON form used in manifests."""
         return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
 
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Sequence[int]]) -> InputProfile:
+        """The inverse of :meth:`as_dict` (a manifest's ``profiles[name]``)."""
+        return cls(name, tuple(data["min"]), tuple(data["opt"]), tuple(data["max"]))
+
 
 def resolve_target(cfg: PipelineConfig, name: str) -> TargetConfig:
-    """The definition of target ``name``; it must be defined and in the fleet (``targets``)."""
+    """The definition of target ``name`` (the stage's ``--target`` argument).
+
+    The config's own values were checked at composition; this checks only the argument. Raises ConfigError
+    when ``name`` is not defined or not in the fleet (``targets``).
+    """
     if name not in cfg.target_specs:
         raise ConfigError(
             f"target '{name}' is not defined",
@@ -46,53 +53,13 @@ def resolve_target(cfg: PipelineConfig, name: str) -> TargetConfig:
             f"target '{name}' is not in the fleet targets={cfg.targets}",
             fix=f"add it: `dvc exp run -S targets='[{', '.join([*cfg.targets, name])}]'`",
         )
-    target = cfg.target_specs[name]
-    if target.name != name:
-        raise ConfigError(
-            f"target_specs.{name}.name is '{target.name}', not '{name}'",
-            fix=f"set name: {name} in conf/target/{name}.yaml",
-        )
-    return target
+    return cfg.target_specs[name]
 
 
-def gpu_targets(cfg: PipelineConfig) -> list[TargetConfig]:
-    """The GPU targets of the fleet, in fleet order."""
-    return [cfg.target_specs[t] for t in cfg.targets if cfg.target_specs[t].kind == "gpu"]
-
-
-def check_target(target: TargetConfig) -> None:
-    """Settings a schema cannot check; raise ConfigError naming the key."""
-    key = f"target_specs.{target.name}"
-    if target.kind not in ("cpu", "gpu"):
-        raise ConfigError(f"{key}.kind='{target.kind}' is not cpu or gpu", fix=f"set {key}.kind to cpu or gpu")
-    if target.kind != "gpu":
-        return
-    cc = target.compute_capability or ""
-    if not (cc.count(".") == 1 and all(p.isdigit() for p in cc.split("."))):
-        raise ConfigError(f"{key}.compute_capability='{cc}' is not like '8.0'", fix="quote it in YAML: compute_capability: \"8.0\"")
-    b = target.builder
-    if b.hardware_compatibility not in HARDWARE_COMPATIBILITY:
-        raise ConfigError(
-            f"{key}.builder.hardware_compatibility='{b.hardware_compatibility}' is not one of {list(HARDWARE_COMPATIBILITY)}",
-            fix=f"set {key}.builder.hardware_compatibility to none or ampere_plus",
-        )
-    if b.hardware_compatibility == "ampere_plus" and float(cc) < 8.0:
-        raise ConfigError(
-            f"{key}.builder.hardware_compatibility=ampere_plus needs an Ampere or newer GPU, target has {cc}",
-            fix=f"set {key}.builder.hardware_compatibility=none",
-        )
-    if not 0 <= b.optimization_level <= 5:
-        raise ConfigError(f"{key}.builder.optimization_level={b.optimization_level} is outside 0..5", fix="use 0..5 (3 is TensorRT's default)")
-    if b.workspace_mb <= 0:
-        raise ConfigError(f"{key}.builder.workspace_mb={b.workspace_mb} must be positive", fix="set it to e.g. 4096")
-    _check_range(target.profile.batch, f"{key}.profile.batch")
-    for axis, rng in target.profile.dims.items():
-        _check_range(rng, f"{key}.profile.dims.{axis}")
-
-
-def _check_range(rng: Sequence[int], key: str) -> None:
-    if len(rng) != 3 or not all(isinstance(v, int) for v in rng) or not 1 <= rng[0] <= rng[1] <= rng[2]:
-        raise ConfigError(f"{key}={list(rng)} is not [min, opt, max] with 1 <= min <= opt <= max", fix=f"set {key}=[1, 8, 32] or similar")
+def gpu_targets(targets: Sequence[str], specs: Mapping[str, TargetConfig]) -> list[TargetConfig]:
+    """The GPU targets of the fleet ``targets`` (``cfg.targets``, ``cfg.target_specs``), in fleet order: the ones
+    that get a TensorRT engine."""
+    return [specs[t] for t in targets if specs[t].kind == "gpu"]
 
 
 def compute_profiles(inputs: Sequence[IOSpec], profile: ProfileConfig, target_name: str, batch_axis: str = "batch") -> list[InputProfile]:
@@ -101,8 +68,9 @@ def compute_profiles(inputs: Sequence[IOSpec], profile: ProfileConfig, target_na
     The batch axis is the dim named ``batch_axis``, or an unnamed dynamic first dim.
     Raises EngineError naming the config key when a dynamic axis has no range.
     """
+    # The ranges themselves were checked at composition (pipeline.core.config); what only the graph can tell
+    # is whether every dynamic axis has one.
     key = f"target_specs.{target_name}.profile"
-    _check_range(profile.batch, f"{key}.batch")
     out = []
     for spec in inputs:
         mins, opts, maxs = [], [], []
@@ -113,7 +81,6 @@ def compute_profiles(inputs: Sequence[IOSpec], profile: ProfileConfig, target_na
                 rng = list(profile.batch)
             elif isinstance(d, str) and d in profile.dims:
                 rng = list(profile.dims[d])
-                _check_range(rng, f"{key}.dims.{d}")
             else:
                 axis = d if isinstance(d, str) else f"<unnamed axis {i}>"
                 raise EngineError(

@@ -1,33 +1,33 @@
-"""Thin adapter over the TensorRT Python API: build a serialized engine from an ONNX file.
+"""TensorRT through Polygraphy's loaders: whether TensorRT is usable here, and building a serialized engine.
 
-``tensorrt`` is imported lazily (only :func:`import_tensorrt` imports it), so
-``import pipeline`` works on machines without it. Every call below was checked
-against TensorRT's Python API for 10.x and 11.x (the bindings' pyCore.cpp/pyOnnx.cpp
-and the 10.x -> 11.x migration guide):
+``tensorrt`` is imported lazily (only :func:`available` imports it), so ``import pipeline`` works on
+machines without it. The build is Polygraphy's loader chain (``polygraphy.backend.trt``, the library
+behind ``polygraphy convert``): ``CreateNetwork(strongly_typed=...)``, TensorRT's ONNX parser,
+``CreateConfig(profiles, memory pool, optimization level, hardware/version compatibility, fp16)`` and
+``EngineBytesFromNetwork``. Polygraphy sets the network flag and every builder setting for
+TensorRT 10 and 11 alike, so the only version knowledge left here is :func:`plan_settings`:
 
-- ``trt.Logger``, ``trt.Builder(logger)``, ``builder.create_network(flags)``,
-  ``builder.create_builder_config()``, ``builder.create_optimization_profile()``,
-  ``builder.build_serialized_network(network, config)`` (returns ``None`` on failure);
-- ``trt.OnnxParser(network, logger)``, ``parser.parse_from_file(path)``,
-  ``parser.num_errors``, ``parser.get_error(i)``;
-- ``config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, bytes)``,
-  ``config.builder_optimization_level``, ``config.hardware_compatibility_level =
-  trt.HardwareCompatibilityLevel.AMPERE_PLUS``, ``config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)``;
-- ``config.create_timing_cache(bytes)``, ``config.set_timing_cache(cache, ignore_mismatch)``
-  (returns False when the cache does not fit this device/version),
-  ``config.get_timing_cache().serialize()``;
-- ``profile.set_shape(name, min, opt, max)``, ``config.add_optimization_profile(profile)``.
+- TensorRT 10 builds a weakly typed network with ``BuilderFlag.FP16`` (or, if asked, a strongly typed
+  one via ``NetworkDefinitionCreationFlag.STRONGLY_TYPED``, which refuses precision flags);
+- TensorRT 11 removed ``BuilderFlag.FP16``; every network is strongly typed (the STRONGLY_TYPED flag is
+  accepted and ignored), so precision comes from the FP16 ONNX.
 
-Version branches: TensorRT 10 builds a weakly typed network with ``BuilderFlag.FP16``
-(or, if asked, a strongly typed one via ``NetworkDefinitionCreationFlag.STRONGLY_TYPED``).
-TensorRT 11 removed ``BuilderFlag.FP16`` and every network is strongly typed (the
-STRONGLY_TYPED flag is deprecated and ignored), so precision comes from the FP16 ONNX.
+Two parts stay direct TensorRT calls, for reasons Polygraphy's loaders cannot meet:
+- parsing: ``NetworkFromOnnxPath`` logs the parser's errors and raises a generic "Could not parse ONNX
+  correctly"; :func:`_parse` makes the same calls (plugins, ``OnnxParser``, ``parse_from_file``) and puts
+  every parser error (operator, node) into the EngineError;
+- the saved timing cache: ``CreateConfig(load_timing_cache=...)`` ignores ``set_timing_cache``'s verdict and
+  ``EngineBytesFromNetwork(save_timing_cache=...)`` merges the old file with ``ignore_mismatch=True``, which
+  would keep timings from another GPU or TensorRT version; :func:`_load_timing_cache` refuses such a cache.
+
+:func:`reproduce_commands` gives the same build as a ``polygraphy convert`` and a ``trtexec`` command line.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,17 +39,26 @@ from pipeline.core.config import TrtBuilderConfig
 from pipeline.core.errors import EngineError
 from pipeline.engines.targets import InputProfile
 
+INSTALL_FIX = "install the `tensorrt` extra on a GPU runner: pip install -e '.[tensorrt]'"
+
+
+def available() -> tuple[Optional[ModuleType], str]:
+    """``(tensorrt, "")`` when ``import tensorrt`` works here, else ``(None, why)``: the one TensorRT import probe.
+
+    OSError counts as absent too: the Python bindings can be installed while libnvinfer is not.
+    """
+    try:
+        return importlib.import_module("tensorrt"), ""
+    except (ImportError, OSError) as e:
+        return None, f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
 
 def import_tensorrt() -> ModuleType:
-    """Import the real ``tensorrt`` module, or raise EngineError saying how to get it."""
-    try:
-        return importlib.import_module("tensorrt")
-    except (ImportError, OSError) as e:  # OSError: the bindings are there but libnvinfer is not
-        raise EngineError(
-            "cannot import tensorrt",
-            fix="install the `tensorrt` extra on a GPU runner: pip install -e '.[tensorrt]'",
-            details={"error": f"{type(e).__name__}: {e}".splitlines()[0]},
-        ) from None
+    """The ``tensorrt`` module; raise EngineError saying how to get it when it does not import."""
+    trt, why = available()
+    if trt is None:
+        raise EngineError("cannot import tensorrt", fix=INSTALL_FIX, details={"error": why})
+    return trt
 
 
 def major_version(trt: ModuleType) -> int:
@@ -80,12 +89,12 @@ class BuildSettings:
 
 
 def plan_settings(builder: TrtBuilderConfig, tensorrt_major: int) -> BuildSettings:
-    """Decide the version-specific settings; pure, so both branches are tested without TensorRT."""
+    """Decide the version-specific settings; pure, so both branches are tested without TensorRT.
+
+    Raises EngineError for TensorRT older than 10.
+    """
     if tensorrt_major < 10:
-        raise EngineError(
-            f"TensorRT {tensorrt_major}.x is not supported",
-            fix="install TensorRT 10 or 11: pip install -e '.[tensorrt]'",
-        )
+        raise EngineError(f"TensorRT {tensorrt_major}.x is not supported", fix="install TensorRT 10 or 11: pip install -e '.[tensorrt]'")
     if tensorrt_major >= 11:
         strongly, fp16_flag = True, False  # 11 removed weak typing and BuilderFlag.FP16
     else:
@@ -125,8 +134,34 @@ def _parser_errors(parser: Any) -> list[str]:
     return errors
 
 
-def _logger(trt: ModuleType) -> Any:
-    return trt.Logger(trt.Logger.WARNING)
+def _parse(trt: ModuleType, onnx_path: str | os.PathLike[str], strongly_typed: bool) -> tuple[Any, Any, Any]:
+    """(builder, network, parser) for ``onnx_path``: NetworkFromOnnxPath's calls, with the parser errors kept.
+
+    Raises EngineError listing every parser error.
+    """
+    from polygraphy.backend.trt import CreateNetwork, get_trt_logger
+
+    builder, network = CreateNetwork(strongly_typed=strongly_typed)()
+    # TensorRT 10+ parses InstanceNorm natively by default (NATIVE_INSTANCENORM), which is what
+    # version/hardware-compatible engines need, so no parser flag is set here.
+    trt.init_libnvinfer_plugins(get_trt_logger(), "")
+    parser = trt.OnnxParser(network, get_trt_logger())
+    if not parser.parse_from_file(str(onnx_path)) or parser.num_errors:
+        raise EngineError(
+            f"TensorRT's ONNX parser rejected {onnx_path}",
+            fix="check the operators against TensorRT's ONNX support matrix; simplify the model (simplify.enabled=true)",
+            details={"errors": _parser_errors(parser) or ["(no parser error recorded)"]},
+        )
+    return builder, network, parser
+
+
+def _load_timing_cache(config: Any, saved: bytes) -> str:
+    """Attach the saved timing cache, or an empty one when it does not fit this device/TensorRT; say which."""
+    if config.set_timing_cache(config.create_timing_cache(saved), ignore_mismatch=False):
+        return f"loaded timing cache ({len(saved)} bytes)"
+    # A cache from another GPU or TensorRT version: start empty rather than reuse wrong timings.
+    config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
+    return "saved timing cache did not match this device/TensorRT version; started an empty one"
 
 
 def build_engine(
@@ -134,7 +169,6 @@ def build_engine(
     profiles: Sequence[InputProfile],
     builder_cfg: TrtBuilderConfig,
     timing_cache: Optional[bytes] = None,
-    trt: Optional[ModuleType] = None,
 ) -> BuildResult:
     """Build a serialized engine from ``onnx_path`` on the current GPU.
 
@@ -143,70 +177,87 @@ def build_engine(
         profiles: one min/opt/max shape per input (a single optimization profile).
         builder_cfg: the target's builder section.
         timing_cache: a previously saved timing cache, or None/empty to start fresh.
-        trt: the tensorrt module (tests pass a stand-in); default imports the real one.
 
     Raises:
         EngineError: TensorRT missing, ONNX not parsed, or the build failed.
     """
-    trt = trt or import_tensorrt()
+    trt = import_tensorrt()
     settings = plan_settings(builder_cfg, major_version(trt))
-    notes: list[str] = []
-    logger = _logger(trt)
-    builder = trt.Builder(logger)
+    from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, PostprocessConfig, Profile
+    from polygraphy.exception import PolygraphyException
 
-    flags = 0
-    if settings.strongly_typed and settings.tensorrt_major < 11:
-        flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    network = builder.create_network(flags)
-
-    # TensorRT 10+ parses InstanceNorm natively by default (NATIVE_INSTANCENORM), which is what
-    # version/hardware-compatible engines need, so no parser flag is set here.
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(onnx_path)):
-        raise EngineError(
-            f"TensorRT's ONNX parser rejected {onnx_path}",
-            fix="check the operators against TensorRT's ONNX support matrix; simplify the model (simplify.enabled=true)",
-            details={"errors": _parser_errors(parser) or ["(no parser error recorded)"]},
-        )
-
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, settings.workspace_bytes)
-    config.builder_optimization_level = settings.optimization_level
-    if settings.fp16_flag:
-        config.set_flag(trt.BuilderFlag.FP16)  # TensorRT 10 only; removed in 11
-    if settings.hardware_compatibility == "ampere_plus":
-        config.hardware_compatibility_level = trt.HardwareCompatibilityLevel.AMPERE_PLUS
-    if settings.version_compatible:
-        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
-
-    if settings.timing_cache:
-        cache = config.create_timing_cache(timing_cache or b"")
-        if not config.set_timing_cache(cache, ignore_mismatch=False):
-            # A cache from another GPU or TensorRT version: start empty rather than reuse wrong timings.
-            notes.append("saved timing cache did not match this device/TensorRT version; started an empty one")
-            config.set_timing_cache(config.create_timing_cache(b""), ignore_mismatch=False)
-        elif timing_cache:
-            notes.append(f"loaded timing cache ({len(timing_cache)} bytes)")
-
-    profile = builder.create_optimization_profile()
+    profile = Profile()
     for p in profiles:
-        profile.set_shape(p.name, p.min, p.opt, p.max)
-    config.add_optimization_profile(profile)
+        profile.add(p.name, p.min, p.opt, p.max)
+    create_config = CreateConfig(
+        profiles=[profile],
+        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_bytes},
+        builder_optimization_level=settings.optimization_level,
+        hardware_compatibility_level=trt.HardwareCompatibilityLevel.AMPERE_PLUS if settings.hardware_compatibility == "ampere_plus" else None,
+        version_compatible=settings.version_compatible,
+        fp16=settings.fp16_flag,  # TensorRT 10 weak typing only (plan_settings)
+        tf32=True,  # TensorRT's default; CreateConfig would clear it
+        profiling_verbosity=trt.ProfilingVerbosity.LAYER_NAMES_ONLY,  # TensorRT's default; CreateConfig's is DETAILED
+    )
+    notes: list[str] = []
+    configs: list[Any] = []
+
+    def keep_config(builder: Any, network: Any, config: Any) -> None:
+        configs.append(config)  # to serialize its timing cache after the build
+        if settings.timing_cache and timing_cache:
+            notes.append(_load_timing_cache(config, timing_cache))
 
     t0 = time.perf_counter()
-    serialized = builder.build_serialized_network(network, config)
-    build_time = time.perf_counter() - t0
-    if serialized is None:
+    try:
+        serialized = EngineBytesFromNetwork(
+            lambda: _parse(trt, onnx_path, settings.strongly_typed), PostprocessConfig(create_config, keep_config)
+        )()
+    except PolygraphyException as e:  # Polygraphy's G_LOGGER.critical: TensorRT refused the config or the build
         raise EngineError(
             f"TensorRT failed to build an engine from {onnx_path}",
             fix="read TensorRT's log above; try a larger builder.workspace_mb or narrower profile ranges",
-            details={"settings": settings.as_dict(), "profiles": {p.name: p.as_dict() for p in profiles}},
-        )
-    engine = bytes(memoryview(serialized))
+            details={"error": str(e).strip().splitlines()[0], "settings": settings.as_dict(), "profiles": {p.name: p.as_dict() for p in profiles}},
+        ) from None
+    build_time = time.perf_counter() - t0
     cache_bytes = None
     if settings.timing_cache:
-        cache_bytes = bytes(memoryview(config.get_timing_cache().serialize()))
-    return BuildResult(engine, cache_bytes, settings, str(trt.__version__), build_time, notes)
+        cache_bytes = bytes(memoryview(configs[0].get_timing_cache().serialize()))
+    return BuildResult(bytes(memoryview(serialized)), cache_bytes, settings, str(trt.__version__), build_time, notes)
+
+
+def reproduce_commands(
+    onnx_path: str | os.PathLike[str], profiles: Sequence[InputProfile], settings: BuildSettings, plan: Path, timing_cache: Path
+) -> dict[str, str]:
+    """The same build as ``polygraphy convert`` and ``trtexec`` command lines (TensorRT's defaults kept:
+    TF32 on, layer-names-only profiling; trtexec's ``--skipInference`` builds without benchmarking)."""
+
+    def poly_shape(which: str) -> list[str]:
+        return [f"{p.name}:[{','.join(str(d) for d in getattr(p, which))}]" for p in profiles]
+
+    def exec_shape(which: str) -> str:
+        return ",".join(f"{p.name}:{'x'.join(str(d) for d in getattr(p, which))}" for p in profiles)
+
+    ampere = settings.hardware_compatibility == "ampere_plus"
+    poly = [
+        "polygraphy", "convert", str(onnx_path), "--convert-to", "trt", "-o", str(plan),
+        "--trt-min-shapes", *poly_shape("min"), "--trt-opt-shapes", *poly_shape("opt"), "--trt-max-shapes", *poly_shape("max"),
+        "--pool-limit", f"workspace:{settings.workspace_bytes}", "--builder-optimization-level", str(settings.optimization_level),
+        "--tf32", "--profiling-verbosity", "layer_names_only",
+        *(["--fp16"] if settings.fp16_flag else []), *(["--strongly-typed"] if settings.strongly_typed else []),
+        *(["--hardware-compatibility-level", "ampere_plus"] if ampere else []),
+        *(["--version-compatible"] if settings.version_compatible else []),
+        *(["--load-timing-cache", str(timing_cache), "--save-timing-cache", str(timing_cache)] if settings.timing_cache else []),
+    ]  # fmt: skip
+    trtexec = [
+        "trtexec", f"--onnx={onnx_path}", f"--saveEngine={plan}", "--skipInference",
+        f"--minShapes={exec_shape('min')}", f"--optShapes={exec_shape('opt')}", f"--maxShapes={exec_shape('max')}",
+        f"--memPoolSize=workspace:{settings.workspace_bytes >> 20}M", f"--builderOptimizationLevel={settings.optimization_level}",
+        *(["--fp16"] if settings.fp16_flag else []), *(["--stronglyTyped"] if settings.strongly_typed else []),
+        *(["--hardwareCompatibilityLevel=ampere+"] if ampere else []),
+        *(["--versionCompatible"] if settings.version_compatible else []),
+        *([f"--timingCacheFile={timing_cache}"] if settings.timing_cache else []),
+    ]  # fmt: skip
+    return {"polygraphy": shlex.join(poly), "trtexec": shlex.join(trtexec)}
 
 
 def read_timing_cache(path: str | os.PathLike[str]) -> Optional[bytes]:

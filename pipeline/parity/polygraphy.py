@@ -25,6 +25,7 @@ from polygraphy.logger import G_LOGGER
 from pipeline.core import atomic
 from pipeline.core.config import TensorSpec
 from pipeline.core.errors import ParityError
+from pipeline.engines.trt import available
 
 Feed = dict[str, np.ndarray]
 
@@ -76,11 +77,10 @@ def onnxrt_runner(path: Path, name: str) -> BaseRunner:
 
 
 def trt_runner(plan: Path, name: str) -> tuple[BaseRunner | None, str]:
-    """Polygraphy's TrtRunner on a serialized engine, or (None, why) when tensorrt does not import."""
-    try:
-        import tensorrt  # noqa: F401 - only to learn whether TensorRT exists here
-    except ImportError as e:  # the CPU machines cannot install TensorRT (DESIGN.md)
-        return None, f"tensorrt is not importable here ({e})"
+    """Polygraphy's TrtRunner on a serialized engine, or (None, why) when tensorrt does not import here."""
+    trt, why = available()
+    if trt is None:  # the CPU machines cannot install TensorRT
+        return None, f"tensorrt is not importable here ({why})"
     from polygraphy.backend.common import BytesFromPath
     from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 

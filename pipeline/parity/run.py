@@ -15,7 +15,6 @@ skipped, with the reason). Inputs and reference outputs are saved as Polygraphy 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +25,13 @@ from pipeline.core import onnx_tools
 from pipeline.parity import polygraphy as pg
 from pipeline.core import atomic
 from pipeline.core.config import PipelineConfig, ToleranceConfig, load_config
-from pipeline.core.errors import ParityError
+from pipeline.core.errors import EngineError, ParityError
 from pipeline.parity.report import SCHEMA_VERSION, round_up, artifact_passed, gate, polygraphy_options, resolve, summarize_output, tolerance_key
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
+from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
+from pipeline.engines.targets import gpu_targets
 
 __all__ = ["artifact_passed", "run_parity", "main"]
 
@@ -87,19 +88,19 @@ def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], refe
     """
     out: dict[str, dict[str, Any]] = {}
     for target in targets:
-        manifest_path = engines / target / "manifest.json"
+        manifest_path = engines / target / MANIFEST_NAME
         kind = f"trt@{target}"
         if not manifest_path.is_file():
             out[kind] = {"status": "skipped", "reason": f"no engine manifest at {manifest_path} (run `dvc repro engine@{target}`)"}
             continue
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (ValueError, OSError) as e:
-            out[kind] = {"status": "error", "passed": False, "reason": f"unreadable manifest {manifest_path}: {e}"}
+            manifest = read_manifest(manifest_path)
+        except EngineError as e:
+            out[kind] = {"status": "error", "passed": False, "reason": f"unreadable manifest {manifest_path}: {e.what}"}
             continue
-        plan = manifest_path.parent / str((manifest.get("engine") or {}).get("file") or "model.plan")
-        if manifest.get("status") != "built":
-            out[kind] = {"status": "skipped", "file": str(plan), "reason": f"engine not built: {manifest.get('reason', manifest.get('status'))}"}
+        plan = manifest_path.parent / str((manifest.engine or {}).get("file") or PLAN_NAME)
+        if not manifest.built:
+            out[kind] = {"status": "skipped", "file": str(plan), "reason": f"engine not built: {manifest.reason}"}
             continue
         runner, why = pg.trt_runner(plan, kind)
         if runner is None:
@@ -144,8 +145,8 @@ def run_parity(
             onnx_tools.load_model(path, f"{kind} ONNX artifact")
             arts[kind] = compare_artifact(kind, pg.onnxrt_runner(path, kind), feeds, reference, tol, path)
         if engines is not None and engines.is_dir():
-            gpu_targets = [t for t in cfg.targets if cfg.target_specs[t].kind == "gpu"]  # cpu targets have no engine
-            arts.update(engine_entries(engines, gpu_targets, feeds, reference, cfg.parity.trt))
+            engine_targets = [t.name for t in gpu_targets(cfg.targets, cfg.target_specs)]  # cpu targets have no engine
+            arts.update(engine_entries(engines, engine_targets, feeds, reference, cfg.parity.trt))
     compared = [a for a in arts.values() if a.get("status") != "skipped"]
     return {
         "schema": SCHEMA_VERSION,

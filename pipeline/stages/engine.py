@@ -9,7 +9,7 @@ from pipeline.core.atomic import read_json
 from pipeline.core.config import load_config
 from pipeline.core.errors import EngineError
 from pipeline.core.stage import main as stage_main
-from pipeline.engines.build import build_target, reproduce_info
+from pipeline.engines.build import build_target
 from pipeline.engines.targets import resolve_target
 
 
@@ -25,11 +25,7 @@ def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
     target = resolve_target(cfg, a.target)
     probe = read_json(a.probe, EngineError, "machine probe", "run the probe stage: dvc repro probe")
-    argv = [
-        "--params", str(a.params), "--target", a.target, "--onnx", str(a.onnx), "--probe", str(a.probe),
-        "--out", str(a.out), "--timing-cache", str(a.timing_cache),
-    ]  # fmt: skip
-    m = build_target(target, a.onnx, probe, a.out, a.timing_cache, cfg.export.batch_axis, reproduce_info(argv, a.target))
+    m = build_target(target, a.onnx, probe, a.out, a.timing_cache, cfg.export.batch_axis)
     if m.built:
         assert m.engine is not None
         print(f"[engine@{a.target}] built {m.engine['bytes']} bytes in {m.build_time_s} s on {m.machine['gpu_name']}")

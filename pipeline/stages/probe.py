@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pipeline.core import atomic, sources
 from pipeline.core.config import load_config
-from pipeline.engines.probe import probe_machine
+from pipeline.engines.probe import probe_machine, sm_tag
 from pipeline.core.stage import main as stage_main
 
 
@@ -36,7 +36,7 @@ def _body(a: argparse.Namespace) -> None:
     atomic.write_json(a.out, info)
     atomic.write_text(a.model_record, recs["model"])
     atomic.write_text(a.data_record, recs["data"])
-    gpus = ", ".join(f"{g['name']} (sm{str(g['compute_capability']).replace('.', '')})" for g in info["gpus"]) or "none"
+    gpus = ", ".join(f"{g['name']} ({sm_tag(str(g['compute_capability']))})" for g in info["gpus"]) or "none"
     trt = info["tensorrt"]["version"] if info["tensorrt"]["available"] else "not importable"
     print(f"[probe] GPUs: {gpus}; TensorRT: {trt}; model and data sources fingerprinted")
 

@@ -77,6 +77,7 @@ def test_engine_stage_builds_and_matches_onnxruntime(tmp_path: Path, machine: di
     assert sha256_file(out / "model.plan") == m.engine["sha256"]
     assert cache.stat().st_size > 0  # the timing cache was saved
     check_matches_target(m, target, out)
+    assert m.reproduce["polygraphy"].startswith("polygraphy convert ") and m.reproduce["trtexec"].startswith("trtexec ")
     compare_with_onnxruntime((out / "model.plan").read_bytes(), onnx_path, atol=1e-2, rtol=1e-2)
 
     # A second build reuses the saved timing cache.

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline.core.config import TargetConfig
-from pipeline.engines.probe import decide, name_matches, parse_smi_csv, probe_machine, sm_tag
+from pipeline.core.errors import EngineError
+from pipeline.engines.probe import decide, name_matches, parse_smi_csv, probe_machine, probe_tensorrt, sm_tag
+from pipeline.engines.trt import available, import_tensorrt
+from pipeline.parity.polygraphy import trt_runner
 from pipeline.stages import probe as probe_stage
 from tests.helpers.probes import TRT_MISSING, probe
 
@@ -73,3 +79,21 @@ def test_probe_here_is_deterministic_and_honest(tmp_path: Path) -> None:
     assert set(data) >= {"gpus", "driver_version", "cuda_driver_version", "cuda_runtime_version", "tensorrt"}
     if not data["gpus"]:
         assert not decide(A100, data).build
+
+
+def test_one_tensorrt_probe_counts_a_missing_libnvinfer_as_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheel's Python package can import while libnvinfer is missing: that is an OSError, not an ImportError.
+    The machine probe, the engine build and parity's TensorRT runner all ask the same function."""
+    fake = tmp_path / "site" / "tensorrt"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise OSError("libnvinfer.so.10: cannot open shared object file: No such file or directory")\n')
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "tensorrt", raising=False)
+
+    trt, why = available()
+    assert trt is None and why == "OSError: libnvinfer.so.10: cannot open shared object file: No such file or directory"
+    assert probe_tensorrt() == {"available": False, "version": None, "error": why}
+    assert trt_runner(tmp_path / "model.plan", "trt@a100") == (None, f"tensorrt is not importable here ({why})")
+    with pytest.raises(EngineError, match="cannot import tensorrt") as e:
+        import_tensorrt()
+    assert "libnvinfer" in str(e.value) and "[tensorrt]" in str(e.value)

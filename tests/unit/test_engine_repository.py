@@ -20,7 +20,8 @@ from pipeline.core.errors import EngineError, RepositoryError
 from pipeline.engines.assemble import engine_dirs_for, engine_parity, load_parity, render_trt_model, targets_table
 from pipeline.engines.manifest import sha256_file
 from pipeline.engines.build import build_target
-from tests.fakes.fake_tensorrt import make_fake_tensorrt
+from pipeline.serving import tritonserver
+from tests.fakes.fake_tensorrt import fake_tensorrt
 from tests.helpers.probes import TRT_MISSING, probe
 from tests.tiny_triton import tiny_onnx
 
@@ -56,7 +57,8 @@ def engines(tmp_path: Path, onnx_file: Path, built: list[str], skipped: list[str
     dirs = {}
     for t in [*built, *skipped]:
         p = probe([GPU_OF[t]]) if t in built else probe([], TRT_MISSING)
-        build_target(targets[t], onnx_file, p, tmp_path / "engines" / t, tmp_path / "tc" / f"{t}.cache", trt=make_fake_tensorrt("11.0.0"))
+        with fake_tensorrt("11.0.0"):
+            build_target(targets[t], onnx_file, p, tmp_path / "engines" / t, tmp_path / "tc" / f"{t}.cache")
         dirs[t] = tmp_path / "engines" / t
     return dirs
 
@@ -90,7 +92,6 @@ def write_model(repo: Path, name: str, m: object) -> Path:
 @pytest.mark.slow
 def test_rendered_config_passes_real_triton_strict_validation(tmp_path: Path, onnx_file: Path) -> None:
     """The real tritonserver (strict, exit on error) accepts the config and stops only at the missing tensorrt backend."""
-    tritonserver = pytest.importorskip("pipeline.serving.tritonserver")
     from pipeline.core.errors import ToolError
 
     try:

@@ -14,7 +14,7 @@ from pipeline.engines.manifest import EngineManifest, check_matches_target, read
 from pipeline.core.errors import EngineError
 from pipeline.stages import engine as engine_stage
 from pipeline.engines.build import build_target
-from tests.fakes.fake_tensorrt import STAND_IN_PLAN, make_fake_tensorrt
+from tests.fakes.fake_tensorrt import STAND_IN_PLAN, fake_tensorrt
 from tests.tiny_triton import tiny_onnx
 from tests.helpers.probes import TRT_MISSING, TRT_OK, probe
 
@@ -38,8 +38,8 @@ def test_skipped_without_tensorrt_writes_manifest_only(tmp_path: Path, onnx_file
 
 
 def test_skipped_on_a_gpu_of_another_compute_capability(tmp_path: Path, onnx_file: Path) -> None:
-    trt = make_fake_tensorrt("11.0.0")
-    m = build_target(a100(), onnx_file, probe([("NVIDIA H100 80GB HBM3", "9.0")]), tmp_path / "e", tmp_path / "c", trt=trt)
+    with fake_tensorrt("11.0.0") as trt:
+        m = build_target(a100(), onnx_file, probe([("NVIDIA H100 80GB HBM3", "9.0")]), tmp_path / "e", tmp_path / "c")
     assert m.status == "skipped" and "compute capability 9.0" in m.reason and "needs compute capability 8.0" in m.reason
     assert trt.calls == []  # TensorRT was never asked to build
     assert m.machine["gpus_present"] == ["NVIDIA H100 80GB HBM3 (9.0)"]
@@ -62,8 +62,8 @@ def test_cpu_target_is_skipped_without_reading_onnx(tmp_path: Path) -> None:
 def test_built_with_stand_in_and_manifest_round_trip(tmp_path: Path, onnx_file: Path) -> None:
     out, cache = tmp_path / "engines" / "a100", tmp_path / "a100.cache"
     cache.write_bytes(b"previous")
-    trt = make_fake_tensorrt("10.7.0")
-    m = build_target(a100(), onnx_file, probe([("NVIDIA A100-SXM4-80GB", "8.0")]), out, cache, reproduce={"dvc": "dvc repro engine@a100"}, trt=trt)
+    with fake_tensorrt("10.7.0"):
+        m = build_target(a100(), onnx_file, probe([("NVIDIA A100-SXM4-80GB", "8.0")]), out, cache)
     assert m.built and (out / "model.plan").read_bytes() == STAND_IN_PLAN
     assert m.engine == {"file": "model.plan", "bytes": len(STAND_IN_PLAN), "sha256": sha256_file(out / "model.plan")}
     assert m.machine["gpu_name"] == "NVIDIA A100-SXM4-80GB" and m.machine["compute_capability"] == "8.0"
@@ -73,18 +73,25 @@ def test_built_with_stand_in_and_manifest_round_trip(tmp_path: Path, onnx_file: 
     back = read_manifest(out / "manifest.json")
     assert back == m and back.to_dict() == json.loads((out / "manifest.json").read_text())
     check_matches_target(back, a100(), out)  # matches its own target
+    # How to repeat it: through DVC, or the same build with TensorRT's own tools.
+    assert m.reproduce["dvc"] == "dvc repro engine@a100"
+    assert m.reproduce["polygraphy"].startswith(f"polygraphy convert {onnx_file} --convert-to trt -o {out / 'model.plan'} ")
+    assert "--fp16" in m.reproduce["polygraphy"] and f"--load-timing-cache {cache}" in m.reproduce["polygraphy"]
+    assert m.reproduce["trtexec"].startswith(f"trtexec --onnx={onnx_file} --saveEngine={out / 'model.plan'} ")
 
 
 def test_a_stale_plan_is_removed_when_the_target_is_later_skipped(tmp_path: Path, onnx_file: Path) -> None:
     out = tmp_path / "e"
-    build_target(a100(), onnx_file, probe([("NVIDIA A100", "8.0")]), out, tmp_path / "c", trt=make_fake_tensorrt())
+    with fake_tensorrt():
+        build_target(a100(), onnx_file, probe([("NVIDIA A100", "8.0")]), out, tmp_path / "c")
     build_target(a100(), onnx_file, probe([]), out, tmp_path / "c")
     assert not (out / "model.plan").exists()
 
 
 def test_mismatched_manifest_is_refused(tmp_path: Path, onnx_file: Path) -> None:
     out = tmp_path / "e"
-    build_target(a100(), onnx_file, probe([("NVIDIA A100", "8.0")]), out, tmp_path / "c", trt=make_fake_tensorrt())
+    with fake_tensorrt():
+        build_target(a100(), onnx_file, probe([("NVIDIA A100", "8.0")]), out, tmp_path / "c")
     m = read_manifest(out / "manifest.json")
     h100 = TargetConfig(name="h100", kind="gpu", gpu_family="H100", compute_capability="9.0", gpu_names=["H100"])
     with pytest.raises(EngineError, match="does not match the target") as e:
@@ -118,7 +125,7 @@ def test_stage_cli_skips_both_gpu_targets_here(tmp_path: Path, onnx_file: Path, 
         assert rc == 0
         m = read_manifest(tmp_path / "engines" / t / "manifest.json")
         assert m.status == "skipped" and m.reason
-        assert m.reproduce["dvc"] == f"dvc repro engine@{t}" and "--target" in m.reproduce["command"]
+        assert m.reproduce == {"dvc": f"dvc repro engine@{t}"}  # no engine: no TensorRT command to repeat
     cfg = load_config(params)
     assert read_manifest(tmp_path / "engines" / "h100" / "manifest.json").expected["compute_capability"] == cfg.target_specs["h100"].compute_capability
 
@@ -134,3 +141,21 @@ def test_stage_cli_fails_clearly_for_a_target_outside_the_fleet(tmp_path: Path, 
     assert rc != 0
     assert "not in the fleet" in capsys.readouterr().err
     assert not (tmp_path / "e").exists()
+
+
+def test_parity_reads_engine_manifests_with_read_manifest(tmp_path: Path, onnx_file: Path) -> None:
+    """parity's trt@<target> entries: absent and not-built engines are skipped with the reason, a malformed
+    manifest is an error naming it (the engine manifest reader's own check)."""
+    from pipeline.core.config import ToleranceConfig
+    from pipeline.parity.run import engine_entries
+
+    build_target(a100(), onnx_file, probe([], TRT_MISSING), tmp_path / "a100", tmp_path / "a100.cache")
+    (tmp_path / "h100").mkdir()
+    (tmp_path / "h100" / "manifest.json").write_text(json.dumps({"target": "h100", "status": "built", "reason": "", "expected": {}}))
+    out = engine_entries(tmp_path, ["a100", "h100", "l4"], [], None, ToleranceConfig())
+    why = read_manifest(tmp_path / "a100" / "manifest.json").reason
+    assert out["trt@a100"] == {"status": "skipped", "file": str(tmp_path / "a100" / "model.plan"), "reason": f"engine not built: {why}"}
+    h100 = out["trt@h100"]
+    assert h100["status"] == "error" and h100["passed"] is False and "no engine file/sha256" in h100["reason"]
+    assert h100["reason"].startswith(f"unreadable manifest {tmp_path / 'h100' / 'manifest.json'}: ")
+    assert out["trt@l4"] == {"status": "skipped", "reason": f"no engine manifest at {tmp_path / 'l4' / 'manifest.json'} (run `dvc repro engine@l4`)"}

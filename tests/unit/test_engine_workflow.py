@@ -10,8 +10,10 @@ Without either the lint test is skipped with that reason; the structural test al
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,7 +74,14 @@ def test_workflow_structure() -> None:
     run = steps_text(asm)
     assert "merge-locks" in run and "merge-parity" in run and "dvc pull" in run
     assert "--single-item repository" in run
-    assert "ci_engines table" in run and "GITHUB_STEP_SUMMARY" in run
+    assert "python -m pipeline.engines.ci table" in run and "GITHUB_STEP_SUMMARY" in run
+
+
+def test_every_module_the_workflow_runs_exists() -> None:
+    """A `python -m pipeline.<module>` left behind by a move fails here, not on a GPU runner."""
+    modules = set(re.findall(r"python -m (pipeline(?:\.\w+)+)", WORKFLOW.read_text()))
+    assert {"pipeline.engines.ci", "pipeline.params", "pipeline.stages.parity"} <= modules
+    assert [m for m in sorted(modules) if importlib.util.find_spec(m) is None] == []
 
 
 def test_runner_labels_declared_for_actionlint() -> None:
@@ -123,7 +132,7 @@ def test_actionlint(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- assemble-job helpers
-def test_merge_locks(tmp_path: Path) -> None:
+def test_merge_locks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = tmp_path / "dvc.lock"
     base.write_text(yaml.safe_dump({"schema": "2.0", "stages": {"fp16": {"cmd": "x"}, "engine@a100": {"cmd": "old"}}}))
     a100 = tmp_path / "a100.lock"
@@ -134,6 +143,7 @@ def test_merge_locks(tmp_path: Path) -> None:
     merged = yaml.safe_load(base.read_text())["stages"]
     assert merged["engine@a100"]["cmd"] == "new" and merged["engine@h100"]["cmd"] == "h" and merged["fp16"] == {"cmd": "x"}
     assert ci_main(["merge-locks", "--into", str(base), f"t4={a100}"]) != 0  # no engine@t4 entry in that lock
+    assert capsys.readouterr().err.startswith("ERROR [ci] ")  # the one error printer's format
 
 
 def test_merge_parity(tmp_path: Path) -> None:

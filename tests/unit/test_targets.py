@@ -1,4 +1,8 @@
-"""Targets: resolution from the composed config, setting checks, optimization-profile computation."""
+"""Targets: resolution from the composed config, the fleet's GPU targets, optimization-profile computation.
+
+The targets' settings are checked at composition (pipeline/core/config, tests/unit/test_config_checks.py);
+the engine code no longer re-checks them.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +11,27 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.config import ProfileConfig, TargetConfig, load_config
+from pipeline.core.config import ProfileConfig, load_config
 from pipeline.core.errors import ConfigError, EngineError
 from pipeline.core.specs import IOSpec
-from pipeline.engines.targets import check_target, compute_profiles, gpu_targets, max_batch, resolve_target
+from pipeline.engines.targets import InputProfile, compute_profiles, gpu_targets, max_batch, resolve_target
+from pipeline.params import compose
 
 GPU_TARGETS = {"t4": "7.5", "a100": "8.0", "a10": "8.6", "l4": "8.9", "h100": "9.0"}
 
 
 def test_every_gpu_family_is_defined_with_its_compute_capability(make_params: Callable[..., Path]) -> None:
-    cfg = load_config(make_params())
+    cfg = load_config(make_params())  # composition checked every target's settings: the shipped ones are valid
     for name, cc in GPU_TARGETS.items():
         t = cfg.target_specs[name]
         assert (t.kind, t.compute_capability, t.precision) == ("gpu", cc, "fp16")
         assert t.gpu_names, f"{name} should restrict GPU names"
-        check_target(t)  # the shipped settings are valid
     assert cfg.target_specs["cpu"].kind == "cpu"
 
 
 def test_fleet_selection_and_resolution(make_params: Callable[..., Path]) -> None:
     cfg = load_config(make_params("targets=[cpu,h100,a100]"))
-    assert [t.name for t in gpu_targets(cfg)] == ["h100", "a100"]  # fleet order
+    assert [t.name for t in gpu_targets(cfg.targets, cfg.target_specs)] == ["h100", "a100"]  # fleet order
     assert resolve_target(cfg, "a100").compute_capability == "8.0"
     with pytest.raises(ConfigError, match="not in the fleet"):
         resolve_target(cfg, "t4")
@@ -45,35 +49,11 @@ def test_profile_follows_model_seq_len(make_params: Callable[..., Path]) -> None
     assert cfg.target_specs["a100"].profile.dims["sequence"] == [1, 64, 256]
 
 
-@pytest.mark.parametrize(
-    ("change", "key"),
-    [
-        ({"hardware_compatibility": "turing_plus"}, "hardware_compatibility"),
-        ({"optimization_level": 7}, "optimization_level"),
-        ({"workspace_mb": 0}, "workspace_mb"),
-    ],
-)
-def test_bad_builder_settings_name_the_key(change: dict[str, object], key: str) -> None:
-    t = TargetConfig(name="a100", kind="gpu", compute_capability="8.0")
-    for k, v in change.items():
-        setattr(t.builder, k, v)
-    with pytest.raises(ConfigError, match=f"target_specs.a100.builder.{key}"):
-        check_target(t)
-
-
-def test_ampere_plus_refused_below_ampere() -> None:
-    t = TargetConfig(name="t4", kind="gpu", compute_capability="7.5")
-    t.builder.hardware_compatibility = "ampere_plus"
-    with pytest.raises(ConfigError, match="Ampere"):
-        check_target(t)
-
-
-def test_bad_compute_capability_and_range() -> None:
-    with pytest.raises(ConfigError, match="compute_capability"):
-        check_target(TargetConfig(name="x", kind="gpu", compute_capability="80"))
-    t = TargetConfig(name="x", kind="gpu", compute_capability="8.0", profile=ProfileConfig(batch=[8, 1, 32]))
-    with pytest.raises(ConfigError, match=r"profile.batch"):
-        check_target(t)
+def test_bad_hardware_compatibility_fails_at_composition_naming_the_key() -> None:
+    """Was check_target's; the other removed check_target/_check_range cases are exact cases of
+    tests/unit/test_config_checks.py (test_ranges, test_cross_field_rules)."""
+    with pytest.raises(ConfigError, match=r"target_specs\.a100\.builder\.hardware_compatibility"):
+        compose(["target_specs.a100.builder.hardware_compatibility=turing_plus"])
 
 
 def test_profiles_from_onnx_dims_and_target_ranges() -> None:
@@ -89,6 +69,7 @@ def test_profiles_from_onnx_dims_and_target_ranges() -> None:
     assert (out[2].min, out[2].opt, out[2].max) == ((1, 3, 32, 32), (8, 3, 32, 32), (32, 3, 32, 32))
     assert out[0].as_dict() == {"min": [1, 1], "opt": [8, 128], "max": [32, 256]}
     assert max_batch(out) == 32
+    assert [InputProfile.from_dict(p.name, p.as_dict()) for p in out] == out  # a manifest's profiles read back
 
 
 def test_unnamed_dynamic_first_axis_is_the_batch() -> None:
