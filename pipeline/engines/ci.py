@@ -25,7 +25,7 @@ import yaml
 from pipeline.core.atomic import write_json, write_text
 from pipeline.core.config import load_config
 from pipeline.core.errors import PipelineError, ToolError, print_error
-from pipeline.engines.assemble import engine_dirs_for, targets_table
+from pipeline.engines.manifest import engine_dirs_for, targets_table
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:

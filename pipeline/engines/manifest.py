@@ -11,6 +11,7 @@ whose manifest does not match its target.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +20,7 @@ from pipeline.core.atomic import file_digest, read_json, write_json
 from pipeline.core.config import TargetConfig
 from pipeline.core.errors import EngineError
 from pipeline.engines.probe import name_matches
+from pipeline.engines.targets import gpu_targets
 
 MANIFEST_SCHEMA = 1
 MANIFEST_NAME = "manifest.json"
@@ -155,3 +157,29 @@ def check_matches_target(
         problems["onnx"] = f"built from ONNX sha256 {manifest.onnx.get('sha256')}, shipping {onnx_sha256}"
     if problems:
         raise EngineError(f"{where} does not match the target; refusing to ship it", fix=fix, details=problems)
+
+
+def engine_dirs_for(targets: Sequence[str], specs: Mapping[str, TargetConfig], engines_root: Path) -> dict[str, Path]:
+    """``{target: engines_root/target}`` for the fleet's GPU targets."""
+    return {t.name: engines_root / t.name for t in gpu_targets(targets, specs)}
+
+
+def targets_table(engine_dirs: Mapping[str, Path], included: Mapping[str, str] | None = None, excluded: Mapping[str, str] | None = None) -> str:
+    """A Markdown table of which targets have an engine (for the CI summary and the stage log).
+
+    ``included``/``excluded`` come from the repository's TensorRT model (target -> plan file / reason) when known.
+    """
+    rows = ["| target | status | GPU | TensorRT | shipped | reason |", "|---|---|---|---|---|---|"]
+    for name, d in engine_dirs.items():
+        try:
+            m = read_manifest(Path(d) / MANIFEST_NAME)
+        except EngineError as e:
+            rows.append(f"| {name} | missing | | | no | {e.what} |")
+            continue
+        shipped = "yes" if included and name in included else "no"
+        reason = (excluded or {}).get(name) or m.reason
+        rows.append(
+            f"| {name} | {m.status} | {m.machine.get('gpu_name') or ''} | {m.machine.get('tensorrt_version') or ''} "
+            f"| {shipped} | {reason.replace('|', '/')} |"
+        )
+    return "\n".join(rows) + "\n"

@@ -26,7 +26,8 @@ from pipeline.core.errors import ParityError, RepositoryError
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec, graph_io
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-from pipeline.engines.assemble import load_parity, render_trt_model, targets_table
+from pipeline.engines.manifest import targets_table
+from pipeline.repository.trt_model import load_parity, render_trt_model
 
 
 def check_parity(report_path: Path, kind: str, served: Path) -> dict[str, Any]:
@@ -78,7 +79,7 @@ def write_trt_model(cfg: PipelineConfig, engines: Path, parity: Path | None, out
     }
     trt = rendered["latency"]
     gpu_dirs = {t: d for t, d in dirs.items() if t not in trt.not_gpu}
-    table = targets_table(gpu_dirs, trt) if gpu_dirs else ""
+    table = targets_table(gpu_dirs, trt.included, trt.excluded) if gpu_dirs else ""
     if trt.config is not None:
         model_dir = out / name
         (model_dir / "configs").mkdir(parents=True)

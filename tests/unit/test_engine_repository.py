@@ -17,7 +17,8 @@ from google.protobuf import text_format
 
 from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.core.errors import EngineError, RepositoryError
-from pipeline.engines.assemble import engine_dirs_for, engine_parity, load_parity, render_trt_model, targets_table
+from pipeline.engines.manifest import engine_dirs_for, targets_table
+from pipeline.repository.trt_model import engine_parity, load_parity, render_trt_model
 from pipeline.engines.manifest import sha256_file
 from pipeline.engines.build import build_target
 from pipeline.serving import tritonserver
@@ -125,7 +126,7 @@ def test_skipped_and_failed_parity_are_left_out(tmp_path: Path, onnx_file: Path)
     assert m.config is not None and dict(m.config.cc_model_filenames) == {"8.0": "model.sm80.plan"}
     assert m.included == {"a100": "model.sm80.plan"}
     assert "parity failed for outputs ['y']" in m.excluded["h100"] and m.excluded["t4"].startswith("skipped: no NVIDIA GPU")
-    table = targets_table(dirs, m)
+    table = targets_table(dirs, m.included, m.excluded)
     assert "| a100 | built | NVIDIA A100-SXM4-80GB | 11.0.0 | yes |" in table and "| t4 | skipped |" in table
 
 

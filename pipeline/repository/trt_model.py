@@ -1,4 +1,4 @@
-"""Assemble the TensorRT Triton model from per-target engines: one config, one plan per GPU family.
+"""The repository's TensorRT Triton model from per-target engines: one config, one plan per GPU family.
 
 The repository stage calls :func:`render_trt_model`. It takes every built engine whose
 manifest matches its target and whose parity entry passed, and renders a
@@ -22,7 +22,7 @@ from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.engines.manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
 from pipeline.core.errors import EngineError, ParityError, RepositoryError
 from pipeline.engines.probe import sm_tag
-from pipeline.engines.targets import InputProfile, gpu_targets, max_batch
+from pipeline.engines.targets import InputProfile, max_batch
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec
 
@@ -176,26 +176,3 @@ def _default_target(by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig
     names = [by_cc[cc] for cc in sorted(by_cc, key=float)]
     portable = [n for n in names if targets[n].builder.hardware_compatibility == "ampere_plus"]
     return (portable or names)[0]
-
-
-def engine_dirs_for(targets: Sequence[str], specs: Mapping[str, TargetConfig], engines_root: Path) -> dict[str, Path]:
-    """``{target: engines_root/target}`` for the fleet's GPU targets."""
-    return {t.name: engines_root / t.name for t in gpu_targets(targets, specs)}
-
-
-def targets_table(engine_dirs: Mapping[str, Path], trt_model: Optional[TrtModel] = None) -> str:
-    """A Markdown table of which targets have an engine (for the CI summary and the stage log)."""
-    rows = ["| target | status | GPU | TensorRT | shipped | reason |", "|---|---|---|---|---|---|"]
-    for name, d in engine_dirs.items():
-        try:
-            m = read_manifest(Path(d) / MANIFEST_NAME)
-        except EngineError as e:
-            rows.append(f"| {name} | missing | | | no | {e.what} |")
-            continue
-        shipped = "yes" if trt_model and name in trt_model.included else "no"
-        reason = (trt_model.excluded.get(name) if trt_model else None) or m.reason
-        rows.append(
-            f"| {name} | {m.status} | {m.machine.get('gpu_name') or ''} | {m.machine.get('tensorrt_version') or ''} "
-            f"| {shipped} | {reason.replace('|', '/')} |"
-        )
-    return "\n".join(rows) + "\n"
