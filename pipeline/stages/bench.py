@@ -19,7 +19,8 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", type=Path, help="the report's summary (dvc metrics)")
     p.add_argument("--out-dir", required=True, type=Path, help="report.md, bench.png, perf logs")
     p.add_argument("--curves-dir", required=True, type=Path, help="<variant>.csv plot data (dvc plots)")
-    p.add_argument("--tuned-config", type=Path, default=None, help="also write the tuned throughput.pbtxt here (bench.tune=true); it is always in <out-dir>/tuned/")
+    p.add_argument("--tuned-config", type=Path, default=None,
+                   help="also write the tuned throughput.pbtxt here (bench.tune=true); it is always in <out-dir>/tuned/")
 
 
 def _body(args: argparse.Namespace) -> None:
@@ -29,19 +30,20 @@ def _body(args: argparse.Namespace) -> None:
         remove_stale(args.metrics)  # never leave the last run's headline beside a failed run
     res = run_bench(cfg, args.repository, args.out_json, args.out_dir, args.curves_dir, args.tuned_config)
     if args.metrics is not None:
-        write_json(args.metrics, res["summary"])
-    r = res["ratios"]
-    print(f"[bench] {res['server']['mode']} mode; latency c=1 p50 / ORT p50 = {r['latency_c1_p50_vs_ort_p50']}; "
-          f"throughput/latency c8 = {r['throughput_vs_latency_c8']}, c16 = {r['throughput_vs_latency_c16']} "
-          f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
-    errors = [d for d in res["diagnosis"] if d["severity"] == "error"]
-    for d in res["diagnosis"]:
-        print(f"[bench] {d['severity']}: {d['rule']} ({d['variant']}): {d['message']}")
+        write_json(args.metrics, res.summary())
+    r = res.ratios
+    assert r is not None  # run_bench always computes them
+    compared = ", ".join(f"c{x.concurrency} = {x.vs_latency}" for x in r.compared) or "not compared"
+    print(f"[bench] {res.server.mode} mode; latency c=1 p50 / ORT p50 = {r.latency_c1_p50_vs_ort_p50}; "
+          f"throughput/latency {compared} ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    errors = [d for d in res.diagnosis if d.severity == "error"]
+    for d in res.diagnosis:
+        print(f"[bench] {d.severity}: {d.rule} ({d.variant}): {d.message}")
     if errors:
         raise BenchError(
             f"the benchmark found {len(errors)} config error(s); outputs were written for inspection",
-            fix=errors[0]["fix"],
-            details={d["rule"]: d["message"] for d in errors},
+            fix=errors[0].fix,
+            details={d.rule: d.message for d in errors},
         )
 
 

@@ -112,7 +112,10 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     assert {"native": "native pipeline_ort backend", "python": "python backend"}[backend] in breakdown
     assert (out / "bench" / "bench.png").stat().st_size > 0
     assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
-    assert res["ratios"] == data["ratios"]
+    assert res.to_json()["ratios"] == data["ratios"]
+    # The compared concurrencies are the config's (bench.paired_throughput_concurrency=[4]), not a fixed c=8/c=16.
+    assert data["ratios"]["throughput_vs_latency_c4"] == tput["ratio"] and "throughput_vs_latency_c8" not in data["ratios"]
+    assert "throughput_vs_latency_c4" in data["summary"]["ratios"] and "c=4 **" in report and "c=8" not in report
     assert not procs_mentioning(str(tmp_path))
 
 
@@ -126,7 +129,11 @@ def test_taken_ports_are_replaced(tmp_path: Path) -> None:
         taken = (s1.getsockname()[1], s2.getsockname()[1])
         with EmbeddedServer(tmp_path / "emb", "tiny", "latency", ports=(taken[0], taken[1], taken[0])) as srv:
             assert srv.http_port not in taken and srv.grpc_port not in taken and srv.metrics_port not in taken
-            assert "ready" not in srv.log().lower() or True
+            # Replaced before the start, not after a failed bind: the first attempt came up, and serves the model.
+            assert srv.log_path is not None and srv.log_path.name.endswith("-0.log")
+            assert "address already in use" not in srv.log().lower()
+            with srv.client() as client:
+                assert client.model_ready("tiny")
             assert procs_mentioning(str(tmp_path))
     assert not procs_mentioning(str(tmp_path))
 
@@ -152,41 +159,6 @@ def test_missing_perf_analyzer_fails_before_any_server(tmp_path: Path, monkeypat
     with pytest.raises(ToolError, match="perf_analyzer not found"):
         run_bench(tiny_cfg(), tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     assert not (out / "bench.json").exists()
-
-
-@pytest.mark.parametrize(("rounds", "max_rounds", "drift"), [(-1, 10, 0.1), (5, 3, 0.1), (5, 10, 0.0)])
-def test_bad_pairing_settings_fail_before_any_server(tmp_path: Path, rounds: int, max_rounds: int, drift: float) -> None:
-    shipped_repository(tmp_path / "repo", "tiny")
-    cfg = tiny_cfg()
-    cfg.bench.paired_rounds, cfg.bench.paired_max_rounds, cfg.bench.paired_max_drift = rounds, max_rounds, drift
-    out = tmp_path / "out"
-    with pytest.raises(ConfigError, match="paired_rounds") as e:
-        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
-    assert "paired_max_rounds" in e.value.fix and not out.exists()
-
-
-@pytest.mark.parametrize(("rounds", "max_rounds", "conc"), [(-1, 6, [8]), (3, 2, [8]), (3, 6, [0, 8])])
-def test_bad_throughput_pairing_settings_fail_before_any_server(tmp_path: Path, rounds: int, max_rounds: int, conc: list[int]) -> None:
-    shipped_repository(tmp_path / "repo", "tiny")
-    cfg = tiny_cfg()
-    b = cfg.bench
-    b.paired_throughput_rounds, b.paired_throughput_max_rounds, b.paired_throughput_concurrency = rounds, max_rounds, conc
-    out = tmp_path / "out"
-    with pytest.raises(ConfigError, match="paired_throughput_rounds") as e:
-        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
-    assert "paired_throughput_max_rounds" in e.value.fix and str(conc) in e.value.what and not out.exists()
-
-
-@pytest.mark.parametrize(("server", "max_rounds", "conc"), [("external", 3, 8), ("embedded", 0, 8), ("embedded", 3, 0)])
-def test_bad_tuning_settings_fail_before_any_server(tmp_path: Path, server: str, max_rounds: int, conc: int) -> None:
-    shipped_repository(tmp_path / "repo", "tiny")
-    cfg = tiny_cfg()
-    b = cfg.bench
-    b.tune, b.server, b.url, b.tune_max_rounds, b.tune_concurrency = True, server, "127.0.0.1:1", max_rounds, conc
-    out = tmp_path / "out"
-    with pytest.raises(ConfigError, match="bench.tune=true") as e:
-        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
-    assert f"tune_max_rounds={max_rounds}" in e.value.what and "bench.server=embedded" in e.value.fix and not out.exists()
 
 
 def test_tuning_without_a_throughput_variant_fails_before_any_server(tmp_path: Path) -> None:
@@ -267,14 +239,15 @@ def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     b.tune_queue_delays_us, b.tune_preferred_batch_sizes, b.tune_instance_counts = [0, 1000], [[4, 8]], [1]
     out = tmp_path / "out"
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves", tuned_config=out / "throughput.pbtxt")
-    t = res["tuning"]
-    assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")} for c in t["candidates"]]
+    t = res.to_json()["tuning"]
+    assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")}
+                                                         for c in t["candidates"]]  # fmt: skip
     # Each candidate sits between in-process gauges; the winner is the steady one with the best share of in-process.
     for c in t["candidates"]:
         assert len(c["gauges"]) == 2 and 1 <= c["rounds"] <= cfg.bench.tune_max_rounds
         if c["vs_ort_best"] is not None:
             assert c["vs_ort_best"] == pytest.approx(c["throughput_infer_s"] / np.mean(c["gauges"]), rel=0.01)
-    won = t["candidates"][tune.choose(t["candidates"])]
+    won = t["candidates"][tune.choose(res.tuning.candidates)]
     assert won["steady"] and t["chosen"]["max_queue_delay_us"] == won["max_queue_delay_us"]
     other = next(c for c in t["candidates"] if c is not won)
     if other["steady"] and other["within_budget"]:

@@ -1,0 +1,120 @@
+"""ONNX Runtime timed in this process on the shipped file, inputs and thread counts: the reference.
+
+The baseline (batch-1 latency percentiles, best-batch throughput) and the gauges that paired
+rounds and tuning time around each served run (:class:`Gauges`) both come from here.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.bench.inputs import Feed, same_shape_batches
+from pipeline.bench.measured import Latency, OrtSettings, Throughput
+from pipeline.repository import config as triton_config
+
+
+def ort_session(onnx_path: Path, s: OrtSettings):  # noqa: ANN201 - onnxruntime type
+    """An ORT CPU session with exactly the settings the served model uses."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = s.intra_op_threads
+    so.inter_op_num_threads = s.inter_op_threads
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, triton_config.ORT_LEVEL_NAME.get(s.graph_level, "ORT_ENABLE_ALL"))
+    return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+
+
+def percentiles(x: list[float], settings: OrtSettings | None = None) -> Latency:
+    """p50/p95/p99/mean in ms of durations in seconds."""
+    a = np.asarray(x) * 1e3
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return Latency(float(p50), float(p95), float(p99), float(a.mean()), int(a.size), settings)
+
+
+def time_runs(sess, rows: list[Feed], warmup: int, runs: int) -> list[float]:  # noqa: ANN001 - onnxruntime type
+    """Seconds per batch-1 ``sess.run``: ``warmup`` untimed runs, then ``runs`` timed, cycling the rows."""
+    for i in range(warmup):
+        sess.run(None, rows[i % len(rows)])
+    times = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        sess.run(None, rows[i % len(rows)])
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: int, runs: int) -> Latency:
+    """Batch-1 latency in process, in a fresh session with the served settings."""
+    return percentiles(time_runs(ort_session(onnx_path, s), rows, warmup, runs), s)
+
+
+def _warm(sess, batches: list[Feed]) -> None:  # noqa: ANN001 - onnxruntime type
+    """A few untimed runs: a fresh session's first runs at a new shape grow its arena."""
+    b = next(iter(batches[0].values())).shape[0]
+    for i in range(max(3, 20 // b)):
+        sess.run(None, batches[i % len(batches)])
+
+
+def _run_for(sess, batches: list[Feed], seconds: float) -> tuple[int, float]:  # noqa: ANN001 - onnxruntime type
+    """Back-to-back ``sess.run`` over ``batches`` for ``seconds``: (inferences, elapsed s)."""
+    b = next(iter(batches[0].values())).shape[0]
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, batches[n % len(batches)])
+        n += 1
+    return n * b, time.perf_counter() - t0
+
+
+def infer_per_s(sess, batches: list[Feed], seconds: float) -> float:  # noqa: ANN001 - onnxruntime type
+    """Inferences/s of back-to-back ``sess.run`` over ``batches`` for ``seconds``, after a few untimed runs."""
+    _warm(sess, batches)
+    n, dt = _run_for(sess, batches, seconds)
+    return n / dt
+
+
+def baseline_throughput(
+    onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0, slices: int = 4
+) -> Throughput:
+    """Inferences/s in process for each batch size; batches are built from same-shape rows.
+
+    Each batch size gets ``seconds`` in ``slices`` interleaved slices: this machine's speed
+    flips within seconds, and back-to-back blocks would let it pick the "best" batch size.
+    """
+    sess = ort_session(onnx_path, s)
+    batches = {b: same_shape_batches(rows, b) for b in batch_sizes}
+    for b in batch_sizes:
+        _warm(sess, batches[b])
+    done = {b: [0, 0.0] for b in batch_sizes}
+    for _ in range(slices):
+        for b in batch_sizes:
+            n, dt = _run_for(sess, batches[b], seconds / slices)
+            done[b][0] += n
+            done[b][1] += dt
+    return Throughput({b: n / dt for b, (n, dt) in done.items()}, s)
+
+
+class Gauges:
+    """In-process ORT timed around served runs: batch-1 p50 (the c=1 rounds) and best-batch infer/s (the rest).
+
+    Each opens its session on first use, with the served variant's settings: a run with neither
+    pairing nor tuning never needs them.
+    """
+
+    def __init__(self, onnx_path: Path, latency: OrtSettings, throughput: OrtSettings, rows: list[Feed], best_batch: int,
+                 warmup: int, runs: int, seconds: float) -> None:  # fmt: skip
+        self._lat = functools.cache(lambda: ort_session(onnx_path, latency))
+        self._thr = functools.cache(lambda: ort_session(onnx_path, throughput))
+        self._rows, self._batches = rows, same_shape_batches(rows, best_batch)
+        self._warmup, self._runs, self._seconds = warmup, runs, seconds
+
+    def p50_ms(self) -> float:
+        """Batch-1 p50 (ms) with the latency variant's settings, as in the baseline."""
+        return percentiles(time_runs(self._lat(), self._rows, self._warmup, self._runs)).p50_ms
+
+    def best_infer_s(self) -> float:
+        """Inferences/s at the baseline's best batch size with the throughput variant's settings."""
+        return infer_per_s(self._thr(), self._batches, self._seconds)

@@ -1,0 +1,92 @@
+"""The requests every bench measurement sends: the model's samples as batch-1 rows, in the graph's dtypes.
+
+The served runs (perf_analyzer), the in-process baseline and the gauges all take these same rows,
+so served and in-process numbers are comparable request for request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.bench.results import InputsInfo
+from pipeline.core.config import InputShapes, ModelConfig
+from pipeline.core.samples import input_specs, load_samples
+from pipeline.core.specs import graph_io
+
+Feed = dict[str, np.ndarray]
+
+
+def request_rows(samples: list[Feed], batched: bool) -> list[Feed]:
+    """Split sample feeds into the batch-1 requests a client sends (one row each)."""
+    if not batched:
+        return [dict(f) for f in samples]
+    rows: list[Feed] = []
+    for feed in samples:
+        n = next(iter(feed.values())).shape[0]
+        rows += [{k: np.asarray(v)[i : i + 1] for k, v in feed.items()} for i in range(n)]
+    return rows
+
+
+def shape_key(feed: Feed) -> tuple:
+    """Identity of a request's shapes; Triton batches only requests with equal shapes."""
+    return tuple((k, v.shape[1:]) for k, v in sorted(feed.items()))
+
+
+def _by_shape(rows: list[Feed]) -> list[list[Feed]]:
+    groups: dict[tuple, list[Feed]] = {}
+    for r in rows:
+        groups.setdefault(shape_key(r), []).append(r)
+    return list(groups.values())
+
+
+def uniform_rows(rows: list[Feed]) -> list[Feed]:
+    """The largest group of rows sharing one shape (what a client padding to one length sends)."""
+    return max(_by_shape(rows), key=len)
+
+
+def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
+    """One batch of ``b`` rows per input shape, tiling each same-shape group (Triton batches only equal shapes)."""
+    out = []
+    for g in _by_shape(rows):
+        picks = [g[i % len(g)] for i in range(b)]
+        out.append({k: np.concatenate([p[k] for p in picks]) for k in picks[0]})
+    return out
+
+
+@dataclass
+class BenchInputs:
+    """The request rows and what perf_analyzer and the diagnosis need to know about them."""
+
+    rows: list[Feed]
+    batched: bool  # the served config has a batch axis (max_batch_size > 0)
+    shapes: dict[str, list[int]]  # perf_analyzer --shape per input; empty when the rows have mixed shapes
+    graph_dtypes: dict[str, str]  # the ONNX graph's input dtypes (the diagnosis compares the config's with them)
+    policy: str
+
+    @property
+    def info(self) -> InputsInfo:
+        return InputsInfo(len(self.rows), self.policy, len({shape_key(r) for r in self.rows}))
+
+
+def prepare(model: ModelConfig, onnx_path: Path, served: mc.ModelConfig, policy: InputShapes) -> BenchInputs:
+    """The model's samples as batch-1 requests for the ``served`` config's inputs, cast to the graph's dtypes."""
+    graph_in, _ = graph_io(onnx.load(str(onnx_path), load_external_data=False))
+    graph_dtypes = {s.name: s.dtype for s in graph_in}
+    batched = served.max_batch_size > 0
+    names = [i.name for i in served.input]
+    # The same specs rule as every other stage: model.inputs, else the shipped graph's own inputs (model=onnx).
+    samples = [{k: v for k, v in f.items() if k in names} for f in load_samples(model, input_specs(model, graph_in))]
+    rows = request_rows(samples, batched)
+    if policy == InputShapes.uniform:
+        rows = uniform_rows(rows)
+    # Cast to the graph's dtypes: the data hook may give int32 where the model takes int64.
+    rows = [{k: v.astype(graph_dtypes.get(k, v.dtype)) for k, v in r.items()} for r in rows]
+    # --shape pins one shape for every request; with mixed shapes the JSON's per-step shapes must rule.
+    one_shape = len({shape_key(r) for r in rows}) == 1
+    shapes = {k: list(v.shape[1:] if batched else v.shape) for k, v in rows[0].items()} if one_shape else {}
+    return BenchInputs(rows, batched, shapes, graph_dtypes, str(policy))

@@ -1,0 +1,40 @@
+"""The conditions every number was taken under: CPU, cores this process may use, load, tool versions."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from pipeline.bench.results import Machine
+from pipeline.serving import perf_analyzer as pa_mod
+
+
+def cpu_budget() -> int:
+    """Cores this process may use (affinity), which is what oversubscription is judged against."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded for the report."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine(pa: pa_mod.PerfAnalyzer) -> Machine:
+    """CPU, cores, load at start and tool versions (perf_analyzer's from its own ``--version``)."""
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), platform.processor())
+    versions = {"python": platform.python_version()}
+    for dist in ("onnxruntime", "tritonclient", "nvidia-pytriton", "numpy"):
+        try:
+            versions[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            versions[dist] = "absent"
+    r = subprocess.run([str(pa.binary), "--version"], env=pa.env(), capture_output=True, text=True, timeout=30)
+    words = (r.stdout + r.stderr).strip().removeprefix("Perf Analyzer Version ").split()
+    versions["perf_analyzer"] = words[0] if words else "?"
+    return Machine(cpu, os.cpu_count(), cpu_budget(), platform.platform(), loadavg(), versions)

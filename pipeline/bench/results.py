@@ -1,0 +1,255 @@
+"""The whole bench result, and bench.json at its one edge.
+
+:class:`BenchResult` holds every typed measurement (measured.py) and what is derived from them:
+the headline :class:`Ratios` (ratios.py) and the :class:`Finding` list (diagnose.py).
+:meth:`BenchResult.to_json` writes the keys other code reads (``model.name``, ``model.sha256``,
+``model.configs_sha256``, ``summary``, ``ratios``, ``variants.<v>.points.c<N>``, ``server``,
+``machine``, ``diagnosis``); :meth:`BenchResult.from_json` reads a bench.json back, so a report
+can be rendered again from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from pipeline.bench.measured import Baseline, Json, PairedC1, PairedThroughput, Point, Sweep, Tuning
+from pipeline.core.config import BenchConfig
+
+SCHEMA = 1
+
+
+@dataclass
+class Machine:
+    """CPU, cores, load and tool versions: the conditions every number was taken under."""
+
+    cpu_model: str
+    cpu_count: int | None
+    cores_available: int
+    platform: str
+    loadavg_start: list[float]
+    versions: dict[str, str]
+    loadavg_end: list[float] | None = None
+
+    def to_json(self) -> Json:
+        return {k: v for k, v in asdict(self).items() if k != "loadavg_end" or v is not None}
+
+
+@dataclass
+class MeasuredModel:
+    """What was measured; a release embeds the summary only if its files have these sha256 digests."""
+
+    name: str
+    onnx: str
+    version: str
+    configs: dict[str, str]
+    sha256: str | None = None
+    configs_sha256: dict[str, str] | None = None
+
+    def to_json(self) -> Json:
+        d: Json = {"name": self.name, "onnx": self.onnx, "version": self.version}
+        d |= {"sha256": self.sha256} if self.sha256 is not None else {}
+        d |= {"configs": self.configs}
+        return d | ({"configs_sha256": self.configs_sha256} if self.configs_sha256 is not None else {})
+
+
+@dataclass
+class InputsInfo:
+    """The requests sent: how many, which shape policy, how many distinct shapes."""
+
+    requests: int
+    policy: str
+    distinct_shapes: int
+
+
+@dataclass
+class ServerInfo:
+    """The server the numbers came from: mode, description, and for embedded mode the stand-in."""
+
+    mode: str
+    description: str
+    backend: str | None = None  # embedded only
+    config_changes: dict[str, list[str]] | None = None  # embedded only: per variant, what the stand-in changed
+    triton_version: str | None = None
+
+    def to_json(self) -> Json:
+        d: Json = {"mode": self.mode, "description": self.description}
+        if self.backend is not None:
+            d |= {"backend": self.backend, "config_changes": self.config_changes}
+        return d | ({"triton_version": self.triton_version} if self.triton_version is not None else {})
+
+
+@dataclass
+class Finding:
+    """One diagnosis: the rule, how bad, which variant, what was measured, and what to change."""
+
+    rule: str
+    severity: str  # error | warning | info
+    variant: str
+    message: str
+    fix: str
+
+
+@dataclass
+class Comparison:
+    """Throughput variant against the latency variant and in-process best batch at one concurrency."""
+
+    concurrency: int
+    vs_latency: float | None  # paired when the paired rounds ran (None if none counted), else the sweep's
+    vs_latency_unpaired: float | None
+    vs_ort_best: float | None
+    vs_ort_best_unpaired: float | None
+    paired_rounds_counted: int | None = None  # None: no paired rounds ran
+
+    def to_json(self) -> Json:
+        c = self.concurrency
+        d: Json = {f"throughput_vs_latency_c{c}": self.vs_latency, f"throughput_vs_latency_c{c}_unpaired": self.vs_latency_unpaired}
+        if self.paired_rounds_counted is not None:
+            d[f"throughput_vs_latency_c{c}_paired_rounds_counted"] = self.paired_rounds_counted
+        return d | {f"throughput_vs_ort_best_c{c}": self.vs_ort_best, f"throughput_vs_ort_best_c{c}_unpaired": self.vs_ort_best_unpaired}
+
+
+_COMPARED = re.compile(r"^throughput_vs_latency_c(\d+)$")
+
+
+@dataclass
+class Ratios:
+    """The headline numbers: served against in-process, and throughput against latency variant."""
+
+    latency_c1_p50_ms: float | None
+    ort_p50_ms: float | None
+    latency_c1_p50_vs_ort_p50: float | None
+    latency_c1_p50_vs_ort_p50_standin_removed: float | None
+    latency_c1_p50_vs_ort_p50_unpaired: float | None
+    latency_c1_queue_share: float | None
+    compared: list[Comparison]  # one per compared concurrency (ratios.compared_concurrencies)
+    throughput_c1_queue_ms: float | None
+    throughput_c1_queue_share: float | None
+    batching_tax_c1_ms: float | None
+    batching_tax_c1_ms_unpaired: float | None
+    latency_c1_paired_rounds_counted: int | None = None  # None: no paired c=1 rounds ran
+
+    def comparison(self, c: int) -> Comparison | None:
+        return next((x for x in self.compared if x.concurrency == c), None)
+
+    def to_json(self) -> Json:
+        d: Json = {k: getattr(self, k) for k in ("latency_c1_p50_ms", "ort_p50_ms", "latency_c1_p50_vs_ort_p50")}
+        if self.latency_c1_paired_rounds_counted is not None:
+            d["latency_c1_paired_rounds_counted"] = self.latency_c1_paired_rounds_counted
+        d |= {k: getattr(self, k) for k in ("latency_c1_p50_vs_ort_p50_standin_removed", "latency_c1_p50_vs_ort_p50_unpaired", "latency_c1_queue_share")}
+        for x in self.compared:
+            d |= x.to_json()
+        return d | {k: getattr(self, k) for k in ("throughput_c1_queue_ms", "throughput_c1_queue_share", "batching_tax_c1_ms", "batching_tax_c1_ms_unpaired")}
+
+    @classmethod
+    def from_json(cls, d: Json) -> Ratios:
+        cs = sorted(int(m.group(1)) for m in map(_COMPARED.match, d) if m)
+        compared = [Comparison(c, d.get(f"throughput_vs_latency_c{c}"), d.get(f"throughput_vs_latency_c{c}_unpaired"),
+                               d.get(f"throughput_vs_ort_best_c{c}"), d.get(f"throughput_vs_ort_best_c{c}_unpaired"),
+                               d.get(f"throughput_vs_latency_c{c}_paired_rounds_counted")) for c in cs]  # fmt: skip
+        own = {f.name for f in fields(cls)} - {"compared"}
+        return cls(compared=compared, **{k: d.get(k) for k in own})
+
+
+def _plain(x: Any) -> Any:
+    """Config values as JSON has them: Enums by value."""
+    if isinstance(x, Enum):
+        return x.value
+    if isinstance(x, list):
+        return [_plain(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
+def _settings_from_json(d: Json) -> BenchConfig:
+    """bench.json's settings as a BenchConfig (keys it no longer has are dropped, new ones take their defaults)."""
+    default = BenchConfig()
+    kw = {}
+    for f in fields(BenchConfig):
+        if f.name in d:
+            kind = type(getattr(default, f.name))
+            kw[f.name] = kind(d[f.name]) if issubclass(kind, Enum) else d[f.name]
+    return BenchConfig(**kw)
+
+
+def _r4(x: Any) -> Any:
+    return round(x, 4) if isinstance(x, float) else x
+
+
+@dataclass
+class BenchResult:
+    """Everything the bench stage measured and concluded; bench.json is :meth:`to_json`."""
+
+    machine: Machine
+    model: MeasuredModel
+    inputs: InputsInfo
+    settings: BenchConfig
+    baseline: Baseline
+    server: ServerInfo
+    variants: dict[str, Sweep]
+    paired_c1: PairedC1 | None = None
+    paired_throughput: dict[int, PairedThroughput] = field(default_factory=dict)
+    tuning: Tuning | None = None
+    ratios: Ratios | None = None
+    diagnosis: list[Finding] = field(default_factory=list)
+    schema: int = SCHEMA
+
+    def point(self, variant: str, c: int) -> Point | None:
+        """The valid measurement of ``variant`` at concurrency ``c``, or None."""
+        p = self.variants[variant].at(c) if variant in self.variants else None
+        return p if p and p.valid else None
+
+    def summary(self) -> Json:
+        """The headline numbers (dvc metrics, and what a release manifest embeds): ratios, and per variant c=1 and peak."""
+        variants = {}
+        for name, sweep in self.variants.items():
+            c1 = sweep.at(1)
+            m = c1.metrics if c1 else {}
+            peak = max((p.metrics["throughput_infer_s"] for p in sweep.points if p.valid), default=None)
+            variants[name] = {"c1_p50_ms": _r4(m.get("p50_ms")), "c1_p99_ms": _r4(m.get("p99_ms")), "peak_infer_s": _r4(peak)}
+        ratios = self.ratios.to_json() if self.ratios else {}
+        return {
+            "server": self.server.mode,
+            "ort_p50_ms": _r4(self.baseline.latency.p50_ms),
+            "ort_best_infer_s": _r4(self.baseline.throughput.best_infer_s),
+            "ratios": {k: _r4(v) for k, v in ratios.items() if not k.endswith(("_unpaired", "_rounds_counted"))},
+            "variants": variants,
+        }
+
+    def to_json(self) -> Json:
+        """bench.json: every measurement, the ratios, the summary and the diagnosis."""
+        d: Json = {"schema": self.schema, "machine": self.machine.to_json(), "model": self.model.to_json(), "inputs": asdict(self.inputs),
+                   "settings": _plain(asdict(self.settings)), "baseline": self.baseline.to_json(), "server": self.server.to_json(),
+                   "variants": {v: s.to_json() for v, s in self.variants.items()}}  # fmt: skip
+        if self.paired_c1 is not None:
+            d["paired_c1"] = self.paired_c1.to_json()
+        if self.paired_throughput:
+            d["paired_throughput"] = {f"c{c}": p.to_json() for c, p in self.paired_throughput.items()}
+        if self.tuning is not None:
+            d["tuning"] = self.tuning.to_json()
+        if self.ratios is not None:
+            d |= {"ratios": self.ratios.to_json(), "summary": self.summary()}
+        return d | {"diagnosis": [asdict(f) for f in self.diagnosis]}
+
+    @classmethod
+    def from_json(cls, d: Json) -> BenchResult:
+        """A bench.json read back (the summary is derived again, not read)."""
+        m = d["model"]
+        return cls(
+            machine=Machine(**d["machine"]),
+            model=MeasuredModel(m["name"], m["onnx"], m["version"], m["configs"], m.get("sha256"), m.get("configs_sha256")),
+            inputs=InputsInfo(**d["inputs"]),
+            settings=_settings_from_json(d.get("settings", {})),
+            baseline=Baseline.from_json(d["baseline"]),
+            server=ServerInfo(**d["server"]),
+            variants={v: Sweep.from_json(s) for v, s in d["variants"].items()},
+            paired_c1=PairedC1.from_json(d["paired_c1"]) if d.get("paired_c1") else None,
+            paired_throughput={int(k[1:]): PairedThroughput.from_json(p, int(k[1:])) for k, p in (d.get("paired_throughput") or {}).items()},
+            tuning=Tuning.from_json(d["tuning"]) if d.get("tuning") else None,
+            ratios=Ratios.from_json(d["ratios"]) if "ratios" in d else None,
+            diagnosis=[Finding(**f) for f in d.get("diagnosis", [])],
+            schema=d.get("schema", SCHEMA),
+        )
