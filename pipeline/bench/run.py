@@ -74,7 +74,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         mode: Mode = (
             EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend)
             if b.server == BenchServer.embedded
-            else ExternalMode(b.url or "", shipped.name, shipped.configs, "http")
+            else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol)  # bench.url is the endpoint of bench.protocol
         )
         try:
             server = server_info(mode)
