@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# CI job "onnx" (.github/workflows/engines.yml): the FP16 ONNX and the parity goldens, once for every GPU job.
+#   scripts/ci/onnx-job.sh <fleet, e.g. [cpu,a100,h100]> <handoff dir>
+# Pushes the model stages to the DVC remote and leaves dvc.lock and params.yaml in the handoff dir, so every
+# engine job builds from the same ONNX. Run from the repository root with the venv active.
+set -euo pipefail
+FLEET=${1:?usage: onnx-job.sh <fleet> <handoff dir>}
+OUT=${2:?usage: onnx-job.sh <fleet> <handoff dir>}
+python -m pipeline.params "targets=${FLEET}"
+dvc repro fp16
+dvc repro --single-item parity
+dvc push export simplify fp16 parity
+mkdir -p "$OUT"
+cp dvc.lock params.yaml "$OUT/"
