@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import time
 import warnings
@@ -13,11 +12,10 @@ import numpy as np
 
 from pipeline.core import onnx_tools
 from pipeline.core import atomic
-from pipeline.core.config import ExportConfig, ModelConfig, load_config
+from pipeline.core.config import ExportConfig, ModelConfig
 from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io, op_counts
-from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 
 def build_module(model: ModelConfig) -> Any:
@@ -61,11 +59,11 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
         try:
             return load_file(str(path))
-        except Exception as e:  # safetensors raises SafetensorError / OSError
+        except Exception as e:  # noqa: BLE001 - safetensors raises SafetensorError / OSError
             raise ModelSourceError(f"cannot read safetensors checkpoint {path}", details={"error": e}) from None
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle.UnpicklingError for unsafe globals, RuntimeError for corrupt zips
+    except Exception as e:  # noqa: BLE001 - pickle.UnpicklingError for unsafe globals, RuntimeError for corrupt zips
         unsafe = "weights_only" in str(e) or "Unsupported global" in str(e)
         raise ModelSourceError(
             f"refused to load checkpoint {path}: "
@@ -116,7 +114,7 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
                 module, args, str(out), input_names=names, output_names=list(model.outputs), dynamic_axes=dynamic,
                 opset_version=export.opset, do_constant_folding=export.do_constant_folding, dynamo=export.dynamo,
             )
-        except Exception as e:  # the exporter raises many types (TorchExportError, RuntimeError, OnnxExporterError)
+        except Exception as e:  # noqa: BLE001 - the exporter raises many types (TorchExportError, RuntimeError, OnnxExporterError)
             raise ExportError(
                 f"torch.onnx.export failed for {model.factory.get('_target_') if model.factory else model.name}",
                 fix="try another export.opset, or export.dynamo=true (needs onnxscript)",
@@ -145,7 +143,10 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
                     fix="raise export.check_atol/check_rtol only if the difference is expected; else check the export (export.opset)",
                     details={"max_abs_diff": diff, "atol": export.check_atol, "rtol": export.check_rtol},
                 )
-    return {"source": "factory", "factory": model.factory.get("_target_") if model.factory else None, "sanity_max_abs_diff": diffs, "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks]}
+    return {
+        "source": "factory", "factory": model.factory.get("_target_") if model.factory else None,
+        "sanity_max_abs_diff": diffs, "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks],
+    }  # fmt: skip
 
 
 def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:

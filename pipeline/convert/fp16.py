@@ -7,7 +7,6 @@ the model. An FP16 run on ONNX Runtime's CPU provider alone proves nothing (it c
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 import warnings
@@ -18,12 +17,10 @@ import onnx
 
 from pipeline.convert import fp16_safety
 from pipeline.core import onnx_tools
-from pipeline.core import atomic
-from pipeline.core.config import ModelConfig, PrecisionConfig, load_config
+from pipeline.core.config import ModelConfig, PrecisionConfig
 from pipeline.core.errors import PrecisionError
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
-from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 
 def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str] | None = None) -> tuple[onnx.ModelProto, list[str], list[str]]:
@@ -41,7 +38,7 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
                 copy.deepcopy(model), min_positive_val=cfg.min_positive_val, max_finite_val=cfg.max_finite_val,
                 keep_io_types=cfg.keep_io_types, op_block_list=ops, node_block_list=nodes,
             )
-    except Exception as e:  # the converter raises ValueError/RuntimeError on unsupported graphs
+    except Exception as e:  # noqa: BLE001 - the converter raises ValueError/RuntimeError on unsupported graphs
         raise PrecisionError(
             "FP16 conversion failed", fix="add the failing op type to precision.op_block_list",
             details={"error": f"{type(e).__name__}: {e}"},

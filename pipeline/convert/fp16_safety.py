@@ -79,7 +79,7 @@ def value_ranges(model: onnx.ModelProto, feeds: list[Feed], fb: Fp16FallbackConf
     opts.log_severity_level = 3
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # ORT raises its own exception types
+    except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
         raise PrecisionError("ONNX Runtime cannot open the FP32 model with its intermediate values exposed",
                              fix="set precision.fallback.enabled=false and block nodes by hand", details={"error": str(e).splitlines()[0]}) from None
     acc: dict[str, dict[str, float]] = {v: {"max_abs": 0.0, "nonfinite": 0, "sentinels": 0, "tiny": 0, "meaningful": 0} for v in values}
@@ -155,7 +155,7 @@ def true_fp16_check(converted: onnx.ModelProto, feeds: list[Feed], fp32_nonfinit
                 n = producer.get(name)
                 if n is not None and name not in fp32_nonfinite:
                     bad_nodes.setdefault(n.name, f"true FP16 evaluation (onnx.reference) gives NaN/Inf in '{name}' ({x.dtype})")
-    except Exception as e:  # the reference evaluator raises whatever numpy raises on ops it cannot run
+    except Exception as e:  # noqa: BLE001 - the reference evaluator raises whatever numpy raises on ops it cannot run
         return {"status": "unavailable", "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
                 "seconds": round(time.perf_counter() - t0, 2)}
     status = "nonfinite" if bad_nodes or bad_outputs else "ok"

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from pipeline.core import onnx_tools
-from pipeline.core import atomic
-from pipeline.core.config import ModelConfig, SimplifyConfig, load_config
+from pipeline.core.config import ModelConfig, SimplifyConfig
 from pipeline.core.errors import SimplifyError
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io, op_counts
-from pipeline.core.stage import add_report_args, main as stage_main, write_report
 
 SKIP_HINT = "set simplify.enabled=false to ship the exported graph unsimplified"
 
@@ -38,7 +35,7 @@ def simplify(src: Path, out: Path, cfg: SimplifyConfig, model: ModelConfig) -> d
             before, check_n=cfg.check_n, input_data=sample, skip_shape_inference=cfg.skip_shape_inference,
             test_input_shapes={k: list(v.shape) for k, v in sample.items()},
         )
-    except Exception as e:  # onnxsim raises RuntimeError/ValueError/AssertionError from its C++ core
+    except Exception as e:  # noqa: BLE001 - onnxsim raises RuntimeError/ValueError/AssertionError from its C++ core
         raise SimplifyError(
             "onnxsim failed on the exported model",
             fix=SKIP_HINT,

@@ -22,7 +22,7 @@ def load_model(path: str | Path, what: str = "ONNX model", fix: str | None = Non
         )
     try:
         model = onnx.load(str(p))
-    except Exception as e:  # protobuf DecodeError, google.protobuf.message errors, OSError
+    except Exception as e:  # noqa: BLE001 - protobuf DecodeError, google.protobuf.message errors, OSError
         raise OnnxModelError(
             f"{what} is not a readable ONNX file (truncated or corrupt): {p}",
             fix=fix or "re-export or re-download the file; `python -c \"import onnx; onnx.load('<file>')\"` reproduces it",
@@ -41,7 +41,7 @@ def check_model(path: str | Path, what: str = "ONNX model") -> None:
     """Run onnx.checker (full check, with shape inference) on a file path (works above 2 GB)."""
     try:
         onnx.checker.check_model(str(path), full_check=True)
-    except Exception as e:  # onnx.checker.ValidationError, InferenceError
+    except Exception as e:  # noqa: BLE001 - onnx.checker.ValidationError, InferenceError
         raise OnnxModelError(
             f"{what} fails onnx.checker: {path}",
             fix="fix the model or the export settings (export.opset); run onnx.checker.check_model to see the node",
@@ -59,7 +59,7 @@ def session(path: str | Path, what: str = "ONNX model", intra_op_threads: int = 
     opts.log_severity_level = 3
     try:
         return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as e:  # ORT raises its own Fail/InvalidGraph/RuntimeException types
+    except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/InvalidGraph/RuntimeException types
         raise OnnxModelError(
             f"ONNX Runtime cannot open the {what}: {path}",
             fix="the graph is invalid for ONNX Runtime; check the op types and the opset (export.opset)",
@@ -72,7 +72,7 @@ def run(sess: Any, feed: dict[str, np.ndarray], what: str = "ONNX model") -> dic
     names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(names, feed)
-    except Exception as e:  # ORT runtime errors (shape mismatch, index out of range)
+    except Exception as e:  # noqa: BLE001 - ORT runtime errors (shape mismatch, index out of range)
         shapes = {k: (v.shape, str(v.dtype)) for k, v in feed.items()}
         raise OnnxModelError(
             f"ONNX Runtime failed to run the {what}",

@@ -71,7 +71,8 @@ def load_feed_file(path: str | Path) -> list[Feed]:
     try:
         data = load_json(str(p), description="sample inputs")
     except (PolygraphyException, ValueError, OSError) as e:
-        raise ConfigError(f"cannot read model.data.path={p} as Polygraphy JSON", fix="write it with polygraphy.json.save_json([feed, ...], path)", details={"error": str(e).splitlines()[0]}) from None
+        raise ConfigError(f"cannot read model.data.path={p} as Polygraphy JSON", fix="write it with polygraphy.json.save_json([feed, ...], path)",
+                          details={"error": str(e).splitlines()[0]}) from None  # fmt: skip
     feeds = [data] if isinstance(data, dict) else data
     if not isinstance(feeds, list) or not feeds or not all(isinstance(f, dict) for f in feeds):
         raise ConfigError(f"model.data.path={p} must hold a non-empty list of feed dicts {{input_name: array}}", details={"got": type(data).__name__})

@@ -145,15 +145,16 @@ def failures(report: dict[str, Any]) -> list[str]:
                 continue
             need = o.get("min_passing_atol")
             lines.append(
-                f"{kind}/{out}: {o['stat']} error abs={_fmt(o['stat_abs'])} > atol={_fmt(o['atol'])} and "
-                f"rel={_fmt(o['stat_rel'])} > rtol={_fmt(o['rtol'])} in {o['failed_samples']}/{o['samples']} samples "
-                f"(max_abs={_fmt(o['max_abs'])}, mean_abs={_fmt(o['mean_abs'])}); "
-                f"passes with {key}.atol={_fmt(round_up(need))}" if need is not None else f"{kind}/{out}: non-finite error; see the report"
+                f"{kind}/{out}: {o['stat']} error abs={fmt(o['stat_abs'])} > atol={fmt(o['atol'])} and "
+                f"rel={fmt(o['stat_rel'])} > rtol={fmt(o['rtol'])} in {o['failed_samples']}/{o['samples']} samples "
+                f"(max_abs={fmt(o['max_abs'])}, mean_abs={fmt(o['mean_abs'])}); "
+                f"passes with {key}.atol={fmt(round_up(need))}" if need is not None else f"{kind}/{out}: non-finite error; see the report"
             )
     return lines
 
 
-def _fmt(x: float | None) -> str:
+def fmt(x: float | None) -> str:
+    """A statistic with 3 significant digits, or n/a."""
     return "n/a" if x is None else f"{x:.3g}"
 
 

@@ -14,7 +14,6 @@ skipped, with the reason). Inputs and reference outputs are saved as Polygraphy 
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,14 @@ import numpy as np
 from pipeline.core import onnx_tools
 from pipeline.parity import polygraphy as pg
 from pipeline.core import atomic
-from pipeline.core.config import PipelineConfig, ToleranceConfig, load_config
+from pipeline.core.config import PipelineConfig, ToleranceConfig
 from pipeline.core.errors import EngineError, ParityError
-from pipeline.parity.report import SCHEMA_VERSION, round_up, artifact_passed, gate, polygraphy_options, resolve, summarize_output, tolerance_key
+from pipeline.parity.report import SCHEMA_VERSION, fmt, polygraphy_options, resolve, round_up, summarize_output, tolerance_key
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
-from pipeline.core.stage import add_report_args, main as stage_main, write_report
 from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
 from pipeline.engines.targets import gpu_targets
 
-__all__ = ["artifact_passed", "run_parity", "main"]
 
 
 def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[list[pg.Feed], Any, str]:
@@ -190,7 +187,7 @@ def print_table(report: dict[str, Any]) -> None:
             rows.append([kind, "-", "-", "-", "-", "-", "-", "-", "-", f"{art['status'].upper()}: {art.get('reason', '')}"])
             continue
         for out, o in art["outputs"].items():
-            f = (lambda x: "n/a" if x is None else f"{x:.3g}")
+            f = fmt
             rows.append([kind, out, o["stat"], f(o["max_abs"]), f(o["max_rel"]), f(o["mean_abs"]), f(o["atol"]), f(o["rtol"]),
                          f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), "PASS" if o["passed"] else "FAIL"])
     head = ["artifact", "output", "stat", "max abs", "max rel", "mean abs", "atol", "rtol", "min atol", "result"]

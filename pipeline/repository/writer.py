@@ -11,9 +11,7 @@ Layout (for model name M and version V):
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,11 +19,10 @@ from typing import Any
 from pipeline.core import onnx_tools
 from pipeline.repository import config as triton_config
 from pipeline.core import atomic
-from pipeline.core.config import PipelineConfig, TargetConfig, VariantConfig, load_config
+from pipeline.core.config import PipelineConfig, TargetConfig, VariantConfig
 from pipeline.core.errors import ParityError, RepositoryError
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec, graph_io
-from pipeline.core.stage import add_report_args, main as stage_main, write_report
 from pipeline.engines.manifest import targets_table
 from pipeline.repository.trt_model import load_parity, render_trt_model
 

@@ -73,5 +73,5 @@ def test_bad_input_leaves_lock_and_artifacts(project: Path) -> None:
     assert res.returncode != 0
     assert "truncated or corrupt" in res.stderr + res.stdout
     assert (project / "dvc.lock").read_bytes() == lock
-    tmp_left = [p for p in (project / "artifacts").rglob("*.tmp*")]
+    tmp_left = list((project / "artifacts").rglob("*.tmp*"))
     assert tmp_left == []

@@ -91,7 +91,7 @@ def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench(tmp_path: 
     project = make_project(tmp_path / "proj", ["model=onnx", "model.name=two", "model.path=models/two.onnx", *fast_bench], prepare=model_file)
     commit(project, "init")
     out = sh(project, *DVC, "repro", timeout=900)
-    assert set([*MODEL_STAGES, "bench"]) <= set(ran(out.stdout)), out.stdout
+    assert {*MODEL_STAGES, "bench"} <= set(ran(out.stdout)), out.stdout
     bench = json.loads((project / "artifacts" / "reports" / "bench.json").read_text())
     assert bench["model"]["name"] == "two" and bench["model"]["sha256"] == shipped(project, "two")
     assert bench["variants"]["latency"]["points"]["c1"]["valid"], bench["variants"]["latency"]["points"]["c1"]
