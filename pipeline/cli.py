@@ -123,7 +123,7 @@ def _store(store: Optional[str], params: Path):  # noqa: ANN202 - ReleaseStore, 
     from pipeline.release.store import ReleaseStore
 
     cfg = _release_config(params)
-    return ReleaseStore(store or cfg.store, cfg.environments)
+    return ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s)
 
 
 def _git_repo(tag: bool) -> Optional[str]:
@@ -181,7 +181,7 @@ def build(
 def _print_build(st: Any, res: Any, sign_key: Optional[Path]) -> None:
     m = res.manifest
     size = sum(f["size"] for f in m["files"].values())
-    out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.path(st.release_rel(res.model, res.version))}")
+    out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.show(st.release_rel(res.model, res.version))}")
     out.print(f"  files: {len(m['files'])} ({size / 1e6:.1f} MB), sha256 recorded for each")
     out.print(f"  git commit: {m['git']['commit'] or '(none)'}{' (dirty work tree)' if m['git']['dirty'] else ''}")
     dvc = m["dvc"]
@@ -198,7 +198,9 @@ def _print_build(st: Any, res: Any, sign_key: Optional[Path]) -> None:
 def promote_cmd(
     to: str = typer.Option(..., "--to", help="environment to promote into (release.environments)"),
     version: Optional[int] = typer.Option(None, "--version", help="release version (default: live in the previous environment, else newest)"),
-    reload: Optional[str] = typer.Option(None, "--reload", help="Triton URL (host:port, explicit model-control mode) to load the new version live"),
+    reload: Optional[list[str]] = typer.Option(
+        None, "--reload", help="Triton URL (host:port, explicit model-control mode) to load the new version live; repeat (or comma-separate) for each server of a fleet"
+    ),
     variant: Optional[str] = typer.Option(None, "--variant", help="config variant to serve (configs/<variant>.pbtxt; default: the release's config.pbtxt)"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature"),
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
@@ -214,7 +216,7 @@ def promote_cmd(
 @_one_message
 def rollback_cmd(
     env: str = typer.Option(..., "--env", help="environment to roll back"),
-    reload: Optional[str] = typer.Option(None, "--reload", help="Triton URL to switch the served version live"),
+    reload: Optional[list[str]] = typer.Option(None, "--reload", help="Triton URL to switch the served version live; repeat (or comma-separate) for each server of a fleet"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid signature"),
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
 ) -> None:
@@ -248,8 +250,19 @@ def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, p
                 ", ".join(e for e, s in states.items() if v in s.present) or "-",
             )
         _print_table(table)
+        versions = st.versions(mdl)
+        for e, s in states.items():
+            if s.live is not None and s.live not in versions:
+                out.print(f"  WARNING {e}: its pointer names version {s.live}, which is not a release here; fix: release promote --to {e} --version <N>")
+        if st.fs.s3 is not None:
+            from pipeline.release.publish import unfinished
+
+            for u in unfinished(st, mdl):
+                out.print(f"  note: {mdl} {u.version}: {u.describe(st.lock_lease_s)}")
         for e in st.environments:
-            out.print(f"  {e}: serve with tritonserver --model-repository={st.env_repository(e)}")
+            out.print(f"  {e}: serve with tritonserver --model-repository={st.env_repository(e)} --model-control-mode=explicit --load-model={mdl}")
+        if st.fs.s3 is not None:
+            out.print("  (tritonserver reads S3 with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION from its environment)")
 
 
 def _print_table(table: Table) -> None:

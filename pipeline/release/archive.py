@@ -18,6 +18,8 @@ from typing import Any
 from pipeline.core.atomic import atomic_path, file_digest
 from pipeline.core.errors import ReleaseError
 from pipeline.release import manifest as mf
+from pipeline.release import publish
+from pipeline.release.publish import CLAIM
 from pipeline.release.store import RELEASE_ENTRIES, ReleaseStore
 
 
@@ -29,6 +31,7 @@ def export_release(store: ReleaseStore, model: str, version: int, out: str | os.
     with tempfile.TemporaryDirectory(prefix="release-export-") as tmp:
         local = Path(tmp) / model / str(version)
         store.fs.get_dir(rel, local)
+        (local / CLAIM).unlink(missing_ok=True)  # a marker an object store may keep after a killed upload, not content
         with atomic_path(out) as part, tarfile.open(part, "w:gz") as tar:
             tar.add(local.parent, arcname=model)  # entries: <model>/<N>/...
     return out
@@ -83,15 +86,9 @@ def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tupl
                 f"the store already has a different release {version} of '{model}'",
                 fix="release versions are immutable; import into another store, or rebuild",
             )
-        store.fs.probe_writable("releases")
-        staged = store.fs.staging_name(target)
-        try:
-            for f in sorted(p for p in rel_dir.rglob("*") if p.is_file()):
-                store.fs.put_file(f, f"{staged}/{f.relative_to(rel_dir).as_posix()}")
-            store.fs.publish_dir(staged, target)
-        except BaseException:
-            store.fs.remove_tree(staged)
-            raise
+        uploads = [(f, rel) for f in sorted(rel_dir.rglob("*")) if f.is_file() and (rel := f.relative_to(rel_dir).as_posix()) != "manifest.json"]
+        raw = manifests[0].read_bytes()  # the exact bytes: a signature covers them
+        publish.write_release(store, model, version, lambda _n: publish.ReleaseFiles(uploads, raw, publish.expected_of(uploads)))
         store.verify_release(model, version)
         return model, version, "imported"
 

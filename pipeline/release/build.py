@@ -121,7 +121,8 @@ def plan_release(
     parsed = []
     for cfg in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
         # Triton's schema, before anything is written.
-        parsed.append(pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix="re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"))
+        fix = "re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"
+        parsed.append(pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix=fix))
     dvc_state = dvc if dvc is not None else dvc_check.check(repository)
     outputs = [o.name for o in parsed[0].output]
     sections = {
@@ -153,15 +154,15 @@ def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path
         ReleaseError: store not writable, signing failed (nothing is published then), or
         git refused the tag after the release was published (the message says how to tag it).
     """
-    hook = None
+    sign = None
     if sign_key is not None:
         key = sign_key
 
-        def hook(staged: str, _m: dict[str, Any]) -> None:
-            signing.sign_dir(store.fs, staged, key)
+        def sign(local_release: Path) -> None:
+            signing.sign_path(local_release, key)
 
     name, git = plan.model_dir.name, plan.sections["git"]
-    version, manifest = store.add_release(name, plan.model_dir, plan.sections, before_publish=hook)
+    version, manifest = store.add_release(name, plan.model_dir, plan.sections, sign=sign)
     tag_result = gto_tags.TagResult(None, "disabled (--no-tag)")
     if plan.tag:
         # The tag carries the manifest's digest, so git also pins what this release contained.

@@ -2,12 +2,16 @@
 
 Order of a switch (promote or rollback) to version N in environment E:
 
+0. take the environment's lock (local: flock; object stores: a lease object created with a
+   conditional write, see :mod:`pipeline.release.lock`) and read pointer and history under it;
 1. verify release N in the store (every sha256; the signature too with a public key);
 2. copy its version directory into ``envs/E/<model>/N/`` under a staging name, verify
    every copied file, then rename it into place (Triton ignores non-numeric names);
-3. with ``--reload``: load N next to the serving version and wait until it is ready;
-4. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]);
-5. record the event in history/<env>/<model>.json; with ``--reload`` retire the old version;
+3. with ``--reload`` (one server, or each server of a fleet): load N next to the serving version
+   and wait until it is ready; if any server fails, the ones already loaded go back to the old one;
+4. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]), after renewing
+   the lock, and only if the pointer is still the one read under the lock (S3: If-Match);
+5. record the event in history/<env>/<model>.json (same condition); with ``--reload`` retire the old version;
 6. move the GTO stage in git when a repository is given (unassign the old version, assign
    N); a version without a GTO registration tag is refused at step 1 instead.
 
@@ -16,14 +20,16 @@ Nothing before step 4 changes what anyone serves; rollback never deletes a versi
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import gto_tags, pointer, signing
+from pipeline.release import gto_tags, pointer, publish, signing
 from pipeline.release import manifest as mf
+from pipeline.release.lock import Lease
 from pipeline.release.store import EnvState, ReleaseStore
 from pipeline.release.triton_control import TritonReloader
 
@@ -83,10 +89,12 @@ def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str
 
 def _switch(
     store: ReleaseStore, env: str, model: str, target: int, state: EnvState, action: str,
-    variant: str | None, reload_url: str | None, public_key: str | None, git_repo: str | None, extra: dict[str, Any],
+    variant: str | None, reload_url: str | list[str] | None, public_key: str | None, git_repo: str | None, extra: dict[str, Any], guard: Lease | Any,
 ) -> SwitchResult:
     t0 = time.perf_counter()
-    res = SwitchResult(action, env, model, target, state.live)
+    res = SwitchResult(action, env, model, target, state.live, notes=list(guard.notes))
+    if state.live is not None and not store.is_release(model, state.live):
+        res.notes.append(f"the pointer named version {state.live}, which is not a release in the store; it now names {target}")
     m = store.verify_release(model, target)
     if public_key:
         signing.verify_dir(store.fs, store.release_rel(model, target), public_key)
@@ -100,35 +108,58 @@ def _switch(
     cfg, variant_name = store.release_config(model, target, variant)
     data = pointer.render(cfg, env, model, target, variant_name)
 
-    reloader = TritonReloader(reload_url, model) if reload_url else None
+    reloaders = [TritonReloader(u, model) for u in reload_urls(reload_url)]
+    staged: list[TritonReloader] = []
+    flipped = False
     try:
-        if reloader is not None:
+        if reloaders:
             t = time.perf_counter()
-            reloader.check()
-            reloader.stage(cfg, state.live, target)
+            for r in reloaders:  # every server reachable before any of them changes
+                r.check()
+            for r in reloaders:
+                r.stage(cfg, state.live, target)
+                staged.append(r)
             res.timings["triton_load_new_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        store.flip(env, model, data)  # the one atomic step
+        guard.check()  # we still hold the lock (renewed now), so nobody else switches until we are done
+        store.flip(env, model, data, state.pointer_tag)  # the one atomic step
+        flipped = True
         res.timings["flip_s"] = time.perf_counter() - t
         store.append_history(env, model, {
             "action": action, "version": target, "previous": state.live, "variant": variant_name,
-            "at": mf.now(), "by": _user(), "reload": reload_url, **extra,
-        })
-        if reloader is not None:
+            "at": mf.now(), "by": _user(), "reload": ",".join(reload_urls(reload_url)) or None, **extra,
+        }, state)
+        if reloaders:
             t = time.perf_counter()
-            reloader.retire(state.live, target)
+            for r in reloaders:
+                r.retire(state.live, target, cfg)
             res.timings["triton_retire_old_s"] = time.perf_counter() - t
+    except BaseException:
+        if not flipped and state.live is not None and staged:
+            # A server that already loaded the new version beside the old one goes back to the old one
+            # (the pointer, unchanged, still names it), so the fleet stays on one version.
+            old_cfg = pointer.parse_config(store.fs.read_text(f"{store.model_rel(env, model)}/config.pbtxt"), "pointer")
+            for r in staged:
+                with contextlib.suppress(ReleaseError):
+                    r.retire(target, state.live, old_cfg)
+        raise
     finally:
-        if reloader is not None:
-            reloader.close()
+        for r in reloaders:
+            r.close()
     res.tag = gto_tags.switch(git_repo, model, env, target, f"{action} {model} v{target} to {env} (store {store.url})")
     res.timings["total_s"] = time.perf_counter() - t0
     return res
 
 
+def reload_urls(reload_url: str | list[str] | None) -> list[str]:
+    """Triton URLs to switch live: one, several (a fleet: repeated --reload, or comma-separated), or none."""
+    items = [reload_url] if isinstance(reload_url, str) else list(reload_url or [])
+    return [u.strip() for item in items for u in item.split(",") if u.strip()]
+
+
 def promote(
     store: ReleaseStore, env: str, model: str | None = None, version: int | None = None, variant: str | None = None,
-    reload_url: str | None = None, public_key: str | None = None, git_repo: str | None = None,
+    reload_url: str | list[str] | None = None, public_key: str | None = None, git_repo: str | None = None,
 ) -> SwitchResult:
     """Make ``version`` (default: see :func:`default_version`) the live version of ``env``.
 
@@ -153,15 +184,15 @@ def promote(
             "promote another version, then promote this one again to rewrite the copy",
         )
         return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
-    with store.env_lock(env, model):
-        state = store.env_state(env, model)  # re-read under the lock
-        res = _switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {})
+    with store.env_lock(env, model, f"promote {model} v{version} to {env}") as guard:
+        state = store.env_state(env, model)  # re-read under the lock: its tags guard the flip
+        res = _switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {}, guard)
     res.notes = notes + res.notes
     return res
 
 
 def rollback(
-    store: ReleaseStore, env: str, model: str | None = None, reload_url: str | None = None,
+    store: ReleaseStore, env: str, model: str | None = None, reload_url: str | list[str] | None = None,
     public_key: str | None = None, git_repo: str | None = None,
 ) -> SwitchResult:
     """Make the version that was live before the current one live again; delete nothing.
@@ -172,12 +203,15 @@ def rollback(
     """
     store.check_env(env)
     model = store.resolve_model(model)
-    with store.env_lock(env, model):
-        return _rollback_locked(store, env, model, reload_url, public_key, git_repo)
+    with store.env_lock(env, model, f"rollback {model} in {env}") as guard:
+        return _rollback_locked(store, env, model, reload_url, public_key, git_repo, guard)
 
 
-def _rollback_locked(store: ReleaseStore, env: str, model: str, reload_url: str | None, public_key: str | None, git_repo: str | None) -> SwitchResult:
+def _rollback_locked(
+    store: ReleaseStore, env: str, model: str, reload_url: str | list[str] | None, public_key: str | None, git_repo: str | None, guard: Lease | Any,
+) -> SwitchResult:
     state = store.env_state(env, model)
+    store.check_pointer(state)
     stack = live_stack(state.history)
     if state.live is None:
         raise ReleaseError(f"nothing has been promoted to '{env}' yet, so there is nothing to roll back", fix=f"promote first: `release promote --to {env}`")
@@ -193,7 +227,7 @@ def _rollback_locked(store: ReleaseStore, env: str, model: str, reload_url: str 
             details={"live": state.live, "history": [f"{e['action']} {e['version']}" for e in state.history] or "(empty)"},
         )
     target = stack[-2]
-    return _switch(store, env, model, target, state, "rollback", _variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live})
+    return _switch(store, env, model, target, state, "rollback", _variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live}, guard)
 
 
 def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:
@@ -217,6 +251,8 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
                 continue
             if not bad:
                 checked.append(f"release {mdl} {v}: ok ({len(manifests[v]['files'])} files)")
+        if store.fs.s3 is not None:
+            checked += [f"release {mdl} {u.version}: {u.describe(store.lock_lease_s)}" for u in publish.unfinished(store, mdl)]
         for env in store.environments:
             try:
                 st = store.env_state(env, mdl)
@@ -225,7 +261,10 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
                 continue
             if st.live is None and not st.present:
                 continue
-            if st.live is not None and st.live not in st.present:
+            if st.live is not None and st.live not in manifests:
+                problems.append(f"env {env}: pointer names version {st.live}, which is not a release in the store"
+                                f" (fix: `release promote --to {env} --version <N>` with one of {sorted(manifests)})")
+            elif st.live is not None and st.live not in st.present:
                 problems.append(f"env {env}: pointer names version {st.live} but envs/{env}/{mdl}/{st.live}/ is missing")
             for v in st.present:
                 if v not in manifests:

@@ -5,8 +5,9 @@ protects the manifest's checksums: someone able to rewrite both a file and the m
 still cannot forge the signature. It is written as ``release.sig`` inside the release
 before the release is published, which keeps releases immutable.
 
-model-signing works on local paths; for a remote store the release is copied to a
-temporary directory first. ``model-signing`` (and ``pyopenssl``, which it imports but does
+model-signing works on local paths: a release is signed as a local copy before it is uploaded
+(:meth:`pipeline.release.store.ReleaseStore.add_release`), and verified from a temporary copy when
+the store is remote. ``model-signing`` (and ``pyopenssl``, which it imports but does
 not declare) are optional dependencies: without them only signing fails, with a message.
 """
 
@@ -34,8 +35,9 @@ def _lib():  # noqa: ANN202 - returns the module
 
 
 def _hashing(ms):  # noqa: ANN001, ANN202
-    # The signature file lives inside the signed directory: leave it out of the hash.
-    return ms.hashing.Config().set_ignored_paths(paths=[SIGNATURE], ignore_git_paths=False)
+    # The signature file lives inside the signed directory: leave it out of the hash (and an object
+    # store's upload claim, a marker that may outlive a killed upload: pipeline/release/publish.py).
+    return ms.hashing.Config().set_ignored_paths(paths=[SIGNATURE, ".claim"], ignore_git_paths=False)
 
 
 def _key(path: str | Path, kind: str) -> Path:
@@ -45,20 +47,21 @@ def _key(path: str | Path, kind: str) -> Path:
     return p
 
 
-def sign_dir(fs: StoreFS, rel: str, private_key: str | Path, password: str | None = None) -> None:
-    """Write ``rel/release.sig`` signing everything else under ``rel``."""
+def sign_path(local: Path, private_key: str | Path, password: str | None = None) -> None:
+    """Write ``local/release.sig`` signing everything else under the local directory ``local``.
+
+    Raises:
+        ReleaseError: model-signing missing, the key missing or unusable.
+    """
     ms = _lib()
     key = _key(private_key, "private")
     with tempfile.TemporaryDirectory(prefix="release-sign-") as tmp:
-        local = fs.local_path(rel) if fs.local else Path(tmp) / "release"
-        if not fs.local:
-            fs.get_dir(rel, local)
         sig = Path(tmp) / SIGNATURE
         try:
             ms.signing.Config().use_elliptic_key_signer(private_key=key, password=password).set_hashing_config(_hashing(ms)).sign(local, sig)
         except (ValueError, TypeError, OSError) as e:
             raise ReleaseError("signing the release failed", fix="check that the key is a PEM EC private key (and its password)", details={"key": key, "error": e}) from None
-        fs.write_new(f"{rel}/{SIGNATURE}", sig.read_bytes())
+        (local / SIGNATURE).write_bytes(sig.read_bytes())
 
 
 def verify_dir(fs: StoreFS, rel: str, public_key: str | Path) -> None:

@@ -10,28 +10,32 @@ Layout (under any fsspec URL)::
     envs/<env>/<model>/<N>/                 every version ever promoted to <env> (rollback targets)
     history/<env>/<model>.json              the promote/rollback log (kept out of the Triton repository)
 
-Releases are written into a staging name and published by rename only after their
-checksums were verified; nothing here ever rewrites or deletes a published release.
+Releases are written so that a reader sees all of one or none of it (local: staging name,
+verify, rename; object stores: claim, upload, verify, manifest last; see
+:mod:`pipeline.release.publish`); nothing here ever rewrites or deletes a published release.
+Switches of one environment are serialized by :mod:`pipeline.release.lock`, and the pointer
+and history are replaced only if they are still what was read under the lock.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import posixpath
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.atomic import file_digest
 from pipeline.core.errors import ReleaseError
+from pipeline.release import lock, pointer, publish
 from pipeline.release import manifest as mf
-from pipeline.release import pointer
 from pipeline.release.fs import StoreFS
+from pipeline.release.s3 import Conflict
 from pipeline.release.signing import SIGNATURE
 
 RELEASE_ENTRIES = {"manifest.json", "files", SIGNATURE}
@@ -47,15 +51,18 @@ class EnvState:
     live: int | None
     present: list[int] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
+    pointer_tag: str | None = None  # version of config.pbtxt that was read (S3 ETag / sha256); None = absent
+    history_tag: str | None = None
 
 
 class ReleaseStore:
     """Read and write releases and environments in one store."""
 
-    def __init__(self, url: str | os.PathLike[str], environments: list[str] | None = None) -> None:
+    def __init__(self, url: str | os.PathLike[str], environments: list[str] | None = None, lock_lease_s: float = 60.0) -> None:
         self.fs = StoreFS(url)
         self.url = self.fs.url
         self.environments = list(environments or ["dev", "staging", "production"])
+        self.lock_lease_s = lock_lease_s  # object stores: lock/claim expiry after the last heartbeat (release.lock_lease_s)
 
     # ------------------------------------------------------------ naming
     @staticmethod
@@ -71,8 +78,8 @@ class ReleaseStore:
         return f"history/{env}/{model}.json"
 
     def env_repository(self, env: str) -> str:
-        """The path to give ``tritonserver --model-repository`` for ``env``."""
-        return self.fs.path("envs", env)
+        """What to give ``tritonserver --model-repository`` for ``env`` (a path, or s3://http://host:port/bucket/...)."""
+        return self.fs.triton_url(f"envs/{env}")
 
     def check_env(self, env: str) -> None:
         if env not in self.environments:
@@ -107,6 +114,10 @@ class ReleaseStore:
         out = [int(n) for n in self.fs.listdir(f"releases/{model}") if n.isdigit()]
         return sorted(v for v in out if self.fs.exists(f"{self.release_rel(model, v)}/manifest.json"))
 
+    def is_release(self, model: str, version: int) -> bool:
+        """Whether ``version`` is a published release (its manifest exists: the commit of an upload)."""
+        return self.fs.exists(f"{self.release_rel(model, version)}/manifest.json")
+
     def manifest(self, model: str, version: int) -> dict[str, Any]:
         """The manifest of release ``version``.
 
@@ -127,7 +138,8 @@ class ReleaseStore:
         """The manifest and every difference between it and the release's files (no raise on differences)."""
         m = self.manifest(model, version)
         rel = self.release_rel(model, version)
-        extra = [e for e in self.fs.listdir(rel) if e not in RELEASE_ENTRIES]
+        # A claim left by a process killed right after its commit is a marker, not content.
+        extra = [e for e in self.fs.listdir(rel) if e not in RELEASE_ENTRIES and e != publish.CLAIM]
         problems = [mf.Mismatch("unexpected", e, "not part of a release") for e in extra]
         problems += mf.compare(m["files"], self.fs.walk_files(f"{rel}/files"), lambda f: self.fs.sha256(f"{rel}/files/{f}"))
         return m, problems
@@ -148,78 +160,71 @@ class ReleaseStore:
         return m
 
     def add_release(
-        self, model: str, source_dir: Path, sections: dict[str, Any], before_publish: Callable[[str, dict[str, Any]], None] | None = None
+        self, model: str, source_dir: Path, sections: dict[str, Any], sign: Callable[[Path], None] | None = None
     ) -> tuple[int, dict[str, Any]]:
         """Freeze ``source_dir`` (a shipped Triton model dir) as the next release of ``model``.
 
-        The version dir of the source is renumbered to the new version. Files are hashed
-        at the source, uploaded into a staging dir, re-hashed in the store, and only then
-        published under the version number. ``before_publish(staged_rel, manifest)`` runs
-        on the complete staged release (signing uses it, so the signature is part of it).
+        The version dir of the source is renumbered to the new version. Files are hashed at the
+        source, uploaded, re-hashed in the store, and only then published (:mod:`~pipeline.release.publish`).
+        ``sign(dir)`` writes ``release.sig`` into a local copy of the complete release
+        (manifest.json + files/) before anything is uploaded, so a signing failure writes nothing.
+
+        Raises:
+            ReleaseError: bad model name, not exactly one version dir, store not writable, a corrupted upload.
         """
         if not _NAME.match(model):
             raise ReleaseError(f"model name '{model}' is not usable as a directory name", fix="rename the model (model.name) to letters, digits, - _ .")
-        self.fs.probe_writable("releases")
         version_dirs = sorted(p.name for p in source_dir.iterdir() if p.is_dir() and p.name.isdigit())
         if len(version_dirs) != 1:
             raise ReleaseError(
                 f"the repository {source_dir} must hold exactly one numbered version directory, found {version_dirs or 'none'}",
                 fix="re-run the repository stage (`dvc repro repository`), which writes one version",
             )
-        existing = self.versions(model)
-        version = (existing[-1] + 1) if existing else 1
-        src_files = sorted(p for p in source_dir.rglob("*") if p.is_file())
-        staged = self.fs.staging_name(self.release_rel(model, version))
-        files: mf.FileTable = {}
-        try:
-            for p in src_files:
-                rel = p.relative_to(source_dir).as_posix()
-                if rel.split("/")[0] == version_dirs[0]:
-                    rel = f"{version}/" + rel.split("/", 1)[1]  # the source's version dir becomes <N>/
-                digest, size = file_digest(p)
-                files[rel] = {"sha256": digest, "size": size}
-                self.fs.put_file(p, f"{staged}/files/{rel}")
-            # What landed in the store is checked against what was read at the source.
-            mf.raise_on_mismatch(
-                mf.compare(files, self.fs.walk_files(f"{staged}/files"), lambda f: self.fs.sha256(f"{staged}/files/{f}")),
-                "the upload to the release store was corrupted", self.fs.path(staged), "re-run `release build`",
-            )
-            source = {"repository": str(source_dir), "source_version": version_dirs[0]}
-            manifest = mf.new_manifest(model, version, files, source, **sections)
-            self.fs.write_new(f"{staged}/manifest.json", (json.dumps(manifest, indent=2) + "\n").encode())
-            if before_publish is not None:
-                before_publish(staged, manifest)
-            if self.fs.exists(self.release_rel(model, version)):
-                raise ReleaseError(
-                    f"release version {version} of '{model}' appeared while this one was being built",
-                    fix="another `release build` ran at the same time; run this one again to get the next version",
-                )
-            self.fs.publish_dir(staged, self.release_rel(model, version))
-        except BaseException:
-            self.fs.remove_tree(staged)
-            raise
-        return version, manifest
+        sources = [(p, p.relative_to(source_dir).as_posix()) for p in sorted(source_dir.rglob("*")) if p.is_file()]
+        digests = publish.expected_of(sources)  # hashed once at the source, whatever number the release gets
+        source = {"repository": str(source_dir), "source_version": version_dirs[0]}
+        made: dict[str, Any] = {}
+
+        with tempfile.TemporaryDirectory(prefix="release-sign-") as tmp:
+
+            def render(version: int) -> publish.ReleaseFiles:
+                def renumber(rel: str) -> str:  # the source's version dir becomes <N>/
+                    head, _, tail = rel.partition("/")
+                    return f"{version}/{tail}" if head == version_dirs[0] else rel
+
+                uploads = [(p, f"files/{renumber(rel)}") for p, rel in sources]
+                files = {renumber(rel): digests[rel] for _, rel in sources}
+                made["manifest"] = mf.new_manifest(model, version, files, source, **sections)
+                data = (json.dumps(made["manifest"], indent=2) + "\n").encode()
+                if sign is not None:
+                    uploads.append((_signed_copy(Path(tmp) / str(version), uploads, data, sign), SIGNATURE))
+                return publish.ReleaseFiles(uploads, data, {f"files/{k}": v for k, v in files.items()} | publish.expected_of(uploads[len(sources):]))
+
+            version = publish.write_release(self, model, None, render)
+        return version, made["manifest"]
 
     # ------------------------------------------------------------ environments
     def env_state(self, env: str, model: str) -> EnvState:
         """Live version (from config.pbtxt), version dirs present, and history of ``env``."""
         rel = self.model_rel(env, model)
         live = None
-        if self.fs.exists(f"{rel}/config.pbtxt"):
-            cfg = pointer.parse_config(self.fs.read_text(f"{rel}/config.pbtxt"), self.fs.path(rel, "config.pbtxt"))
+        ptr = self.fs.read_tagged(f"{rel}/config.pbtxt")  # bytes and their version tag from one read
+        if ptr is not None:
+            cfg = pointer.parse_config(ptr[0].decode("utf-8"), self.fs.path(rel, "config.pbtxt"))
             versions = pointer.live_versions(cfg)
             live = versions[-1] if versions else None
         present = sorted(int(n) for n in self.fs.listdir(rel) if n.isdigit())
         history: list[dict[str, Any]] = []
-        if self.fs.exists(self.history_rel(env, model)):
+        hist = self.fs.read_tagged(self.history_rel(env, model))
+        if hist is not None:
             try:
-                history = json.loads(self.fs.read_bytes(self.history_rel(env, model)))
+                history = json.loads(hist[0])
             except json.JSONDecodeError as e:
                 raise ReleaseError(
                     f"the promotion history of '{env}' is corrupt", fix="restore it from a backup; the live version is still the one in config.pbtxt",
                     details={"file": self.fs.path(self.history_rel(env, model)), "error": e},
                 ) from None
-        return EnvState(env, model, live, present, history)
+        return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None)
 
     def verify_env_copy(self, env: str, model: str, version: int, m: dict[str, Any]) -> list[mf.Mismatch]:
         """Differences between ``envs/<env>/<model>/<version>/`` and the release manifest."""
@@ -254,7 +259,10 @@ class ReleaseStore:
                 )
             self.fs.remove_tree(final)
             action = "replaced"
-        staged = self.fs.staging_name(final)
+        # Object stores: copy straight to the final name (a rename would be one more copy of every object).
+        # Triton only loads the version the pointer names, and the flip comes after this copy verified;
+        # a copy left half done by a killed process fails that check next time and is rewritten ("replaced").
+        staged = self.fs.staging_name(final) if self.fs.s3 is None else final
         src = f"{self.release_rel(model, version)}/files/{version}"
         try:
             for f in self.fs.walk_files(src):
@@ -265,9 +273,11 @@ class ReleaseStore:
                 mf.compare(expected, self.fs.walk_files(staged), lambda f: self.fs.sha256(f"{staged}/{f}")),
                 f"copying version {version} into '{env}' produced different bytes", self.fs.path(staged), "check the store's storage and retry",
             )
-            self.fs.publish_dir(staged, final)
+            if staged != final:
+                self.fs.publish_dir(staged, final)
         except BaseException:
-            self.fs.remove_tree(staged)
+            with contextlib.suppress(Exception):  # the original error is the one to report
+                self.fs.remove_tree(staged)
             raise
         return action
 
@@ -289,36 +299,74 @@ class ReleaseStore:
         return pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), "default"
 
     @contextlib.contextmanager
-    def env_lock(self, env: str, model: str) -> Iterator[None]:
-        """Serialize promote/rollback of one environment (local stores: an flock on a lock file).
+    def env_lock(self, env: str, model: str, command: str = "promote/rollback") -> Iterator[lock.Lease | Any]:
+        """Serialize promote/rollback of one environment (local: flock; object stores: a lease object).
 
-        Object stores have no locks; there the last writer of the pointer wins, and the
-        history may miss the other writer's event. Run one release job per environment.
+        Yields a guard whose ``check()`` must pass right before the flip. See :mod:`pipeline.release.lock`.
+
+        Raises:
+            ReleaseError: another promote or rollback of this environment holds the lock.
         """
-        if not self.fs.local:
-            yield
+        with lock.env_lock(self.fs, env, model, self.lock_lease_s, command) as guard:
+            yield guard
+
+    def flip(self, env: str, model: str, data: bytes, expect: str | None) -> None:
+        """The atomic step: replace the environment's config.pbtxt (its pointer) if it is still ``expect``.
+
+        One PUT on object stores (If-Match its ETag, or If-None-Match when there was none): a reader
+        gets the old config or the new one.
+
+        Raises:
+            ReleaseError: the pointer changed since it was read under the lock (nothing was written).
+        """
+        rel = f"{self.model_rel(env, model)}/config.pbtxt"
+        try:
+            self.fs.write_if(rel, data, expect)
+        except Conflict:
+            raise ReleaseError(
+                f"the pointer of '{env}' changed while this command held the lock; it was not overwritten",
+                fix="someone edited config.pbtxt or switched without the lock: run `release list`, then promote again",
+                details={"pointer": self.fs.path(rel)},
+            ) from None
+
+    def append_history(self, env: str, model: str, event: dict[str, Any], state: EnvState) -> None:
+        """Record a promote/rollback after the flip (the pointer stays the truth if this fails).
+
+        Raises:
+            ReleaseError: the history changed since ``state`` was read (the event is named so it can be re-added).
+        """
+        data = (json.dumps(state.history + [event], indent=2) + "\n").encode()
+        try:
+            self.fs.write_if(self.history_rel(env, model), data, state.history_tag)
+        except Conflict:
+            raise ReleaseError(
+                f"the history of '{env}' changed while this command held the lock; this event is not in it",
+                fix="the pointer was switched; add the event by hand or promote again to record it",
+                details={"event": json.dumps(event), "history": self.fs.path(self.history_rel(env, model))},
+            ) from None
+
+    def check_pointer(self, state: EnvState) -> None:
+        """Refuse an environment whose pointer names a version that is not a release in the store.
+
+        Raises:
+            ReleaseError: with the versions that exist and how to point the environment at one.
+        """
+        if state.live is None or self.is_release(state.model, state.live):
             return
-        self.fs.probe_writable("history")
-        path = self.fs.local_path("history", f".{env}.{model}.lock")
-        with open(path, "a+b") as f:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ReleaseError(
-                    f"another promote or rollback of '{model}' in '{env}' is running",
-                    fix="wait for it to finish, then run this command again",
-                    details={"lock": path},
-                ) from None
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        raise ReleaseError(
+            f"the pointer of '{state.env}' names version {state.live} of '{state.model}', which is not a release in {self.url}",
+            fix=f"point '{state.env}' at a real release: `release promote --to {state.env} --version <N>` (its history is kept)",
+            details={"pointer": self.fs.path(self.model_rel(state.env, state.model), "config.pbtxt"), "releases": self.versions(state.model) or "(none)"},
+        )
 
-    def flip(self, env: str, model: str, data: bytes) -> None:
-        """The atomic step: replace the environment's config.pbtxt (its pointer)."""
-        self.fs.write_atomic(f"{self.model_rel(env, model)}/config.pbtxt", data)
 
-    def append_history(self, env: str, model: str, event: dict[str, Any]) -> None:
-        """Record a promote/rollback after the flip (the pointer stays the truth if this fails)."""
-        hist = self.env_state(env, model).history + [event]
-        self.fs.write_atomic(self.history_rel(env, model), (json.dumps(hist, indent=2) + "\n").encode())
+def _signed_copy(root: Path, uploads: list[tuple[Path, str]], manifest: bytes, sign: Callable[[Path], None]) -> Path:
+    """Lay the release out locally (files/ + manifest.json), sign it, return the signature file."""
+    if root.exists():
+        shutil.rmtree(root)
+    for src, rel in uploads:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, root / rel)
+    (root / "manifest.json").write_bytes(manifest)
+    sign(root)
+    return root / SIGNATURE

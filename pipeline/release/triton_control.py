@@ -8,8 +8,8 @@ A switch from version ``old`` to ``new`` is two loads of the same model:
    requests keep going to a ready version throughout. The override never touches the
    store, so nobody reading the store sees this transitional state.
 2. (the caller flips the environment's config.pbtxt to ``[new]``)
-3. ``retire``: load again *without* override; Triton re-reads config.pbtxt, sees only
-   ``new`` and unloads ``old``, which finishes its in-flight requests first.
+3. ``retire``: load again with the flipped config (override ``[new]``, the same bytes the
+   store now holds); Triton unloads ``old``, which finishes its in-flight requests first.
 
 If step 1 fails, Triton keeps serving ``old`` and the pointer was never flipped.
 """
@@ -79,10 +79,17 @@ class TritonReloader:
             raise self._fail(f"Triton could not load version {new} of '{self.model}'", _reason(e)) from None
         self._wait(new, True)
 
-    def retire(self, old: int | None, new: int) -> None:
-        """Reload from the (already flipped) config.pbtxt so ``old`` is unloaded; ``new`` stays ready."""
+    def retire(self, old: int | None, new: int, cfg: mc.ModelConfig | None = None) -> None:
+        """Reload so ``old`` is unloaded and ``new`` stays ready.
+
+        Without ``cfg``: from the (already flipped) config.pbtxt. With ``cfg``: with an override that
+        serves exactly ``[new]``, i.e. the bytes the flip wrote. The override is needed on S3: an
+        explicit load without one reloads only if Triton sees the model directory modified, and S3's
+        LastModified has one-second resolution, so a flip within the second of the staging load
+        was not seen (measured with moto: the old version stayed loaded).
+        """
         try:
-            self.client.load(self.model)
+            self.client.load(self.model, pointer.to_json(pointer.with_policy(cfg, self.model, [new])) if cfg is not None else None)
         except ToolError as e:
             raise self._fail(f"Triton could not reload '{self.model}' from the flipped config.pbtxt", _reason(e), after_flip=True) from None
         if old is not None and old != new:

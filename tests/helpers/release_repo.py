@@ -127,3 +127,51 @@ def retrain_onnx(path: Path) -> None:
     w = m.graph.initializer[0]
     w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 2, w.name))
     onnx.save(m, str(path))
+
+
+# The ONNX stand-in reads its file from parameters.onnx_path; a release keeps the file in its own
+# version directory, which Triton localizes (from S3 too) before the stub starts, so this wrapper
+# points the stand-in at the model.onnx next to it (as scripts/measure_release_reload.py does).
+STANDIN_WRAPPER = '''\
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_standin import TritonPythonModel as _Ort
+
+
+class TritonPythonModel(_Ort):
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        here = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
+        cfg.setdefault("parameters", {})["onnx_path"] = {"string_value": here}
+        super().initialize(dict(args, model_config=json.dumps(cfg)))
+'''
+
+
+def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | None = None) -> Path:
+    """``root/<name>/`` serving a real ONNX model through the python-backend ONNX Runtime stand-in.
+
+    The model is ``tests/tiny_triton.py``'s x[batch,16] -> y[batch,8] with weights from ``seed``
+    (or the ONNX file ``onnx``), so two seeds give two releases whose answers differ.
+    """
+    from pipeline.serving.embedded import MODEL_PY
+    from tests.tiny_triton import FEATURES, OUT, tiny_onnx
+
+    d = root / name
+    v = d / "1"
+    v.mkdir(parents=True, exist_ok=True)
+    if onnx is None:
+        tiny_onnx(v / "model.onnx", seed)
+    else:
+        (v / "model.onnx").write_bytes(onnx.read_bytes())
+    (v / "python_standin.py").write_bytes(MODEL_PY.read_bytes())
+    (v / "model.py").write_text(STANDIN_WRAPPER)
+    (v / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
+    cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
+    cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[FEATURES])
+    cfg.output.add(name="y", data_type=mc.TYPE_FP32, dims=[OUT])
+    cfg.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+    cfg.parameters["intra_op_thread_count"].string_value = "1"
+    (d / "configs").mkdir(exist_ok=True)
+    (d / "configs" / "latency.pbtxt").write_text(text_format.MessageToString(cfg))
+    (d / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+    return root

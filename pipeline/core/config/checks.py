@@ -53,15 +53,60 @@ def check_config(
         p.add("repository.trt_model_suffix", suffix, "must be a non-empty name part without '/' (default: '_trt')")
     check_parity(cfg, p, outputs)
     check_bench(cfg.bench, p)
-    envs = cfg.release.environments
-    if not cfg.release.store:
-        p.add("release.store", cfg.release.store, "must name a path or fsspec URL (default: 'release-store')")
+    check_release(cfg, p)
+
+
+def check_release(cfg: PipelineConfig, p: Problems) -> None:
+    """Store URL (an s3:// one in a form Triton reads too), environments, lock lease."""
+    r = cfg.release
+    if not r.store:
+        p.add("release.store", r.store, "must name a path or fsspec URL (default: 'release-store')")
+    elif r.store.startswith("s3://"):
+        try:
+            s3_store_parts(r.store)
+        except ValueError as e:
+            p.add("release.store", r.store, str(e))
+    envs = r.environments
     if not envs:
         p.add("release.environments", envs, "must list at least one environment (default: [dev, staging, production])")
     elif p.unique("release.environments", envs):
         bad = [e for e in envs if not _NAME.match(e)]
         if bad:
             p.add("release.environments", envs, f"{show(bad)} not usable as directory names (letters, digits, _ . -)")
+    p.number("release.lock_lease_s", r.lock_lease_s, 1, 3600)
+
+
+# Triton's own grammar for an S3 repository (core/src/filesystem/implementations/s3.h): an optional
+# http(s)://host:port endpoint, a bucket of [0-9a-z.-], key segments of [0-9a-zA-Z._-].
+_S3_ENDPOINT = re.compile(r"^(https?://)[0-9a-zA-Z.\-]+:[0-9]+$")
+_S3_BUCKET = re.compile(r"^[0-9a-z][0-9a-z.\-]{1,61}[0-9a-z]$")
+_S3_SEGMENT = re.compile(r"^[0-9a-zA-Z._\-]+$")
+
+
+def s3_store_parts(url: str) -> tuple[str | None, str, str]:
+    """``(endpoint or None, bucket, prefix)`` of ``s3://bucket/prefix`` or ``s3://http://host:port/bucket/prefix``.
+
+    The second form is the one ``tritonserver --model-repository`` takes for a non-AWS endpoint, so one
+    string serves the release commands and Triton. Used at composition and by the release store.
+
+    Raises:
+        ValueError: the URL does not fit, saying which part and what would.
+    """
+    rest = url.removeprefix("s3://")
+    endpoint = None
+    if rest.startswith(("http://", "https://")):
+        scheme, _, tail = rest.partition("://")
+        host, _, rest = tail.partition("/")
+        endpoint = f"{scheme}://{host}"
+        if not _S3_ENDPOINT.match(endpoint):
+            raise ValueError(f"endpoint '{endpoint}' must be http(s)://host:port (Triton needs the port), e.g. s3://http://127.0.0.1:9000/bucket/prefix")
+    bucket, _, prefix = rest.strip("/").partition("/")
+    if not _S3_BUCKET.match(bucket):
+        raise ValueError(f"bucket '{bucket}' must be 3-63 characters of a-z 0-9 . - (S3's and Triton's rule), e.g. s3://my-releases/prefix")
+    bad = [seg for seg in prefix.split("/") if not _S3_SEGMENT.match(seg)] if prefix else []
+    if bad:
+        raise ValueError(f"prefix segments {show(bad)} must be letters, digits, . _ - and not empty (Triton reads no other S3 keys)")
+    return endpoint, bucket, prefix
 
 
 def check_model(m: ModelConfig, p: Problems) -> None:

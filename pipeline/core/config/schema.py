@@ -297,6 +297,9 @@ class ReleaseConfig:
 
     store: str = "release-store"  # path or fsspec URL; see conf/release/default.yaml
     environments: list[str] = field(default_factory=lambda: ["dev", "staging", "production"])
+    # Object stores: a promote/rollback holds a lock object this long past its last heartbeat; a lock whose
+    # holder died is taken over after it (pipeline/release/lock.py).
+    lock_lease_s: float = 60.0
 
 
 # ---------------------------------------------------------------- root
