@@ -41,20 +41,21 @@ time.sleep(max(0.0, start - time.time()))
 app(sys.argv[2:], prog_name="triton-pipeline")
 """
 
-# Promote this process's own version `attempts` times; a refusal because the other holds the lock is retried.
+# Promote this process's own two versions in turn, `attempts` times (never a no-op: the other process owns the
+# other two versions); a refusal because the other holds the lock is retried.
 CONTENDER = """
 import json, sys, time
 from pipeline.core.errors import ReleaseError
 from pipeline.release.promote import promote
 from pipeline.release.store import ReleaseStore
-url, version, attempts, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+url, versions, attempts, start = sys.argv[1], [int(v) for v in sys.argv[2].split(",")], int(sys.argv[3]), float(sys.argv[4])
 store = ReleaseStore(url)
 time.sleep(max(0.0, start - time.time()))
 switched = busy = 0
-for _ in range(attempts):
+for i in range(attempts):
     while True:
         try:
-            switched += promote(store, "staging", version=version).action == "promote"
+            switched += promote(store, "staging", version=versions[i % 2]).action == "promote"
             break
         except ReleaseError as e:
             if "is running" not in e.what:
@@ -111,19 +112,19 @@ def test_two_processes_race_exactly_one_wins(tmp_path: Path, s3: S3Server, bucke
 
 
 def test_contending_processes_lose_no_history_entry(tmp_path: Path, s3: S3Server, bucket: str) -> None:
-    """Two processes promote their own version 6 times each, retrying while the other holds the lock."""
+    """Two processes switch one environment 6 times each, retrying while the other holds the lock."""
     url = f"s3://{bucket}/st"
-    _releases(tmp_path, ReleaseStore(url), 2)
+    _releases(tmp_path, ReleaseStore(url), 4)
     start = time.time() + 4
-    procs = [subprocess.Popen([sys.executable, "-c", CONTENDER, url, str(v), "6", str(start)], cwd=tmp_path, env=_env(s3),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for v in (1, 2)]  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", CONTENDER, url, mine, "6", str(start)], cwd=tmp_path, env=_env(s3),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for mine in ("1,3", "2,4")]  # fmt: skip
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         results.append(json.loads(out.strip().splitlines()[-1]))
     history = ReleaseStore(url).env_state("staging", "tiny").history
-    assert len(history) == sum(r["switched"] for r in results) >= 2, (results, history)
+    assert [r["switched"] for r in results] == [6, 6] and len(history) == 12, (results, history)
     # Serialized: every event starts from the version the one before it set, and the pointer agrees.
     assert all(e["previous"] == prev["version"] for prev, e in zip(history, history[1:])), history
     assert ReleaseStore(url).env_state("staging", "tiny").live == history[-1]["version"]

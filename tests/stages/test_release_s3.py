@@ -314,3 +314,26 @@ def test_pointer_naming_a_version_not_in_the_store(tmp_path: Path, s3: S3Server,
     r = cli(tmp_path, s3.env, "promote", "--to", "production", "--version", "2", "--no-tag", "--store", url)
     assert r.returncode == 0 and "the pointer named version 7, which is not a release" in r.stdout, r.stdout + r.stderr
     assert live_and_history(store)[0] == 2 and verify_store(store)
+
+
+def test_signed_release_on_s3(tmp_path: Path, s3: S3Server, bucket: str) -> None:
+    """Signed before upload (from a local copy), verified from S3; a claim left by a process killed right after its commit is no content."""
+    pytest.importorskip("model_signing", reason="model-signing is optional")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    priv, pub = tmp_path / "k.pem", tmp_path / "k.pub.pem"
+    priv.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (repo,) = inputs(tmp_path, n=1)
+    store = ReleaseStore(f"s3://{bucket}/signed")
+    build_release(store, repo, tmp_path / "parity.json", None, tmp_path / "dvc.lock", git_cwd=tmp_path, sign_key=priv, tag=False)
+    assert "signed/releases/tiny/1/release.sig" in s3.keys(bucket)
+    s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/.claim", Body=b"{}")
+    assert verify_store(store, public_key=str(pub))
+    assert promote(store, "production", version=1, public_key=str(pub)).version == 1
+    s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/manifest.json",
+                           Body=store.fs.read_bytes("releases/tiny/1/manifest.json").replace(b'"tiny"', b'"tiny" '))  # fmt: skip
+    with pytest.raises(ReleaseError, match="signature verification failed"):
+        verify_store(store, public_key=str(pub))
