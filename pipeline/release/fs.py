@@ -324,7 +324,9 @@ class StoreFS:
         """Replace ``rel`` only if it is still the version ``tag`` (None: only if it does not exist).
 
         Returns the new tag. Raises :class:`~pipeline.release.s3.Conflict` otherwise. On S3 the server
-        decides (If-Match / If-None-Match); elsewhere it is compare-then-replace, safe only under a lock.
+        decides (If-Match / If-None-Match); elsewhere it is compare-then-replace: safe on local stores
+        (writers hold an flock), not across processes on gs:// or az:// (their generation/ETag
+        preconditions are not wired here; run one release job per environment there).
         """
         if self.s3 is not None:
             return s3.put(self.fs, self.path(rel), data, match=tag, create=tag is None)
