@@ -85,7 +85,7 @@ def _one_message(fn: F) -> F:
 def doctor() -> None:
     """Check the tools this machine can run: tritonserver, perf_analyzer, GPUs and TensorRT."""
     from pipeline.serving.perf_analyzer import locate_perf_analyzer
-    from pipeline.serving.tritonserver import locate_tritonserver
+    from pipeline.serving.install import locate_tritonserver
     from pipeline.engines.probe import probe_machine
 
     table = Table("check", "status", "detail")

@@ -15,25 +15,14 @@ from pathlib import Path
 
 from pipeline.core.errors import ToolError
 from pipeline.serving.install import (
-    TritonInstall,
     backend_dir,
     error_level_lines,
     locate_tritonserver,
     server_env,
-    site_packages,
 )
-from pipeline.serving.process import EmbeddedServer, free_port, kill_group
+from pipeline.serving.process import kill_group
 
-__all__ = [
-    "MISSING_ORT_BACKEND",
-    "EmbeddedServer",
-    "TritonInstall",
-    "ValidationResult",
-    "free_port",
-    "locate_tritonserver",
-    "site_packages",
-    "validate_repository",
-]
+__all__ = ["MISSING_ORT_BACKEND", "ValidationResult", "validate_repository"]
 
 MISSING_ORT_BACKEND = "unable to find backend library for backend 'onnxruntime'"
 

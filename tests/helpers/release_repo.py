@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.serving.tritonserver import site_packages
+from pipeline.serving.install import site_packages
 
 MODEL_PY = '''\
 import json, os, sys

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.http as th
 
 from pipeline.serving.perf_analyzer import locate_perf_analyzer
-from pipeline.serving.tritonserver import EmbeddedServer
+from pipeline.serving.process import EmbeddedServer
 from pipeline.release.build import build_release
 from pipeline.release.promote import promote, rollback
 from pipeline.release.store import ReleaseStore

@@ -22,6 +22,7 @@ from pipeline.repository.trt_model import engine_parity, load_parity, render_trt
 from pipeline.engines.manifest import sha256_file
 from pipeline.engines.build import build_target
 from pipeline.serving import tritonserver
+from pipeline.serving.install import locate_tritonserver
 from tests.fakes.fake_tensorrt import fake_tensorrt
 from tests.helpers.probes import TRT_MISSING, probe
 from tests.tiny_triton import tiny_onnx
@@ -96,7 +97,7 @@ def test_rendered_config_passes_real_triton_strict_validation(tmp_path: Path, on
     from pipeline.core.errors import ToolError
 
     try:
-        tritonserver.locate_tritonserver()
+        locate_tritonserver()
     except ToolError as e:
         pytest.skip(f"tritonserver not installed: {e.what}")
     dirs = engines(tmp_path, onnx_file, built=["a100", "h100"])

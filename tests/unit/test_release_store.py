@@ -264,7 +264,7 @@ def test_variant_choice_is_served_and_survives_rollback(tmp_path: Path, inputs: 
 
 
 def test_unreachable_triton_changes_nothing(tmp_path: Path, inputs: dict[str, Path]) -> None:
-    from pipeline.serving.tritonserver import free_port
+    from pipeline.serving.process import free_port
 
     store = ReleaseStore(tmp_path / "store")
     _build(store, inputs)

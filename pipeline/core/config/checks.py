@@ -276,7 +276,8 @@ def check_parity(cfg: PipelineConfig, p: Problems, outputs: list[str] | None = N
 def check_bench(b: BenchConfig, p: Problems) -> None:
     """Server mode, perf_analyzer settings, pairing and tuning."""
     if b.server == "external" and not b.url:
-        p.add("bench.url", b.url, "bench.server=external needs the running Triton's <host>:<http port>, e.g. bench.url=127.0.0.1:8000")
+        p.add("bench.url", b.url, "bench.server=external needs the running Triton's <host>:<port> for bench.protocol "
+              "(HTTP 8000 or gRPC 8001 by default), e.g. bench.url=127.0.0.1:8000")
     if b.tune and b.server != "embedded":
         p.add("bench.tune", True, f"tuning serves each candidate itself: needs bench.server=embedded (not '{b.server}'), or set bench.tune=false")
     p.each("bench.concurrency", b.concurrency, 1)
