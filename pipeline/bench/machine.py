@@ -6,18 +6,15 @@ import importlib.metadata as md
 import os
 import platform
 import subprocess
-from pathlib import Path
 
 from pipeline.bench.results import Machine
+from pipeline.core.host import cores_available, cpu_model
 from pipeline.serving import perf_analyzer as pa_mod
 
 
 def cpu_budget() -> int:
     """Cores this process may use (affinity), which is what oversubscription is judged against."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    return cores_available()
 
 
 def loadavg() -> list[float]:
@@ -27,7 +24,7 @@ def loadavg() -> list[float]:
 
 def machine(pa: pa_mod.PerfAnalyzer) -> Machine:
     """CPU, cores, load at start and tool versions (perf_analyzer's from its own ``--version``)."""
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), platform.processor())
+    cpu = cpu_model()
     versions = {"python": platform.python_version()}
     for dist in ("onnxruntime", "tritonclient", "nvidia-pytriton", "numpy"):
         try:
