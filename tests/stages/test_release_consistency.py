@@ -84,7 +84,7 @@ def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
     commit(project, "throughput: 500 us")
     r = release_build(project)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert "repository: changed deps: params.yaml (" in r.stderr and "variant modified" in r.stderr, r.stderr
+    assert "repository: changed deps: params.yaml (" in r.stderr and "variants modified" in r.stderr, r.stderr
     assert "fix: run `dvc repro repository`" in r.stderr
     assert not (project.parent / "store/releases").exists()
     # The fix it names works, and the release then says what the commit says.
