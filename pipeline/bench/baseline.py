@@ -110,10 +110,26 @@ class Gauges:
         self._thr = functools.cache(lambda: ort_session(onnx_path, throughput))
         self._rows, self._batches = rows, same_shape_batches(rows, best_batch)
         self._warmup, self._runs, self._seconds = warmup, runs, seconds
+        self._warm_lat = False
 
     def p50_ms(self) -> float:
         """Batch-1 p50 (ms) with the latency variant's settings, as in the baseline."""
         return percentiles(time_runs(self._lat(), self._rows, self._warmup, self._runs)).p50_ms
+
+    def burst_p50_ms(self, seconds: float, warm: int = 3, least: int = 3) -> float:
+        """Batch-1 p50 (ms) of back-to-back runs for ``seconds`` (at least ``least``) after ``warm`` untimed ones:
+        the in-process burst of an alternation."""
+        sess = self._lat()
+        # A fresh session warms fully once; after that a few untimed runs per burst absorb the switch from the
+        # server (see inserver.WARM_RUNS, the same count on the server's side).
+        time_runs(sess, self._rows, self._warmup if not self._warm_lat else warm, 0)
+        self._warm_lat = True
+        times, t0 = [], time.perf_counter()
+        while len(times) < least or time.perf_counter() - t0 < seconds:
+            t = time.perf_counter()
+            sess.run(None, self._rows[len(times) % len(self._rows)])
+            times.append(time.perf_counter() - t)
+        return percentiles(times).p50_ms
 
     def best_infer_s(self) -> float:
         """Inferences/s at the baseline's best batch size with the throughput variant's settings."""

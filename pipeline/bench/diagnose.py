@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench.ratios import headline_c1, paired_throughput, standin_cost_ms
+from pipeline.bench.estimate import Estimate
+from pipeline.bench.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding
 
 SERVED_VS_ORT_LIMIT = 1.15  # issue 4: latency variant c=1 p50 at most this times in-process ORT p50
@@ -67,19 +68,20 @@ def graph_level_off(name: str, cfg: mc.ModelConfig) -> Finding | None:
 def throughput_not_better(res: BenchResult, c: int) -> Finding | None:
     """At c >= 4 the throughput variant gives no more infer/s than the latency variant.
 
-    Paired rounds (both variants in the same minute) outrank the sweep's points; the sweep is judged
-    only when no paired rounds ran at all: its points, of two servers minutes apart, flip either way.
-    Below c=4 there is too little concurrency to batch: the throughput variant is not expected to win.
+    The rounds (both variants next to each other) outrank the sweep's points; the sweep is judged only when
+    no throughput rounds ran at all: its points, of two servers minutes apart, flip either way. Below c=4
+    there is too little concurrency to batch: the throughput variant is not expected to win.
     """
     if c < 4:
         return None
-    pair = paired_throughput(res, c)
+    pair = res.paired_throughput.get(c)
     if pair:
-        if pair.ratio is None or pair.ratio > 1:
+        e = pair.vs_latency()
+        if e.value is None or e.value > 1:
             return None
         return Finding("throughput_not_better", "warning", "throughput",
-                       f"at concurrency {c} the throughput variant gives {pair.throughput_infer_s:.1f} infer/s, not more than the "
-                       f"latency variant's {pair.latency_infer_s:.1f} (median of {len(pair.counted)} paired rounds)", _BETTER_FIX)  # fmt: skip
+                       f"at concurrency {c} the throughput variant gives {pair.infer_s('throughput'):.1f} infer/s, not more than the "
+                       f"latency variant's {pair.infer_s('latency'):.1f} (throughput / latency {e.text()})", _BETTER_FIX)  # fmt: skip
     lat, thr = res.point("latency", c), res.point("throughput", c)
     if res.paired_throughput or not (lat and thr) or thr.metrics["throughput_infer_s"] > lat.metrics["throughput_infer_s"]:
         return None
@@ -88,13 +90,35 @@ def throughput_not_better(res: BenchResult, c: int) -> Finding | None:
                    f"not more than the latency variant's {lat.metrics['throughput_infer_s']:.1f}", _BETTER_FIX)  # fmt: skip
 
 
+_WIDE_FIX = ("re-run when the machine is quieter, or give the rounds more time (bench.paired_max_rounds, "
+             "bench.paired_throughput_max_rounds, bench.rounds_budget_s): more rounds narrow the interval")  # fmt: skip
+
+
+def too_wide(e: Estimate, limit: float) -> str | None:
+    """Why estimate ``e`` says nothing (no value, no interval, or an interval wider than +-``limit``), else None.
+
+    "Too wide" is a half-width above bench.max_half_width (+-10% by default): wider, a 1.05x served/in-process ratio
+    cannot be told from the 1.15x serving_overhead limit, nor a 10% throughput gain from none.
+    """
+    if e.value is None:
+        return f"no round gave a value ({e.left_out} left out: an invalid perf_analyzer window or a failed burst)"
+    if not e.has_interval:
+        return f"{e.text()}: too few rounds for an interval"
+    w = e.half_width or 0.0
+    return f"{e.text()} is +-{w:.1%} wide, over the +-{limit:.0%} that can mean anything (bench.max_half_width)" if w > limit else None
+
+
 def throughput_drift(res: BenchResult, c: int) -> Finding | None:
-    """Paired throughput rounds ran at ``c`` and none counted: the machine's speed moved in every one."""
-    pair = paired_throughput(res, c)
-    if not pair or pair.ratio is not None:
+    """Throughput rounds ran at ``c`` and an interval of theirs is too wide (see :func:`too_wide`)."""
+    pair = res.paired_throughput.get(c)
+    if not pair:
         return None
-    return Finding("machine_drift", "warning", "throughput", f"no paired throughput/latency ratio at concurrency {c}: {pair.reason}",
-                   "re-run on a quiet machine, or raise bench.paired_throughput_max_rounds / bench.paired_max_drift")  # fmt: skip
+    limit = res.settings.max_half_width
+    why = [f"{name} {w}" for name, e in (("throughput / latency", pair.vs_latency()), ("throughput / in-process best batch", pair.vs_ort_best()))
+           if (w := too_wide(e, limit))]  # fmt: skip
+    if not why:
+        return None
+    return Finding("machine_drift", "warning", "throughput", f"at concurrency {c}: " + "; ".join(why) + f" ({pair.stopped})", _WIDE_FIX)
 
 
 def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding | None:
@@ -113,11 +137,12 @@ def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding |
 
 
 def latency_drift(res: BenchResult) -> Finding | None:
-    """Paired c=1 rounds ran and none counted: no served/in-process ratio."""
-    if headline_c1(res).method != "drifted" or res.paired_c1 is None:
+    """c=1 rounds ran and the served/in-process interval is too wide (see :func:`too_wide`)."""
+    pc = res.paired_c1
+    why = too_wide(pc.ratio(), res.settings.max_half_width) if pc else None
+    if not pc or not why:
         return None
-    return Finding("machine_drift", "warning", "latency", f"no served/in-process ratio: {res.paired_c1.reason}",
-                   "re-run on a quiet machine, or raise bench.paired_rounds / bench.paired_max_drift")  # fmt: skip
+    return Finding("machine_drift", "warning", "latency", f"served c=1 p50 / in-process ORT p50: {why} ({pc.stopped})", _WIDE_FIX)
 
 
 def _standin(res: BenchResult) -> str:
@@ -158,11 +183,11 @@ def serving_overhead(res: BenchResult, breakdown: Finding) -> Finding | None:
     h = headline_c1(res)
     if not h.served or not h.ort_p50_ms:
         return None
-    r = (res.ratios.latency_c1_p50_vs_ort_p50 if res.ratios else None) or h.served.metrics["p50_ms"] / h.ort_p50_ms
-    if r <= SERVED_VS_ORT_LIMIT:
+    e = res.ratios.latency_c1 if res.ratios and res.ratios.latency_c1.value else Estimate(h.served.metrics["p50_ms"] / h.ort_p50_ms)
+    if e.value is None or e.value <= SERVED_VS_ORT_LIMIT:
         return None
     return Finding("serving_overhead", "warning", "latency",
-                   f"served p50 is {r:.2f}x the in-process ORT p50 (limit {SERVED_VS_ORT_LIMIT}x); {breakdown.message}",
+                   f"served p50 is {e.text()} the in-process ORT p50 (limit {SERVED_VS_ORT_LIMIT}x); {breakdown.message}",
                    "the largest term above is where to look; on a loaded machine re-run when it is idle")  # fmt: skip
 
 

@@ -1,6 +1,6 @@
-"""Typed measurements: perf_analyzer points, the in-process baseline, paired rounds, tuning.
+"""Typed measurements: perf_analyzer points, the in-process baseline, tuning (the headline rounds are in rounds.py).
 
-What the measuring modules (baseline, sweep, pairing, tune) return and the others read; each
+What the measuring modules (baseline, sweep, tune) return and the others read; each
 has a ``to_json``/``from_json`` pair used only by results.BenchResult, the one bench.json edge.
 """
 
@@ -42,20 +42,25 @@ class Point:
 
 @dataclass
 class Sweep:
-    """One variant's perf_analyzer sweep, in the order measured."""
+    """One variant's points, in the order measured.
+
+    ``source``: ``sweep`` (perf_analyzer at each bench.concurrency in a server of its own) or ``rounds``
+    (each concurrency's median-throughput measurement from the headline rounds, see rounds.median_point).
+    """
 
     points: list[Point]
+    source: str = "sweep"
 
     def at(self, c: int) -> Point | None:
         """The point at concurrency ``c`` (valid or not), or None."""
         return next((p for p in self.points if p.concurrency == c), None)
 
     def to_json(self) -> Json:
-        return {"points": {f"c{p.concurrency}": p.to_json() for p in self.points}}
+        return {"source": self.source, "points": {f"c{p.concurrency}": p.to_json() for p in self.points}}
 
     @classmethod
     def from_json(cls, d: Json) -> Sweep:
-        return cls([Point.from_json(p) for p in d.get("points", {}).values()])
+        return cls([Point.from_json(p) for p in d.get("points", {}).values()], d.get("source", "sweep"))
 
 
 # ---------------------------------------------------------------- in-process ONNX Runtime baseline
@@ -139,140 +144,19 @@ class Baseline:
         return cls(Latency.from_json(d["latency"]), Throughput.from_json(d["throughput"]), Latency.from_json(after) if after else None)
 
 
-# ---------------------------------------------------------------- paired rounds (see pairing.py)
+# ---------------------------------------------------------------- tuning (see tune.py)
 @dataclass
 class Round(Generic[S]):
-    """One bracketed round: in-process gauges around each served step, and whether the round counts."""
+    """One tuning round: a served step between two in-process gauges, and whether its gauges agreed."""
 
     index: int
     gauges: list[float]
-    gauge_mean: float
-    in_server_gauge: float | None
     drift: float
     ratio: float | None
     counted: bool
     steps: list[S]
 
-    def head_json(self, gauge: str) -> Json:
-        """The keys every round has, before its steps' own."""
-        return {"round": self.index, f"{gauge}_before": self.gauges[0], f"{gauge}_after": self.gauges[-1], "gauges": self.gauges,
-                "gauge_mean": self.gauge_mean, "in_server_gauge": self.in_server_gauge, "drift": self.drift}  # fmt: skip
 
-    @staticmethod
-    def head_from_json(d: Json) -> dict[str, Any]:
-        return {"index": d["round"], "gauges": d["gauges"], "gauge_mean": d["gauge_mean"], "in_server_gauge": d.get("in_server_gauge"),
-                "drift": d["drift"], "ratio": d["ratio"], "counted": d["counted"]}  # fmt: skip
-
-
-@dataclass
-class Bracketed(Generic[S]):
-    """Rounds of [gauge, step, gauge, ...] and the median ratio over the ones that count (None if none did)."""
-
-    gauge: str  # the gauge's name, e.g. ort_p50_ms; also its key in JSON
-    max_drift: float
-    rounds: list[Round[S]]
-    ratio: float | None = None
-    gauge_median: float | None = None
-    ratio_range: list[float] | None = None
-    reason: str | None = None  # why there is no ratio
-
-    @property
-    def counted(self) -> list[Round[S]]:
-        return [r for r in self.rounds if r.counted]
-
-    def head_json(self, rounds: list[Json]) -> Json:
-        d: Json = {"rounds": rounds, "max_drift": self.max_drift, "counted_rounds": len(self.counted), "gauge": self.gauge, "ratio": self.ratio}
-        if self.ratio is not None:
-            return d | {self.gauge: self.gauge_median, "ratio_range": self.ratio_range}
-        return d | {"reason": self.reason}
-
-    @staticmethod
-    def head_from_json(d: Json) -> dict[str, Any]:
-        return {"gauge": d["gauge"], "max_drift": d["max_drift"], "ratio": d.get("ratio"), "gauge_median": d.get(d["gauge"]),
-                "ratio_range": d.get("ratio_range"), "reason": d.get("reason")}  # fmt: skip
-
-    def head(self) -> dict[str, Any]:
-        """This object's own fields, to build a subclass from it."""
-        return {f.name: getattr(self, f.name) for f in fields(Bracketed)}
-
-
-@dataclass
-class PairedC1(Bracketed[Point]):
-    """Latency variant c=1 p50 against in-process batch-1 ORT p50, each round's one step the served point."""
-
-    in_server_key: str | None = None  # the served metric that is the server's own time inside ORT
-    served_p50_ms: float | None = None
-
-    def to_json(self) -> Json:
-        rounds = [r.head_json(self.gauge) | {"served_valid": r.steps[0].valid, "served_reason": r.steps[0].reason,
-                                              "served": dict(r.steps[0].metrics), "ratio": r.ratio, "counted": r.counted}
-                  for r in self.rounds]  # fmt: skip
-        d = self.head_json(rounds) | {"in_server_gauge": self.in_server_key}
-        return d | ({"served_p50_ms": self.served_p50_ms} if self.ratio is not None else {})
-
-    @classmethod
-    def from_json(cls, d: Json) -> PairedC1:
-        rounds = [Round(**Round.head_from_json(r), steps=[Point(1, r["served_valid"], r["served_reason"], dict(r["served"]))]) for r in d["rounds"]]
-        return cls(**Bracketed.head_from_json(d), rounds=rounds, in_server_key=d.get("in_server_gauge"), served_p50_ms=d.get("served_p50_ms"))
-
-
-@dataclass
-class VariantRun:
-    """One step of a paired throughput round: perf_analyzer on one variant."""
-
-    variant: str
-    point: Point
-
-
-@dataclass
-class PairedThroughput(Bracketed[VariantRun]):
-    """Throughput over latency variant at one concurrency, both run in each round (order alternating)."""
-
-    concurrency: int = 0
-    # Medians over the counted rounds (None when none counted).
-    latency_infer_s: float | None = None
-    throughput_infer_s: float | None = None
-    throughput_vs_ort_best: float | None = None
-    p50_delta_ms: float | None = None
-
-    @staticmethod
-    def run(r: Round[VariantRun], variant: str) -> Point:
-        """The round's measurement of ``variant``."""
-        return next(s.point for s in r.steps if s.variant == variant)
-
-    def round_vs_ort_best(self, r: Round[VariantRun]) -> float | None:
-        """The throughput variant's infer/s over the round's mean gauge (in-process best batch, same minute)."""
-        thr = self.run(r, "throughput")
-        return thr.metrics["throughput_infer_s"] / r.gauge_mean if thr.valid else None
-
-    def round_p50_delta_ms(self, r: Round[VariantRun]) -> float | None:
-        """The throughput variant's p50 above the latency variant's in the round (the batching tax at c=1)."""
-        return self.run(r, "throughput").metrics["p50_ms"] - self.run(r, "latency").metrics["p50_ms"] if r.ratio is not None else None
-
-    def to_json(self) -> Json:
-        def step(p: Point) -> Json:
-            return {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics}
-
-        rounds = [r.head_json(self.gauge) | {"order": [s.variant for s in r.steps]} | {s.variant: step(s.point) for s in r.steps}
-                  | {"ratio": r.ratio, "counted": r.counted, "throughput_vs_ort_best": self.round_vs_ort_best(r),
-                     "p50_delta_ms": self.round_p50_delta_ms(r)} for r in self.rounds]  # fmt: skip
-        d = self.head_json(rounds)
-        if self.counted:
-            d |= {k: getattr(self, k) for k in ("latency_infer_s", "throughput_infer_s", "throughput_vs_ort_best", "p50_delta_ms")}
-        return d
-
-    @classmethod
-    def from_json(cls, d: Json, concurrency: int) -> PairedThroughput:
-        def step(v: str, s: Json) -> VariantRun:
-            own = ("valid", "reason", "avg_batch")
-            return VariantRun(v, Point(concurrency, s["valid"], s["reason"], {k: x for k, x in s.items() if k not in own}, s.get("avg_batch")))
-
-        rounds = [Round(**Round.head_from_json(r), steps=[step(v, r[v]) for v in r["order"]]) for r in d["rounds"]]
-        medians = {k: d.get(k) for k in ("latency_infer_s", "throughput_infer_s", "throughput_vs_ort_best", "p50_delta_ms")}
-        return cls(**Bracketed.head_from_json(d), rounds=rounds, concurrency=concurrency, **medians)
-
-
-# ---------------------------------------------------------------- tuning (see tune.py)
 @dataclass
 class Scheduling:
     """The throughput variant's scheduling values a tuning candidate tries."""

@@ -1,140 +1,152 @@
-"""Paired rounds: served measurements bracketed by in-process ONNX Runtime timings (the gauge).
+"""The headline rounds: every ratio from measurements taken next to each other, rounds interleaved until the intervals are narrow.
 
 This machine's speed drifts by tens of percent within a minute (a shared VM; it flips between a
-fast and a slow state every few seconds), so two numbers taken apart can make a ratio say
-anything. A round counts only when the gauges around its served runs agree; the headline ratios
-are medians over the rounds that count.
+fast and a slow state every few seconds, and other work on it comes and goes). Two numbers taken
+apart can make a ratio say anything; two taken together share the machine's speed, and it cancels
+in their ratio. So each round yields ratios of neighbours only, the headline is the median over
+rounds, and its interval (estimate.py) says how much the drift left. Nothing is thrown away for
+drifting: a round split by a speed change is an outlier the median resists and the interval shows.
+
+Served c=1 against in-process ORT is measured as a product of two drift-free factors, not as a
+served run between in-process gauges (which miss a speed change that starts and ends inside the run):
+
+- served p50 / the server's own time inside ORT, both from the same perf_analyzer window (the
+  stand-in backend times its ORT call per request): the serving path's share, immune to drift
+  because numerator and denominator are the same requests;
+- the server's time inside ORT / in-process ORT p50, from ``bench.alternations`` short bursts (about
+  ``bench.alternation_ms`` each) alternating between the server and this process, first one then the
+  other, a fraction of a second apart: a drift of seconds moves both sides of each pair alike.
+
+Their product is served / in-process at one machine speed. An external Triton has no in-server ORT
+timer (it may run on a GPU), so there in-process p50 is timed right before and right after the run.
+
+Throughput variant against latency variant runs both in one server, back to back, in an order that
+alternates per round, with in-process best-batch throughput timed next to the throughput variant's
+run: its share of in-process comes from neighbours too.
+
+Groups of rounds (c=1, and each compared concurrency) interleave, one round of each in turn; a
+group stops by :class:`~pipeline.bench.estimate.StopRule`, which reads interval widths only.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass, field
 
-import numpy as np
+from pipeline.bench.estimate import StopRule
+from pipeline.bench.measured import Point
+from pipeline.bench.progress import Progress
+from pipeline.bench.rounds import Alternation, C1Round, C1Rounds, ThroughputRound, ThroughputRounds
 
-from pipeline.bench.measured import Bracketed, PairedC1, PairedThroughput, Point, Round, VariantRun
 
-S = TypeVar("S")
+@dataclass
+class Group:
+    """One headline group: its record, and ``step(i)``, which measures round ``i`` and appends it to the record."""
+
+    label: str
+    record: C1Rounds | ThroughputRounds
+    step: Callable[[int], None]
+    rule: StopRule
+    seconds: list[float] = field(default_factory=list)  # each round's duration, for the ETA
+
+    @property
+    def ran(self) -> int:
+        return len(self.record.rounds)
 
 
-def bracketed_rounds(
-    steps: Callable[[int], list[Callable[[], S]]],
-    ratio: Callable[[list[S], float], float | None],
-    gauge: Callable[[], float],
-    gauge_key: str,
-    want: int,
-    max_rounds: int,
-    max_drift: float,
-    inside: Callable[[list[S]], float | None] | None = None,
-) -> Bracketed[S]:
-    """Rounds of [gauge, step, gauge, step, ..., gauge]; the median ratio over the rounds that count.
-
-    Each of a round's ``steps(round)`` (served measurements) sits between two gauges; a round
-    counts only if all its gauges agree within ``max_drift`` (the machine kept its speed for
-    every step) and ``ratio(step results, mean gauge)`` gave a number. Rounds run until
-    ``want`` count or ``max_rounds`` ran. Which rounds count, and when to stop, depend only on
-    the gauges and on validity, never on the ratio's value.
-
-    The gauges around a step miss a flip that begins and ends inside it. ``inside(step
-    results)``, where given, is the same ORT work timed by the server *during* the steps (the
-    embedded stand-in's time inside ONNX Runtime): it must agree with the gauges too.
-    """
-    rounds: list[Round[S]] = []
-    for i in range(max_rounds):
-        if sum(r.counted for r in rounds) >= want:
-            break
-        gauges, done = [gauge()], []
-        for step in steps(i):
-            done.append(step())
-            gauges.append(gauge())
-        mean = float(np.mean(gauges))
-        in_server = inside(done) if inside else None
-        checked = gauges + ([in_server] if in_server else [])
-        drift = (max(checked) - min(checked)) / min(checked)
-        r = ratio(done, mean)
-        rounds.append(Round(i, gauges, mean, in_server, drift, r, r is not None and drift <= max_drift, done))
-    out = Bracketed(gauge_key, max_drift, rounds)
-    counted = out.counted
-    if counted:
-        ratios = [r.ratio for r in counted if r.ratio is not None]
-        out.ratio = float(np.median(ratios))
-        out.gauge_median = float(np.median([r.gauge_mean for r in counted]))
-        out.ratio_range = [min(ratios), max(ratios)]
-    else:
-        out.reason = (
-            f"no round kept the in-process gauge ({gauge_key}){' and the in-server ORT time' if inside else ''} within {max_drift:.0%} (drifts "
-            + ", ".join(f"{r.drift:.0%}" for r in rounds) + ") or a served run was invalid"
-        )
+def alternations(server_ms: Callable[[], float | None], process_ms: Callable[[], float], n: int, server_first: bool) -> list[Alternation]:
+    """``n`` pairs of one server burst and one in-process burst, which goes first alternating pair by pair."""
+    out = []
+    for k in range(n):
+        first = server_first == (k % 2 == 0)
+        if first:
+            s, p = server_ms(), process_ms()
+        else:
+            p, s = process_ms(), server_ms()
+        out.append(Alternation(s, p, first))
     return out
 
 
-def paired_c1(
-    serve_c1: Callable[[int], Point],
-    ort_p50: Callable[[], float],
-    want: int,
-    max_rounds: int,
-    max_drift: float,
-    in_server_key: str | None = None,
-) -> PairedC1:
-    """Served c=1 p50 against the in-process batch-1 ORT p50 measured right before and right after it.
+def c1_embedded(serve: Callable[[str, int], Point], alternate: Callable[[int], list[Alternation]], in_server_key: str,
+                with_throughput: bool, rule: StopRule) -> Group:  # fmt: skip
+    """c=1 rounds in an embedded server: the latency variant (and the throughput one, order alternating), then the alternations.
 
-    ``in_server_key``: the served metric that is the server's own time inside ORT per request
-    (embedded mode: ``server_compute_infer_ms`` for the native stand-in, ``standin_ort_ms`` for
-    the python one); a round then also needs it to agree with the gauges (see bracketed_rounds).
+    ``serve(variant, round)`` runs perf_analyzer at c=1; ``alternate(round)`` the server/in-process bursts.
     """
+    rec = C1Rounds(in_server_key)
 
-    def steps(i: int) -> list[Callable[[], Point]]:
-        return [lambda: serve_c1(i)]
+    def step(i: int) -> None:
+        order = ["latency", "throughput"] if with_throughput else ["latency"]
+        if i % 2:
+            order.reverse()
+        got = {v: serve(v, i) for v in order}
+        rec.rounds.append(C1Round(i, got["latency"], got.get("throughput"), order, alternate(i)))
 
-    def ratio(done: list[Point], ort_ms: float) -> float | None:
-        return done[0].metrics["p50_ms"] / ort_ms if done[0].valid else None
-
-    def inside(done: list[Point]) -> float | None:
-        return done[0].metrics.get(in_server_key) if in_server_key and done[0].valid else None
-
-    # Without an in-server gauge (external Triton) there is none to check, and no reason may name one.
-    b = bracketed_rounds(steps, ratio, ort_p50, "ort_p50_ms", want, max_rounds, max_drift, inside if in_server_key else None)
-    served = float(np.median([r.steps[0].metrics["p50_ms"] for r in b.counted])) if b.ratio is not None else None
-    return PairedC1(**b.head(), in_server_key=in_server_key, served_p50_ms=served)
+    return Group("c=1", rec, step, rule)
 
 
-def paired_throughput(
-    serve: Callable[[str, int, int], Point],
-    ort_best: Callable[[], float],
-    concurrency: list[int],
-    want: int,
-    max_rounds: int,
-    max_drift: float,
-) -> dict[int, PairedThroughput]:
-    """Throughput variant over latency variant at each concurrency, both measured inside one bracketed round.
+def c1_external(serve: Callable[[int], Point], ort_p50: Callable[[], float], rule: StopRule) -> Group:
+    """c=1 rounds against an external Triton: in-process ORT p50 right before and right after each served run."""
+    rec = C1Rounds(None)
 
-    ``serve(variant, concurrency, round)`` runs perf_analyzer on one variant of a server that
-    holds both. A round is [gauge, one variant, gauge, the other, gauge]: a speed flip during
-    either run shows in its gauges. The order alternates between rounds, so what is left of
-    the machine's drift favours neither variant. The gauge is in-process ORT inferences/s at
-    the baseline's best batch size, so each round also gives the throughput variant against
-    in-process best-batch throughput of that minute.
+    def step(i: int) -> None:
+        before = ort_p50()
+        p = serve(i)
+        rec.rounds.append(C1Round(i, p, None, ["gauge", "latency", "gauge"], gauges=[before, ort_p50()]))
+
+    return Group("c=1", rec, step, rule)
+
+
+def throughput_at(c: int, serve: Callable[[str, int, int], Point], ort_best: Callable[[], float], rule: StopRule) -> Group:
+    """Rounds at concurrency ``c``: [latency, throughput, gauge] and [gauge, throughput, latency] in turn.
+
+    ``serve(variant, c, round)`` runs perf_analyzer on one variant of a server holding both; the
+    gauge (in-process ORT infer/s at the baseline's best batch) sits next to the throughput run,
+    on either side in turn, and the latency run on the other side, so linear drift favours neither.
     """
-    out: dict[int, PairedThroughput] = {}
-    for c in concurrency:
+    rec = ThroughputRounds(c)
 
-        def steps(i: int, c: int = c) -> list[Callable[[], VariantRun]]:
-            order = ["latency", "throughput"] if i % 2 == 0 else ["throughput", "latency"]
-            return [lambda v=v: VariantRun(v, serve(v, c, i)) for v in order]
+    def step(i: int) -> None:
+        order = ["latency", "throughput", "gauge"] if i % 2 == 0 else ["gauge", "throughput", "latency"]
+        got: dict[str, Point | float] = {s: (ort_best() if s == "gauge" else serve(s, c, i)) for s in order}
+        rec.rounds.append(ThroughputRound(i, order, got["latency"], got["throughput"], got["gauge"]))  # type: ignore[arg-type]
 
-        def ratio(done: list[VariantRun], _ort: float) -> float | None:
-            p = {s.variant: s.point for s in done}
-            lat, thr = p["latency"], p["throughput"]
-            return thr.metrics["throughput_infer_s"] / lat.metrics["throughput_infer_s"] if lat.valid and thr.valid else None
+    return Group(f"c={c}", rec, step, rule)
 
-        s = PairedThroughput(**bracketed_rounds(steps, ratio, ort_best, "ort_best_infer_s", want, max_rounds, max_drift).head(), concurrency=c)
-        counted = s.counted
-        if counted:
-            s.latency_infer_s, s.throughput_infer_s = (float(np.median([s.run(r, v).metrics["throughput_infer_s"] for r in counted]))
-                                                       for v in ("latency", "throughput"))  # fmt: skip
-            # What the throughput variant's scheduling costs a request, e.g. the batching tax at c=1.
-            s.throughput_vs_ort_best = float(np.median([s.round_vs_ort_best(r) for r in counted]))
-            s.p50_delta_ms = float(np.median([s.round_p50_delta_ms(r) for r in counted]))
-        out[c] = s
-    return out
+
+def _left_s(groups: list[Group], elapsed: float) -> float | None:
+    """Seconds the active ``groups`` may still take: each to its max, or, under a budget, up to the budget
+    (more only where a group still lacks its minimum). None before any round has run: nothing to go by."""
+    done = [x for g in groups for x in g.seconds]
+    if not done:
+        return None
+    default = sum(done) / len(done)
+
+    def per_round(g: Group) -> float:
+        return sum(g.seconds) / len(g.seconds) if g.seconds else default
+
+    most = sum((g.rule.max_rounds - g.ran) * per_round(g) for g in groups)
+    budgets = [g.rule.budget_s for g in groups if g.rule.target is not None and g.rule.budget_s is not None]
+    if len(budgets) < len(groups):
+        return most
+    least = sum(max(0, g.rule.min_rounds - min((e.n for e in g.record.decisive()), default=0)) * per_round(g) for g in groups)
+    return min(most, max(least, max(budgets) - elapsed))
+
+
+def run_rounds(groups: list[Group], progress: Progress, clock: Callable[[], float] = time.monotonic) -> None:
+    """One round of each active group in turn, until its rule stops it (the reason is recorded in ``stopped``)."""
+    t0 = clock()
+    active = list(groups)
+    while active:
+        for g in list(active):
+            why = g.rule.reason(g.ran, g.record.decisive(), clock() - t0)
+            if why is not None:
+                g.record.stopped = why
+                active.remove(g)
+                continue
+            limit = g.rule.max_rounds if g.rule.target is None else f"<={g.rule.max_rounds}"
+            progress.at(g.label, f"round {g.ran + 1}/{limit}", _left_s(active, clock() - t0))
+            start = clock()
+            g.step(g.ran)
+            g.seconds.append(clock() - start)

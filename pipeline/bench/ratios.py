@@ -1,26 +1,30 @@
 """The headline numbers: served against in-process ORT, throughput variant against latency variant.
 
-Paired rounds (pairing.py) outrank the sweep's points wherever they ran: the sweep measures
-one point after another, each variant in its own server, minutes apart on a machine whose
-speed drifts. The unpaired numbers are kept beside them to show what pairing corrects.
+The rounds (pairing.py) give them wherever they ran, as estimates with intervals: the sweep measures
+one point after another, each variant in its own server, minutes apart on a machine whose speed
+drifts. The unpaired numbers are kept beside them to show what pairing corrects.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.bench.measured import PairedThroughput, Point
+from pipeline.bench.estimate import Estimate
+from pipeline.bench.measured import Point
 from pipeline.bench.results import BenchResult, Comparison, Ratios
-from pipeline.core.config import BenchConfig, BenchServer
+from pipeline.core.config import BenchConfig, BenchProfile, BenchServer
 
 
 def compared_concurrencies(b: BenchConfig) -> list[int]:
     """Where the throughput variant is compared with the latency variant (c=1 is the batching tax, not a comparison).
 
-    The paired concurrencies (bench.paired_throughput_concurrency) when paired throughput rounds run
+    The rounds' concurrencies (bench.paired_throughput_concurrency) when throughput rounds run
     (embedded server, bench.paired_throughput_rounds > 0), else the swept ones (bench.concurrency).
     """
-    paired = b.server == BenchServer.embedded and b.paired_throughput_rounds > 0
+    embedded = b.server == BenchServer.embedded
+    if embedded and b.profile == BenchProfile.default and b.paired_throughput_rounds == 0:
+        return []  # the default profile measures the variants only in rounds: no rounds, no comparison
+    paired = embedded and b.paired_throughput_rounds > 0
     for source in [b.paired_throughput_concurrency] * paired + [b.concurrency]:
         cs = sorted({int(c) for c in source if int(c) > 1})
         if cs:
@@ -30,11 +34,11 @@ def compared_concurrencies(b: BenchConfig) -> list[int]:
 
 @dataclass
 class Headline:
-    """The served c=1 point and in-process ORT p50 behind the headline ratio, and how they were paired.
+    """The served c=1 point behind the headline ratio, and in-process ORT p50 at that point's machine speed.
 
-    ``paired``: the counted round with the median ratio (see pairing.paired_c1); ``unpaired``:
-    the sweep's c=1 point against the start/end baseline (when bench.paired_rounds=0);
-    ``drifted``: paired rounds ran but none counted, so there is no headline number.
+    ``paired``: the round with the median ratio; its in-process p50 is the server's ORT time in that window over the
+    round's in-server/in-process factor (embedded), or the mean of the gauges around it (external). ``unpaired``:
+    the sweep's c=1 point against the faster start/end baseline (no c=1 rounds ran). ``none``: no round gave a ratio.
     """
 
     served: Point | None
@@ -45,18 +49,13 @@ class Headline:
 def headline_c1(res: BenchResult) -> Headline:
     """See :class:`Headline`."""
     paired = res.paired_c1
-    if paired:
-        counted = sorted(paired.counted, key=lambda r: r.ratio or 0.0)
-        if not counted:
-            return Headline(None, None, "drifted")
-        mid = counted[(len(counted) - 1) // 2]
-        return Headline(mid.steps[0], mid.gauge_mean, "paired")
-    return Headline(res.point("latency", 1), res.baseline.latency.p50_ms, "unpaired")
-
-
-def paired_throughput(res: BenchResult, c: int) -> PairedThroughput | None:
-    """The paired throughput/latency rounds at concurrency ``c`` (see pairing.paired_throughput), if they ran."""
-    return res.paired_throughput.get(c)
+    if not paired:
+        return Headline(res.point("latency", 1), res.baseline.latency.p50_ms, "unpaired")
+    r = paired.median_round()
+    if r is None:
+        return Headline(None, None, "none")
+    in_server, factor = r.in_server_ms(paired.in_server_key), r.in_server_vs_in_process()
+    return Headline(r.latency, in_server / factor if in_server and factor else r.ort_p50_ms(), "paired")
 
 
 def standin_cost_ms(served: Point | None) -> float | None:
@@ -71,47 +70,47 @@ def _comparison(res: BenchResult, c: int) -> Comparison:
     unpaired = thr.metrics["throughput_infer_s"] / lat.metrics["throughput_infer_s"] if lat and thr else None
     best = res.baseline.throughput.best_infer_s
     unpaired_best = thr.metrics["throughput_infer_s"] / best if thr and best else None
-    pair = paired_throughput(res, c)
+    pair = res.paired_throughput.get(c)
     if not pair:
-        return Comparison(c, unpaired, unpaired, unpaired_best, unpaired_best)
-    # Paired (both variants in one server, same bracketed round) when it ran; None if it ran and nothing counted.
-    return Comparison(c, pair.ratio, unpaired, pair.throughput_vs_ort_best, unpaired_best, len(pair.counted))
+        return Comparison(c, Estimate(unpaired), unpaired, Estimate(unpaired_best), unpaired_best)
+    # Rounds (both variants in one server, next to each other) when they ran: no value if none gave one.
+    return Comparison(c, pair.vs_latency(), unpaired, pair.vs_ort_best(), unpaired_best)
 
 
 def ratios(res: BenchResult) -> Ratios:
     """The headline numbers of ``res``, at the concurrencies its settings compare (:func:`compared_concurrencies`)."""
-    lat1 = res.point("latency", 1)
+    lat1, thr1 = res.point("latency", 1), res.point("throughput", 1)
     b_lat = res.baseline.latency.p50_ms
-    paired = res.paired_c1
-    h = headline_c1(res)
-    served, ort_p50 = h.served, h.ort_p50_ms
-    counted = paired if paired and paired.ratio else None  # medians over counted rounds, when there are any
-    if paired:
-        vs_ort, rounds_counted = paired.ratio, len(paired.counted)
+    pc, h = res.paired_c1, headline_c1(res)
+    if pc:
+        head, served_p50, ort_p50 = pc.ratio(), pc.served_p50_ms(), pc.ort_p50_ms()
     else:
-        vs_ort, rounds_counted = (served.metrics["p50_ms"] / ort_p50 if served and ort_p50 else None), None
+        served_p50, ort_p50 = (h.served.metrics["p50_ms"] if h.served else None), h.ort_p50_ms
+        head = Estimate(served_p50 / ort_p50 if served_p50 and ort_p50 else None)
     # Embedded only: the python backend's own cost, measured by the stand-in (Triton compute infer minus the
-    # mean time inside ORT), taken off the served p50. Triton's onnxruntime backend has some cost of its own
-    # there too, so this is a lower bound for it, never the headline.
-    cost = standin_cost_ms(served)
-    removed = (served.metrics["p50_ms"] - cost) / ort_p50 if served and ort_p50 and cost is not None and vs_ort else None
-    thr1 = res.point("throughput", 1)
+    # mean time inside ORT), taken off the median round's served p50. Triton's onnxruntime backend has some cost
+    # of its own there too, so this is a lower bound for it, never the headline.
+    cost = standin_cost_ms(h.served)
+    p50 = h.served.metrics["p50_ms"] if h.served else None
+    removed = head.value * (p50 - cost) / p50 if head.value and p50 and cost is not None else None
     # The batching tax, two ways: the queue wait Triton measured on the throughput variant at c=1 (direct), and
-    # its p50 above the latency variant's (paired when c=1 is in bench.paired_throughput_concurrency).
+    # its p50 above the latency variant's (from the c=1 rounds when they ran both variants).
     unpaired_tax = thr1.metrics["p50_ms"] - lat1.metrics["p50_ms"] if thr1 and lat1 else None
-    pair1 = paired_throughput(res, 1)
+    tax = pc.batching_tax_ms() if pc and any(r.throughput is not None for r in pc.rounds) else Estimate(unpaired_tax)
     return Ratios(
-        latency_c1_p50_ms=counted.served_p50_ms if counted else (served.metrics.get("p50_ms") if served else None),
-        ort_p50_ms=counted.gauge_median if counted else ort_p50,
-        latency_c1_p50_vs_ort_p50=vs_ort,
-        latency_c1_paired_rounds_counted=rounds_counted,
+        latency_c1_p50_ms=served_p50,
+        ort_p50_ms=ort_p50,
+        latency_c1=head,
         latency_c1_p50_vs_ort_p50_standin_removed=removed,
-        # The sweep's c=1 point against the start/end baseline: kept to show what pairing corrects.
+        # The c=1 point (the sweep's, or the median round's) against the start/end baseline: what pairing corrects.
         latency_c1_p50_vs_ort_p50_unpaired=lat1.metrics["p50_ms"] / b_lat if lat1 and b_lat else None,
         latency_c1_queue_share=lat1.metrics["queue_share"] if lat1 else None,
         compared=[_comparison(res, c) for c in compared_concurrencies(res.settings)],
         throughput_c1_queue_ms=thr1.metrics["server_queue_ms"] if thr1 else None,
         throughput_c1_queue_share=thr1.metrics["queue_share"] if thr1 else None,
-        batching_tax_c1_ms=pair1.p50_delta_ms if pair1 else unpaired_tax,
+        batching_tax_c1=tax,
         batching_tax_c1_ms_unpaired=unpaired_tax,
+        served_vs_in_server=pc.served_vs_in_server() if pc and pc.in_server_key else Estimate(None),
+        in_server_vs_in_process=pc.in_server_vs_in_process() if pc and pc.in_server_key else Estimate(None),
+        serving_overhead_ms=pc.overhead_ms() if pc and pc.in_server_key else Estimate(None),
     )

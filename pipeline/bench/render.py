@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.bench.measured import Bracketed, Point
-from pipeline.bench.ratios import paired_throughput
+from pipeline.bench import render_rounds
+from pipeline.bench.render_rounds import _f, _invalid
 from pipeline.bench.results import BenchResult
 from pipeline.core.atomic import write_text
 
@@ -75,138 +75,19 @@ def plot_png(res: BenchResult, path: Path) -> None:
     plt.close(fig)
 
 
-def _f(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
-    return "n/a" if x is None else format(x, fmt) + unit
-
-
-def _x(x: float | None) -> str:
-    return _f(x, unit="x")
-
-
-def _counted(p: Bracketed, rounds: str) -> str:
-    """'median of N of M <rounds>, range lo-hix' for paired rounds with a ratio."""
-    lo, hi = p.ratio_range or [0.0, 0.0]
-    return f"median of {len(p.counted)} of {len(p.rounds)} {rounds}, range {lo:.2f}-{hi:.2f}x"
-
-
-def _pairing(res: BenchResult) -> str:
-    p = res.paired_c1
-    if not p:
-        return "unpaired: sweep c=1 point vs the faster of the start/end baselines"
-    if p.ratio is None:
-        return f"paired, no round counted: {p.reason}"
-    # The p50s shown beside the ratio are medians of their own: with rounds in fast and slow phases their
-    # quotient can differ from the median of the per-round ratios, which is the headline.
-    unpaired = res.ratios.latency_c1_p50_vs_ort_p50_unpaired if res.ratios else None
-    counted = _counted(p, "paired rounds' ratios")
-    return f"each a median over the counted rounds; ratio: {counted}; unpaired sweep ratio {_x(unpaired)}"
-
-
-def _throughput_pairing(res: BenchResult) -> str:
-    parts = []
-    for cmp in res.ratios.compared if res.ratios else []:
-        c, p = cmp.concurrency, paired_throughput(res, cmp.concurrency)
-        if not p:
-            parts.append(f"c={c} unpaired: the sweep's points, measured minutes apart")
-        elif p.ratio is None:
-            parts.append(f"c={c} paired, no round counted: {p.reason}")
-        else:
-            parts.append(f"c={c}: {_counted(p, 'paired rounds')}, unpaired sweep ratio {_x(cmp.vs_latency_unpaired)}")
-    return "; ".join(parts)
-
-
 def _gauges(gauges: list[float]) -> str:
-    """A round's in-process gauges (infer/s) in the order they were timed, for a table cell."""
+    """A candidate's in-process gauges (infer/s) in the order they were timed, for a table cell."""
     return " / ".join(f"{g:.0f}" for g in gauges)
-
-
-def _invalid(reason: str, keep: int) -> str:
-    """A table cell for an invalid measurement: the end of perf_analyzer's reason, its pipes escaped for Markdown."""
-    return "INVALID: " + reason[-keep:].replace("|", "\\|")
-
-
-def _paired_table(res: BenchResult) -> list[str]:
-    p = res.paired_c1
-    if not p:
-        return []
-    also = f" and the server's own time inside ORT during the run ({p.in_server_key}, mean)" if p.in_server_key else ""
-    lines = ["", f"## Latency c=1 paired with in-process ORT (a round counts if its two ORT p50s{also} agree within {p.max_drift:.0%})", "",
-             "| round | ORT p50 before ms | served p50 ms | ORT in server ms | ORT p50 after ms | drift | ratio | counted |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in p.rounds:
-        s = r.steps[0]
-        served = _f(s.metrics.get("p50_ms")) if s.valid else _invalid(s.reason, 60)
-        lines.append(f"| {r.index} | {r.gauges[0]:.2f} | {served} | {_f(r.in_server_gauge)} | {r.gauges[-1]:.2f} | "
-                     f"{r.drift:.0%} | {_x(r.ratio)} | {'yes' if r.counted else 'no'} |")  # fmt: skip
-    return lines
-
-
-def _paired_throughput_table(res: BenchResult) -> list[str]:
-    if not res.paired_throughput:
-        return []
-    drift = next(iter(res.paired_throughput.values())).max_drift
-    lines = ["", "## Throughput vs latency variant, paired: one server holds both; in-process ORT best-batch throughput is timed "
-             f"before, between and after the two runs (a round counts if all three agree within {drift:.0%}); order alternates", "",
-             "| c | round | order | ORT best infer/s: before / between / after | latency infer/s | throughput infer/s | drift "
-             "| throughput / latency | throughput / ORT best | p50 latency / throughput ms | counted |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-
-    def tput(p: Point) -> str:
-        return _f(p.metrics.get("throughput_infer_s"), ".1f") if p.valid else _invalid(p.reason, 50)
-
-    for c, p in res.paired_throughput.items():
-        for r in p.rounds:
-            lat, thr = p.run(r, "latency"), p.run(r, "throughput")
-            lines.append(f"| {c} | {r.index} | {' then '.join(s.variant for s in r.steps)} | {_gauges(r.gauges)} | "
-                         f"{tput(lat)} | {tput(thr)} | {r.drift:.0%} | {_x(r.ratio)} | {_x(p.round_vs_ort_best(r))} | "
-                         f"{_f(lat.metrics.get('p50_ms'))} / {_f(thr.metrics.get('p50_ms'))} | {'yes' if r.counted else 'no'} |")  # fmt: skip
-    return lines
-
-
-def _tax_p50_text(res: BenchResult) -> str:
-    """The batching tax as a p50 difference: paired when c=1 rounds ran and one counted, else the sweep's."""
-    r = res.ratios
-    unpaired = f"{_f(r.batching_tax_c1_ms_unpaired if r else None)} ms"
-    if not paired_throughput(res, 1):
-        return f"its p50 is {unpaired} above the latency variant's (unpaired sweep points)"
-    if r is None or r.batching_tax_c1_ms is None:
-        return f"no paired c=1 round counted, so no same-minute p50 difference (see machine_drift); unpaired sweep: {unpaired}"
-    return f"its p50 is {_f(r.batching_tax_c1_ms)} ms above the latency variant's (paired rounds, see below; unpaired sweep: {unpaired})"
-
-
-def _headline(res: BenchResult) -> list[str]:
-    r = res.ratios
-    assert r is not None, "ratios are computed before rendering"  # a programming error, not a user one
-    cmp = r.compared
-    removed = r.latency_c1_p50_vs_ort_p50_standin_removed
-    lines = [
-        f"- latency variant c=1 p50 / in-process ORT p50: **{_x(r.latency_c1_p50_vs_ort_p50)}** "
-        f"({_f(r.latency_c1_p50_ms)} ms vs {_f(r.ort_p50_ms)} ms, {_pairing(res)}); queue share {_f(r.latency_c1_queue_share, '.1%')}"
-        + (f"; without the python backend's measured cost: {_x(removed)} (a lower bound for Triton's onnxruntime backend)" if removed else ""),
-    ]
-    if not cmp:
-        lines.append("- throughput / latency variant: not compared (no concurrency above 1 in bench.paired_throughput_concurrency "
-                     "or bench.concurrency)")  # fmt: skip
-    else:
-        lines += [
-            "- throughput / latency variant: " + ", ".join(f"c={x.concurrency} **{_x(x.vs_latency)}**" for x in cmp) + f" ({_throughput_pairing(res)})",
-            "- throughput variant / in-process best batch: " + ", ".join(f"c={x.concurrency} {_x(x.vs_ort_best)}" for x in cmp)
-            + (f" (paired: in-process ORT at batch {res.baseline.throughput.best_batch} timed around each round; "
-               "unpaired against the start baseline: " + ", ".join(f"c={x.concurrency} {_x(x.vs_ort_best_unpaired)}" for x in cmp) + ")"
-               if res.paired_throughput else ""),
-        ]  # fmt: skip
-    lines.append(f"- batching tax at c=1: the throughput variant's requests wait {_f(r.throughput_c1_queue_ms)} ms in Triton's queue "
-                 f"({_f(r.throughput_c1_queue_share, '.1%')} of server time); {_tax_p50_text(res)}")  # fmt: skip
-    return lines
 
 
 def _measurements(res: BenchResult) -> list[str]:
     lines = [
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
         "",
-        *(["The sweep measures one point after another, each variant in its own server: rows taken minutes apart are not "
-           "comparable on a machine whose speed drifts. Variant against variant, and served against in-process, are in the "
-           "paired tables below.", ""] if res.paired_throughput or res.paired_c1 else []),
+        *(["Rows taken minutes apart are not comparable on a machine whose speed drifts: variant against variant, and served "
+           "against in-process, are in the headline and the tables of rounds below.", ""] if res.paired_throughput or res.paired_c1 else []),
+        *([f"Points marked *rounds* are the median-throughput measurement of that variant and concurrency over the rounds "
+           f"(bench.profile={res.settings.profile}: no separate sweep).", ""] if any(s.source == "rounds" for s in res.variants.values()) else []),
         "| variant | c | p50 ms | p95 ms | p99 ms | infer/s | queue ms | compute ms | queue share | avg batch | load 1m | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
@@ -218,7 +99,7 @@ def _measurements(res: BenchResult) -> list[str]:
                 lines.append(
                     f"| {name} | {p.concurrency} | {m['p50_ms']:.2f} | {m['p95_ms']:.2f} | {m['p99_ms']:.2f} | "
                     f"{m['throughput_infer_s']:.1f} | {m['server_queue_ms']:.2f} | {comp:.2f} | {m['queue_share']:.1%} | "
-                    f"{_f(p.avg_batch)} | {_f(m.get('loadavg_1m'))} | ok |"
+                    f"{_f(p.avg_batch)} | {_f(m.get('loadavg_1m'))} | {'ok' if sweep.source == 'sweep' else 'ok (rounds)'} |"
                 )
             else:
                 lines.append(f"| {name} | {p.concurrency} | - | - | - | - | - | - | - | - | - | {_invalid(p.reason, 90)} |")
@@ -272,11 +153,12 @@ def markdown(res: BenchResult) -> str:
         "",
         "## Headline",
         "",
-        *_headline(res),
+        *render_rounds.headline(res),
+        *render_rounds.method(res),
         "",
         *_measurements(res),
-        *_paired_table(res),
-        *_paired_throughput_table(res),
+        *render_rounds.c1_table(res),
+        *render_rounds.throughput_table(res),
         "",
         "## Diagnosis",
         "",
@@ -292,3 +174,14 @@ def write_outputs(res: BenchResult, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "report.md", markdown(res))
     plot_png(res, out_dir / "bench.png")
+
+
+def console_line(res: BenchResult, seconds: float) -> str:
+    """The stage's one closing line: every headline with its interval, and how long the bench took."""
+    r = res.ratios
+    assert r is not None, "ratios are computed before rendering"
+    compared = "; ".join(f"c{x.concurrency} = {x.vs_latency.text()}" for x in r.compared) or "not compared"
+    best = "; ".join(f"c{x.concurrency} = {x.vs_ort_best.text()}" for x in r.compared) or "not compared"
+    return (f"[bench] {res.server.mode} mode, profile {res.settings.profile}; latency c=1 p50 / in-process ORT p50 = {r.latency_c1.text()}; "
+            f"throughput/latency {compared}; throughput/in-process best batch {best}; batching tax c=1 "
+            f"{r.batching_tax_c1.text('.2f', ' ms')} ({seconds:.0f} s)")  # fmt: skip

@@ -15,10 +15,12 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from pipeline.bench.measured import Baseline, Json, PairedC1, PairedThroughput, Point, Sweep, Tuning
+from pipeline.bench.estimate import Estimate
+from pipeline.bench.measured import Baseline, Json, Point, Sweep, Tuning
+from pipeline.bench.rounds import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig
 
-SCHEMA = 1
+SCHEMA = 2  # 2: headline estimates with intervals; rounds without a drift filter
 
 
 @dataclass
@@ -94,63 +96,87 @@ class Finding:
 
 @dataclass
 class Comparison:
-    """Throughput variant against the latency variant and in-process best batch at one concurrency."""
+    """Throughput variant against the latency variant and in-process best batch at one concurrency.
+
+    The estimates come from the rounds when they ran there (median and interval; no value if none gave one),
+    else they hold the sweep's single ratio without an interval.
+    """
 
     concurrency: int
-    vs_latency: float | None  # paired when the paired rounds ran (None if none counted), else the sweep's
+    vs_latency: Estimate
     vs_latency_unpaired: float | None
-    vs_ort_best: float | None
+    vs_ort_best: Estimate
     vs_ort_best_unpaired: float | None
-    paired_rounds_counted: int | None = None  # None: no paired rounds ran
 
     def to_json(self) -> Json:
         c = self.concurrency
-        d: Json = {f"throughput_vs_latency_c{c}": self.vs_latency, f"throughput_vs_latency_c{c}_unpaired": self.vs_latency_unpaired}
-        if self.paired_rounds_counted is not None:
-            d[f"throughput_vs_latency_c{c}_paired_rounds_counted"] = self.paired_rounds_counted
-        return d | {f"throughput_vs_ort_best_c{c}": self.vs_ort_best, f"throughput_vs_ort_best_c{c}_unpaired": self.vs_ort_best_unpaired}
+        d: Json = self.vs_latency.flat(f"throughput_vs_latency_c{c}") | {f"throughput_vs_latency_c{c}_unpaired": self.vs_latency_unpaired}
+        return d | self.vs_ort_best.flat(f"throughput_vs_ort_best_c{c}") | {f"throughput_vs_ort_best_c{c}_unpaired": self.vs_ort_best_unpaired}
+
+    @classmethod
+    def from_json(cls, d: Json, c: int) -> Comparison:
+        return cls(c, Estimate.from_flat(d, f"throughput_vs_latency_c{c}"), d.get(f"throughput_vs_latency_c{c}_unpaired"),
+                   Estimate.from_flat(d, f"throughput_vs_ort_best_c{c}"), d.get(f"throughput_vs_ort_best_c{c}_unpaired"))  # fmt: skip
 
 
 _COMPARED = re.compile(r"^throughput_vs_latency_c(\d+)$")
+_HEAD = "latency_c1_p50_vs_ort_p50"
 
 
 @dataclass
 class Ratios:
-    """The headline numbers: served against in-process, and throughput against latency variant."""
+    """The headline numbers: served against in-process, and throughput against latency variant, each an :class:`Estimate`.
+
+    Embedded c=1 rounds also give the two factors of the served/in-process ratio (``served_vs_in_server``: served p50
+    over the server's ORT time in the same window; ``in_server_vs_in_process``: the server's ORT time over in-process
+    ORT, from the alternations) and ``serving_overhead_ms`` (served p50 minus the server's ORT time, same window).
+    """
 
     latency_c1_p50_ms: float | None
     ort_p50_ms: float | None
-    latency_c1_p50_vs_ort_p50: float | None
+    latency_c1: Estimate
     latency_c1_p50_vs_ort_p50_standin_removed: float | None
     latency_c1_p50_vs_ort_p50_unpaired: float | None
     latency_c1_queue_share: float | None
     compared: list[Comparison]  # one per compared concurrency (ratios.compared_concurrencies)
     throughput_c1_queue_ms: float | None
     throughput_c1_queue_share: float | None
-    batching_tax_c1_ms: float | None
+    batching_tax_c1: Estimate
     batching_tax_c1_ms_unpaired: float | None
-    latency_c1_paired_rounds_counted: int | None = None  # None: no paired c=1 rounds ran
+    served_vs_in_server: Estimate = field(default_factory=lambda: Estimate(None))
+    in_server_vs_in_process: Estimate = field(default_factory=lambda: Estimate(None))
+    serving_overhead_ms: Estimate = field(default_factory=lambda: Estimate(None))
 
     def comparison(self, c: int) -> Comparison | None:
         return next((x for x in self.compared if x.concurrency == c), None)
 
+    def headlines(self) -> dict[str, Estimate]:
+        """Every headline ratio by its bench.json name: what must carry an interval."""
+        out = {_HEAD: self.latency_c1}
+        for x in self.compared:
+            out |= {f"throughput_vs_latency_c{x.concurrency}": x.vs_latency, f"throughput_vs_ort_best_c{x.concurrency}": x.vs_ort_best}
+        return out
+
     def to_json(self) -> Json:
-        d: Json = {k: getattr(self, k) for k in ("latency_c1_p50_ms", "ort_p50_ms", "latency_c1_p50_vs_ort_p50")}
-        if self.latency_c1_paired_rounds_counted is not None:
-            d["latency_c1_paired_rounds_counted"] = self.latency_c1_paired_rounds_counted
+        d: Json = {k: getattr(self, k) for k in ("latency_c1_p50_ms", "ort_p50_ms")} | self.latency_c1.flat(_HEAD)
         d |= {k: getattr(self, k) for k in ("latency_c1_p50_vs_ort_p50_standin_removed", "latency_c1_p50_vs_ort_p50_unpaired", "latency_c1_queue_share")}
+        d |= self.served_vs_in_server.flat("latency_c1_p50_vs_in_server_ort") | self.in_server_vs_in_process.flat("in_server_ort_vs_in_process_ort")
+        d |= self.serving_overhead_ms.flat("serving_overhead_c1_ms")
         for x in self.compared:
             d |= x.to_json()
-        return d | {k: getattr(self, k) for k in ("throughput_c1_queue_ms", "throughput_c1_queue_share", "batching_tax_c1_ms", "batching_tax_c1_ms_unpaired")}
+        d |= {k: getattr(self, k) for k in ("throughput_c1_queue_ms", "throughput_c1_queue_share")}
+        return d | self.batching_tax_c1.flat("batching_tax_c1_ms") | {"batching_tax_c1_ms_unpaired": self.batching_tax_c1_ms_unpaired}
 
     @classmethod
     def from_json(cls, d: Json) -> Ratios:
         cs = sorted(int(m.group(1)) for m in map(_COMPARED.match, d) if m)
-        compared = [Comparison(c, d.get(f"throughput_vs_latency_c{c}"), d.get(f"throughput_vs_latency_c{c}_unpaired"),
-                               d.get(f"throughput_vs_ort_best_c{c}"), d.get(f"throughput_vs_ort_best_c{c}_unpaired"),
-                               d.get(f"throughput_vs_latency_c{c}_paired_rounds_counted")) for c in cs]  # fmt: skip
-        own = {f.name for f in fields(cls)} - {"compared"}
-        return cls(compared=compared, **{k: d.get(k) for k in own})
+        plain = ("latency_c1_p50_ms", "ort_p50_ms", "latency_c1_p50_vs_ort_p50_standin_removed", "latency_c1_p50_vs_ort_p50_unpaired",
+                 "latency_c1_queue_share", "throughput_c1_queue_ms", "throughput_c1_queue_share", "batching_tax_c1_ms_unpaired")  # fmt: skip
+        return cls(**{k: d.get(k) for k in plain}, latency_c1=Estimate.from_flat(d, _HEAD), compared=[Comparison.from_json(d, c) for c in cs],
+                   batching_tax_c1=Estimate.from_flat(d, "batching_tax_c1_ms"),
+                   served_vs_in_server=Estimate.from_flat(d, "latency_c1_p50_vs_in_server_ort"),
+                   in_server_vs_in_process=Estimate.from_flat(d, "in_server_ort_vs_in_process_ort"),
+                   serving_overhead_ms=Estimate.from_flat(d, "serving_overhead_c1_ms"))  # fmt: skip
 
 
 def _plain(x: Any) -> Any:
@@ -190,8 +216,8 @@ class BenchResult:
     baseline: Baseline
     server: ServerInfo
     variants: dict[str, Sweep]
-    paired_c1: PairedC1 | None = None
-    paired_throughput: dict[int, PairedThroughput] = field(default_factory=dict)
+    paired_c1: C1Rounds | None = None
+    paired_throughput: dict[int, ThroughputRounds] = field(default_factory=dict)
     tuning: Tuning | None = None
     ratios: Ratios | None = None
     diagnosis: list[Finding] = field(default_factory=list)
@@ -201,6 +227,15 @@ class BenchResult:
         """The valid measurement of ``variant`` at concurrency ``c``, or None."""
         p = self.variants[variant].at(c) if variant in self.variants else None
         return p if p and p.valid else None
+
+    def _in_summary(self, key: str) -> bool:
+        """The headline numbers with their intervals (and the batching tax's); the factors without theirs, and the
+        unpaired numbers and round counts only in bench.json: `dvc exp show` stays a readable width."""
+        if key.endswith(("_unpaired", "_rounds")):
+            return False
+        with_interval = {*(self.ratios.headlines() if self.ratios else {}), "batching_tax_c1_ms"}
+        base = re.sub(r"_ci\d+_(low|high)$", "", key)
+        return base == key or base in with_interval
 
     def summary(self) -> Json:
         """The headline numbers (dvc metrics, and what a release manifest embeds): ratios, and per variant c=1 and peak."""
@@ -215,7 +250,7 @@ class BenchResult:
             "server": self.server.mode,
             "ort_p50_ms": _r4(self.baseline.latency.p50_ms),
             "ort_best_infer_s": _r4(self.baseline.throughput.best_infer_s),
-            "ratios": {k: _r4(v) for k, v in ratios.items() if not k.endswith(("_unpaired", "_rounds_counted"))},
+            "ratios": {k: _r4(v) for k, v in ratios.items() if self._in_summary(k)},
             "variants": variants,
         }
 
@@ -246,8 +281,8 @@ class BenchResult:
             baseline=Baseline.from_json(d["baseline"]),
             server=ServerInfo(**d["server"]),
             variants={v: Sweep.from_json(s) for v, s in d["variants"].items()},
-            paired_c1=PairedC1.from_json(d["paired_c1"]) if d.get("paired_c1") else None,
-            paired_throughput={int(k[1:]): PairedThroughput.from_json(p, int(k[1:])) for k, p in (d.get("paired_throughput") or {}).items()},
+            paired_c1=C1Rounds.from_json(d["paired_c1"]) if d.get("paired_c1") else None,
+            paired_throughput={int(k[1:]): ThroughputRounds.from_json(p, int(k[1:])) for k, p in (d.get("paired_throughput") or {}).items()},
             tuning=Tuning.from_json(d["tuning"]) if d.get("tuning") else None,
             ratios=Ratios.from_json(d["ratios"]) if "ratios" in d else None,
             diagnosis=[Finding(**f) for f in d.get("diagnosis", [])],

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -24,16 +24,20 @@ from pipeline.bench import inputs as inputs_mod
 from pipeline.bench import render, tune
 from pipeline.bench.baseline import Gauges, baseline_latency, baseline_throughput
 from pipeline.bench.diagnose import diagnose
+from pipeline.bench.estimate import StopRule
 from pipeline.bench.inputs import BenchInputs
+from pipeline.bench.inserver import WARM_RUNS, InServerOrt
 from pipeline.bench.machine import cpu_budget, loadavg, machine
-from pipeline.bench.measured import Baseline, OrtSettings, PairedC1, PairedThroughput, Sweep, Tuning
-from pipeline.bench.pairing import paired_c1, paired_throughput
+from pipeline.bench.measured import Baseline, OrtSettings, Point, Sweep, Tuning
+from pipeline.bench.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
+from pipeline.bench.progress import Progress
 from pipeline.bench.ratios import ratios
 from pipeline.bench.results import BenchResult, MeasuredModel, ServerInfo
-from pipeline.bench.servers import EmbeddedMode, ExternalMode
+from pipeline.bench.rounds import Alternation, C1Rounds, ThroughputRounds, sweep_from_rounds
+from pipeline.bench.servers import EmbeddedMode, ExternalMode, Target
 from pipeline.bench.sweep import Sweeper, check_readiness
 from pipeline.core.atomic import atomic_path, file_digest, remove_stale, write_json, write_text
-from pipeline.core.config import BenchConfig, BenchServer, PipelineConfig
+from pipeline.core.config import BenchConfig, BenchProfile, BenchServer, PipelineConfig
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.embedded import ShippedModel, find_shipped, read_config, write_config
@@ -59,43 +63,92 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     mach = machine(pa)
     model = measured_model(shipped)
     lat_s, thr_s = OrtSettings.from_config(main_cfg), OrtSettings.from_config(configs.get("throughput", main_cfg))
-    print(f"[bench] in-process ONNX Runtime baseline on {shipped.onnx.name}", flush=True)
-    base = Baseline(baseline_latency(shipped.onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs),
-                    baseline_throughput(shipped.onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
-    # The gauges of the paired rounds and tuning: the served variant's settings, timed like the baseline.
-    gauges = Gauges(shipped.onnx, lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
-                    b.paired_measurement_interval_ms / 1000)  # fmt: skip
+    plan = RoundsPlan.of(b, list(configs))
+    with Progress(expected_seconds(b, plan)) as progress:
+        progress.phase("baseline")
+        progress.log(f"[bench] in-process ONNX Runtime baseline on {shipped.onnx.name}; profile {b.profile}")
+        base = Baseline(baseline_latency(shipped.onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs),
+                        baseline_throughput(shipped.onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
+        # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
+        gauges = Gauges(shipped.onnx, lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
+                        b.paired_measurement_interval_ms / 1000)  # fmt: skip
 
-    with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
-        logs = Path(work_s) / "logs"
-        logs.mkdir()
-        input_json = pa_mod.write_input_data(Path(work_s) / "perf_input.json", inp.rows, inp.batched)
-        sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0])
-        mode: Mode = (
-            EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend)
-            if b.server == BenchServer.embedded
-            else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol)  # bench.url is the endpoint of bench.protocol
-        )
-        try:
-            server = server_info(mode)
-            variants, pc1 = sweep_variants(mode, sweeper, gauges, b, list(configs), server)
-            pairs = pair_variants(mode, sweeper, gauges, b, list(configs))
-            # One variant without a valid point is a finding for the report; none at all is a failure.
-            check_readiness([p for s in variants.values() for p in s.points], "any variant")
-            # bench.tune=true composes only with bench.server=embedded (pipeline.core.config): mode is an EmbeddedMode.
-            tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s) if b.tune else None  # type: ignore[arg-type]
-        except PipelineError as e:
-            raise _keeping_logs(e, logs) from None
-        finally:
-            mode.close()
-        baseline_again(base, shipped.onnx, lat_s, inp, b)
-        mach.loadavg_end = loadavg()
-        res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning)
-        res.ratios = ratios(res)
-        res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
-        write_outputs(res, shipped, configs, logs, out_dir, curves_dir, tuned_config)
+        with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
+            logs = Path(work_s) / "logs"
+            logs.mkdir()
+            input_json = pa_mod.write_input_data(Path(work_s) / "perf_input.json", inp.rows, inp.batched)
+            sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
+            mode: Mode = (
+                EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend)
+                if b.server == BenchServer.embedded
+                else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol)  # bench.url is the endpoint of bench.protocol
+            )
+            try:
+                server = server_info(mode)
+                variants = sweep_variants(mode, sweeper, b, plan.swept, server, progress)
+                pc1, pairs = measure_rounds(mode, sweeper, gauges, b, plan, inp, progress)
+                from_rounds = sweep_from_rounds(pc1, pairs)
+                variants = {v: variants[v] if v in variants else from_rounds[v] for v in configs if v in variants or v in from_rounds}
+                # One variant without a valid point is a finding for the report; none at all is a failure.
+                check_readiness([p for s in variants.values() for p in s.points], "any variant")
+                # bench.tune=true composes only with bench.server=embedded (pipeline.core.config): mode is an EmbeddedMode.
+                if b.tune:
+                    progress.phase("tuning")
+                tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s) if b.tune else None  # type: ignore[arg-type]
+            except PipelineError as e:
+                raise _keeping_logs(e, logs) from None
+            finally:
+                mode.close()
+            progress.phase("report")
+            baseline_again(base, shipped.onnx, lat_s, inp, b)
+            mach.loadavg_end = loadavg()
+            res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning)
+            res.ratios = ratios(res)
+            res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
+            write_outputs(res, shipped, configs, logs, out_dir, curves_dir, tuned_config)
     write_json(out_json, res.to_json())
     return res
+
+
+@dataclass
+class RoundsPlan:
+    """What the rounds measure and which variants the sweep measures (the rest come from the rounds).
+
+    ``c1``: c=1 rounds on the latency variant; ``c1_throughput``: the throughput variant beside it in them (the
+    batching tax; embedded, both variants, 1 in bench.paired_throughput_concurrency); ``concurrency``: where both
+    variants are compared in rounds (embedded only: an external Triton serves one variant at a time).
+    """
+
+    c1: bool
+    c1_throughput: bool
+    concurrency: list[int]
+    swept: list[str]
+
+    @classmethod
+    def of(cls, b: BenchConfig, variants: list[str]) -> RoundsPlan:
+        embedded = b.server == BenchServer.embedded
+        both = embedded and {"latency", "throughput"} <= set(variants)
+        c1 = b.paired_rounds > 0 and "latency" in variants
+        c1_thr = c1 and both and 1 in b.paired_throughput_concurrency
+        conc = sorted({int(c) for c in b.paired_throughput_concurrency if c > 1}) if both and b.paired_throughput_rounds > 0 else []
+        if b.profile == BenchProfile.full or not embedded:
+            return cls(c1, c1_thr, conc, list(variants))
+        covered = {v for v, measured in (("latency", c1 or conc), ("throughput", c1_thr or conc)) if measured}
+        return cls(c1, c1_thr, conc, [v for v in variants if v not in covered])
+
+
+def expected_seconds(b: BenchConfig, plan: RoundsPlan) -> dict[str, float]:
+    """A first guess of each phase's length for the ETA (the rounds refine theirs as they go)."""
+    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.0  # a round's perf_analyzer run: three windows and its start
+    c1 = 2 * run + b.alternations * 2 * b.alternation_ms / 1000
+    tput = 2 * run + b.paired_measurement_interval_ms / 1000
+    per_round = c1 * plan.c1 + tput * len(plan.concurrency)
+    most = max(b.paired_max_rounds, b.paired_throughput_max_rounds) * per_round
+    rounds = most if b.profile == BenchProfile.full else min(most, b.rounds_budget_s + per_round)
+    sweep = len(plan.swept) * (5.0 + len(b.concurrency) * (3 * b.measurement_interval_ms / 1000 + 1.0))
+    tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.measurement_interval_ms / 1000 + 8.0)) if b.tune else 0.0
+    baseline = 5.0 + len(b.baseline_batch_sizes) * b.baseline_seconds
+    return {"baseline": baseline, "sweep": sweep, "rounds": rounds + 5.0 * (plan.c1 or bool(plan.concurrency)), "tuning": tuning, "report": 8.0}
 
 
 # ---------------------------------------------------------------- inputs
@@ -145,42 +198,75 @@ def server_info(mode: Mode) -> ServerInfo:
     return ServerInfo(mode.mode, mode.description)
 
 
-def sweep_variants(
-    mode: Mode, sweeper: Sweeper, gauges: Gauges, b: BenchConfig, variants: list[str], server: ServerInfo
-) -> tuple[dict[str, Sweep], PairedC1 | None]:
-    """Each variant in a server of its own, swept over bench.concurrency; the latency variant's c=1 also paired.
-
-    The paired c=1 rounds run in the latency variant's server right after its sweep (bench.paired_rounds > 0).
-    """
+def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[str], server: ServerInfo, progress: Progress) -> dict[str, Sweep]:
+    """Each of ``variants`` in a server of its own, swept over bench.concurrency (the curves)."""
     out: dict[str, Sweep] = {}
-    pc1 = None
+    if variants:
+        progress.phase("sweep")
     for variant in variants:
         with mode.serve(variant) as t:
             server.triton_version = t.version
-            out[variant] = Sweep(sweeper.run(t, list(b.concurrency), variant))
-            if variant == "latency" and b.paired_rounds > 0:
-                print(f"[bench] latency c=1 paired with in-process ORT: until {b.paired_rounds} round(s) count, at most {b.paired_max_rounds}", flush=True)
-                # Embedded: the stand-in's time inside ORT during the served run is a third gauge.
-                pc1 = paired_c1(lambda i, t=t: sweeper.run(t, [1], f"latency_paired{i}", b.paired_measurement_interval_ms)[0],
-                                gauges.p50_ms, b.paired_rounds, b.paired_max_rounds, b.paired_max_drift, mode.in_server_ort_key)  # fmt: skip
-    return out, pc1
+            points = []
+            for c in b.concurrency:
+                progress.at(f"{variant} c={c}")
+                points += sweeper.run(t, [c], variant)
+            out[variant] = Sweep(points)
+    return out
 
 
-def pair_variants(mode: Mode, sweeper: Sweeper, gauges: Gauges, b: BenchConfig, variants: list[str]) -> dict[int, PairedThroughput]:
-    """Throughput against latency variant in paired rounds, both variants in one embedded server ({} when off)."""
-    pair = ["latency", "throughput"]
-    conc = [int(c) for c in b.paired_throughput_concurrency]
-    if not (isinstance(mode, EmbeddedMode) and set(pair) <= set(variants) and b.paired_throughput_rounds > 0 and conc):
-        return {}
-    print(f"[bench] throughput vs latency variant paired at c={conc}, both variants in one server: "
-          f"until {b.paired_throughput_rounds} round(s) count, at most {b.paired_throughput_max_rounds}", flush=True)  # fmt: skip
-    interval = b.paired_measurement_interval_ms
-    with mode.serve_together(pair) as ts:
+def _rules(b: BenchConfig) -> tuple[StopRule, StopRule]:
+    """When the c=1 rounds and the throughput rounds stop: the full profile runs every round."""
+    target, budget = (b.target_half_width, b.rounds_budget_s) if b.profile == BenchProfile.default else (None, None)
+    return (StopRule(b.paired_rounds, b.paired_max_rounds, target, budget),
+            StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget))  # fmt: skip
+
+
+def measure_rounds(
+    mode: Mode, sweeper: Sweeper, gauges: Gauges, b: BenchConfig, plan: RoundsPlan, inp: BenchInputs, progress: Progress
+) -> tuple[C1Rounds | None, dict[int, ThroughputRounds]]:
+    """The headline rounds (pairing.py): c=1, and both variants at each compared concurrency, interleaved.
+
+    Embedded: one server holds every variant the rounds measure as a model of its own, so switching between
+    them costs nothing. External: c=1 rounds only, in the latency variant's load.
+    """
+    if not plan.c1 and not plan.concurrency:
+        return None, {}
+    progress.phase("rounds")
+    c1_rule, tput_rule = _rules(b)
+    interval, stability = b.paired_measurement_interval_ms, b.paired_stability_percentage
+
+    def run(t: Target, c: int, tag: str) -> Point:
+        return sweeper.run(t, [c], tag, interval, stability)[0]
+
+    if isinstance(mode, ExternalMode):
+        with mode.serve("latency") as t:
+            group = c1_external(lambda i: run(t, 1, f"c1_round{i}_latency"), gauges.p50_ms, c1_rule)
+            run_rounds([group], progress)
+        return group.record, {}  # type: ignore[return-value]
+    served = ["latency"] * (plan.c1 or bool(plan.concurrency)) + ["throughput"] * (plan.c1_throughput or bool(plan.concurrency))
+    burst_s = b.alternation_ms / 1000
+    with mode.serve_together(served) as ts:
         # A fresh server's first run per model pays first-request costs (allocations for each batch shape): discarded.
-        for v in pair:
-            sweeper.run(ts[v], [max(conc)], f"paired_warmup_{v}", interval)
-        return paired_throughput(lambda v, c, i: sweeper.run(ts[v], [c], f"paired{i}_{v}", interval)[0], gauges.best_infer_s,
-                                 conc, b.paired_throughput_rounds, b.paired_throughput_max_rounds, b.paired_max_drift)  # fmt: skip
+        for v in served:
+            run(ts[v], max(plan.concurrency or [1]), f"warmup_{v}")
+        groups = []
+        if plan.c1:
+            timer = InServerOrt(ts["latency"], inp.rows, burst_s)
+            key = mode.in_server_ort_key or ""
+
+            def alternate(i: int) -> list[Alternation]:
+                return alternations(timer.burst, lambda: gauges.burst_p50_ms(burst_s, WARM_RUNS), b.alternations, i % 2 == 0)
+
+            groups.append(c1_embedded(lambda v, i: run(ts[v], 1, f"c1_round{i}_{v}"), alternate, key, plan.c1_throughput, c1_rule))
+        for c in plan.concurrency:
+            groups.append(throughput_at(c, lambda v, c, i: run(ts[v], c, f"c{c}_round{i}_{v}"), gauges.best_infer_s, tput_rule))
+        try:
+            run_rounds(groups, progress)
+        finally:
+            if plan.c1:
+                timer.close()
+    pc1 = next((g.record for g in groups if isinstance(g.record, C1Rounds)), None)
+    return pc1, {g.record.concurrency: g.record for g in groups if isinstance(g.record, ThroughputRounds)}
 
 
 def _keeping_logs(e: PipelineError, logs: Path) -> PipelineError:

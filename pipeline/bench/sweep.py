@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def model_stats(client: TritonClient, model: str) -> dict[str, float]:
         "success_count": n(inf.get("success", {}), "count"),
         "fail_count": n(inf.get("fail", {}), "count"),
         "queue_ns": n(inf.get("queue", {}), "ns"),
+        "compute_infer_ns": n(inf.get("compute_infer", {}), "ns"),  # the backend's own time inside ORT (pipeline_ort)
     }
 
 
@@ -109,11 +111,13 @@ class Sweeper:
     work_dir: Path  # perf_analyzer's CSVs and logs
     # A request that makes the embedded python stand-in flush its timers (None: no stand-in split).
     probe_row: Feed | None = None
+    log: Callable[[str], None] = print  # each run's one line (the progress display prints it above its live line)
 
-    def run(self, t: Target, concurrency: list[int], tag: str, interval_ms: int | None = None) -> list[Point]:
+    def run(self, t: Target, concurrency: list[int], tag: str, interval_ms: int | None = None, stability: int | None = None) -> list[Point]:
         """perf_analyzer on ``t`` at each concurrency; unstable or failed runs are kept as invalid points.
 
-        ``interval_ms`` overrides bench.measurement_interval_ms (the paired rounds use short windows).
+        ``interval_ms`` and ``stability`` override bench.measurement_interval_ms and bench.stability_percentage
+        (the rounds use short windows and a looser check: their interval measures the noise).
         With a ``probe_row`` and a target that publishes metrics (the python stand-in), each point also
         gets the stand-in's split of compute time, its counters lined up with the run by :func:`flush_standin`.
         """
@@ -128,7 +132,7 @@ class Sweeper:
                     self.pa, t.model, t.perf_url, c, self.input_json, csv_path,
                     protocol=b.protocol,
                     measurement_interval_ms=interval_ms or b.measurement_interval_ms,
-                    stability_percentage=b.stability_percentage,
+                    stability_percentage=stability or b.stability_percentage,
                     max_trials=b.max_trials,
                     shapes=self.shapes,
                 )  # fmt: skip
@@ -142,7 +146,7 @@ class Sweeper:
                 points.append(_point(run, before, after, t_before, t_after))
                 p = points[-1]
                 status = f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"
-                print(f"[bench] {tag} c={c}: {status}", flush=True)
+                self.log(f"[bench] {tag} c={c}: {status}")
         return points
 
 

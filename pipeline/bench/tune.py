@@ -20,7 +20,6 @@ from collections.abc import Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.measured import Candidate, Point, Round, Scheduling, Tuning
-from pipeline.bench.pairing import bracketed_rounds
 from pipeline.bench.servers import EmbeddedMode
 from pipeline.bench.sweep import Sweeper
 from pipeline.core.config import BenchConfig
@@ -34,6 +33,25 @@ def candidates(bench: BenchConfig, max_batch_size: int) -> list[Scheduling]:
         if pref:
             out.append(Scheduling(int(delay), pref, int(inst)))
     return out
+
+
+def bracketed_rounds(
+    step: Callable[[int], Point], ratio: Callable[[Point, float], float | None], gauge: Callable[[], float], max_rounds: int, max_drift: float
+) -> list[Round[Point]]:
+    """Rounds of [gauge, step, gauge] until one counts (its gauges agree within ``max_drift`` and it gave a ratio) or
+    ``max_rounds`` ran. A candidate is ranked on one counted round: unlike the headline rounds, it is no estimate
+    over many, so a drifted round is measured again instead of widening an interval.
+    """
+    rounds: list[Round[Point]] = []
+    while len(rounds) < max_rounds and not any(r.counted for r in rounds):
+        i = len(rounds)
+        before = gauge()
+        done = step(i)
+        gauges = [before, gauge()]
+        drift = (max(gauges) - min(gauges)) / min(gauges)
+        r = ratio(done, sum(gauges) / 2)
+        rounds.append(Round(i, gauges, drift, r, r is not None and drift <= max_drift, [done]))
+    return rounds
 
 
 def apply(cfg: mc.ModelConfig, s: Scheduling) -> mc.ModelConfig:
@@ -73,13 +91,13 @@ def tune(mode: EmbeddedMode, sweeper: Sweeper, bench: BenchConfig, gauge: Callab
         mode.add_variant(name, apply(base, cand))
         with mode.serve(name) as t:
 
-            def steps(i: int, t=t, name=name) -> list[Callable[[], Point]]:  # noqa: ANN001 - Target
-                return [lambda: plain.run(t, [bench.tune_concurrency], f"{name}_r{i}")[0]]
+            def step(i: int, t=t, name=name) -> Point:  # noqa: ANN001 - Target
+                return plain.run(t, [bench.tune_concurrency], f"{name}_r{i}")[0]
 
-            def ratio(done: list[Point], gauge_mean: float) -> float | None:
-                return done[0].metrics["throughput_infer_s"] / gauge_mean if done[0].valid else None
+            def ratio(done: Point, gauge_mean: float) -> float | None:
+                return done.metrics["throughput_infer_s"] / gauge_mean if done.valid else None
 
-            rounds = bracketed_rounds(steps, ratio, gauge, "ort_best_infer_s", 1, bench.tune_max_rounds, bench.paired_max_drift).rounds
+            rounds = bracketed_rounds(step, ratio, gauge, bench.tune_max_rounds, bench.paired_max_drift)
         measured.append(_candidate(cand, rounds, bench.latency_budget_ms))
     record = Tuning(bench.tune_concurrency, bench.latency_budget_ms, bench.paired_max_drift, measured, None, "")
     won = choose(measured)

@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from pipeline.bench import render
 from pipeline.bench.run import run_bench
 from pipeline.core.atomic import remove_stale, write_json
 from pipeline.core.config import load_config
@@ -31,11 +32,7 @@ def _body(args: argparse.Namespace) -> None:
     res = run_bench(cfg, args.repository, args.out_json, args.out_dir, args.curves_dir, args.tuned_config)
     if args.metrics is not None:
         write_json(args.metrics, res.summary())
-    r = res.ratios
-    assert r is not None  # run_bench always computes them
-    compared = ", ".join(f"c{x.concurrency} = {x.vs_latency}" for x in r.compared) or "not compared"
-    print(f"[bench] {res.server.mode} mode; latency c=1 p50 / ORT p50 = {r.latency_c1_p50_vs_ort_p50}; "
-          f"throughput/latency {compared} ({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print(render.console_line(res, time.perf_counter() - t0))
     errors = [d for d in res.diagnosis if d.severity == "error"]
     for d in res.diagnosis:
         print(f"[bench] {d.severity}: {d.rule} ({d.variant}): {d.message}")

@@ -86,7 +86,7 @@ def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench(tmp_path: 
     fast_bench = [
         "bench.concurrency=[1,2]", "bench.measurement_interval_ms=500", "bench.max_trials=6", "bench.stability_percentage=50",
         "bench.warmup_runs=5", "bench.baseline_runs=50", "bench.baseline_seconds=0.2", "bench.baseline_batch_sizes=[1,2]",
-        "bench.paired_rounds=0", "bench.paired_throughput_rounds=0",
+        "bench.profile=full", "bench.paired_rounds=0", "bench.paired_throughput_rounds=0",  # the sweep alone: no rounds
     ]  # fmt: skip
     project = make_project(tmp_path / "proj", ["model=onnx", "model.name=two", "model.path=models/two.onnx", *fast_bench], prepare=model_file)
     commit(project, "init")

@@ -27,6 +27,8 @@ def _problems(*overrides: str) -> dict[str, str]:
         (-1, 10, 0.1, "bench.paired_rounds", "bench.paired_rounds=-1: must be >= 0"),
         (5, 3, 0.1, "bench.paired_max_rounds", "must be >= bench.paired_rounds=5"),
         (5, 10, 0.0, "bench.paired_max_drift", "bench.paired_max_drift=0.0: must be > 0"),
+        (1, 10, 0.1, "bench.paired_rounds", "must be 0 (no rounds) or >= 2: an interval needs two rounds"),
+        (0, 10, 0.1, "bench.paired_rounds", "bench.profile=default measures the latency variant only in rounds"),
     ],
 )
 def test_bad_pairing_settings_fail_at_composition(rounds: int, max_rounds: int, drift: float, key: str, needle: str) -> None:
@@ -62,9 +64,33 @@ def test_bad_tuning_settings_fail_at_composition(server: str, max_rounds: int, c
     assert list(found) == [key] and needle in found[key], found
 
 
+def test_no_c1_rounds_compose_in_the_full_profile() -> None:
+    """The full profile sweeps: there the c=1 ratio may be the sweep's unpaired one."""
+    from pipeline.core.config import BenchProfile
+
+    cfg = compose(["bench.profile=full", "bench.paired_rounds=0"])
+    assert "profile: full" in cfg and "paired_rounds: 0" in cfg and BenchProfile("full").value == "full"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "needle"),
+    [
+        (["bench.target_half_width=0"], "bench.target_half_width", "must be in (0, 1]"),
+        (["bench.target_half_width=0.05", "bench.max_half_width=0.04"], "bench.max_half_width", "must be in [0.05, 10]"),
+        (["bench.rounds_budget_s=0"], "bench.rounds_budget_s", "must be > 0"),
+        (["bench.alternations=0"], "bench.alternations", "must be >= 1"),
+        (["bench.paired_stability_percentage=0"], "bench.paired_stability_percentage", "must be in [1, 100]"),
+    ],
+)
+def test_bad_interval_settings_fail_at_composition(overrides: list[str], key: str, needle: str) -> None:
+    found = _problems(*overrides)
+    assert list(found) == [key] and needle in found[key], found
+
+
 @pytest.mark.parametrize(
     ("override", "key"),
-    [("bench.server=remote", "bench.server"), ("bench.embedded_backend=cpp", "bench.embedded_backend"), ("bench.input_shapes=padded", "bench.input_shapes")],
+    [("bench.profile=quick", "bench.profile"), ("bench.server=remote", "bench.server"),
+     ("bench.embedded_backend=cpp", "bench.embedded_backend"), ("bench.input_shapes=padded", "bench.input_shapes")],
 )
 def test_bench_modes_are_closed_sets(override: str, key: str) -> None:
     found = _problems(override)

@@ -1,4 +1,4 @@
-"""Ratios, diagnosis rules, paired rounds, tuning and report rendering of the bench, on hand-made typed results.
+"""Ratios, diagnosis rules, tuning and report rendering of the bench, on hand-made typed results (rounds: test_bench_rounds.py).
 
 Assertions read the results as bench.json has them (``to_json()``): the keys other code and releases read.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import baseline, pairing, render, sweep, tune
+from pipeline.bench import baseline, render, sweep, tune
 from pipeline.bench.diagnose import diagnose
 from pipeline.bench.measured import Baseline, Candidate, Latency, OrtSettings, Point, Scheduling, Sweep, Throughput, Tuning
 from pipeline.bench.ratios import ratios, standin_cost_ms
@@ -72,12 +72,15 @@ def test_compared_concurrencies_come_from_the_config(tmp_path: Path) -> None:
     assert set(data["summary"]["ratios"]) >= {"throughput_vs_latency_c4", "throughput_vs_ort_best_c4"}
     assert not [k for k in data["summary"]["ratios"] if "_c8" in k or "_c16" in k]
     md = render.markdown(res)
-    assert "- throughput / latency variant: c=4 **1.30x** (c=4 unpaired: the sweep's points" in md and "c=8" not in md
+    assert "- throughput / latency variant: c=4 **1.30x** (unpaired: c=4 1.30x)" in md and "c=8" not in md
     # No paired throughput rounds (paired_throughput_rounds=0, or an external server): the swept concurrencies above 1.
-    for off in (BenchConfig(paired_throughput_rounds=0, concurrency=[1, 2, 4]), BenchConfig(server="external", url="h:1", concurrency=[1, 4, 32])):
+    for off in (BenchConfig(profile="full", paired_throughput_rounds=0, concurrency=[1, 2, 4]), BenchConfig(server="external", url="h:1", concurrency=[1, 4, 32])):
         res.settings = off
         keys = [k for k in ratios(res).to_json() if k.removeprefix("throughput_vs_latency_c").isdigit()]
         assert keys == [f"throughput_vs_latency_c{c}" for c in off.concurrency if c > 1]
+    # The default profile measures the variants only in rounds: without throughput rounds nothing is compared.
+    res.settings = BenchConfig(paired_throughput_rounds=0)
+    assert ratios(res).compared == []
     # The default config still compares at c=8 and c=16.
     res.settings = BenchConfig()
     assert [x.concurrency for x in ratios(res).compared] == [8, 16]
@@ -125,175 +128,6 @@ def test_report_marks_invalid_points_and_names_the_mode(tmp_path: Path) -> None:
     assert row.replace("\\|", "").count("|") == 13 and "interval. \\| Failed" in row
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert render.curves_csv(res, "throughput").strip() == ",".join(render.CURVE_FIELDS)  # no invalid rows
-
-
-def _paired(
-    ort: list[float], served: list[float | None], max_drift: float = 0.10, want: int = 99,
-    compute: list[float] | None = None, inside: str | None = None,
-):  # fmt: skip
-    """paired_c1 over recorded numbers: ORT p50s are consumed before/after each served run."""
-    ort_iter = iter(ort)
-
-    def serve(i: int) -> Point:
-        p50 = served[i]
-        if p50 is None:
-            return Point(1, False, "exit 2: Failed to obtain stable measurement")
-        return _pt(1, p50, 200, 0.03, compute[i] if compute else p50 - 0.5)
-
-    return pairing.paired_c1(serve, lambda: next(ort_iter), want, len(served), max_drift, inside)
-
-
-def test_paired_rounds_count_only_when_the_machine_kept_its_speed() -> None:
-    # Round 1's ORT p50 moved 4.3 -> 5.9 ms (37%): it does not count, whatever its ratio (a flattering 0.9x here).
-    p = _paired([4.3, 4.3, 4.3, 5.9, 4.4, 4.6, 4.4, 4.4], [5.0, 4.6, 5.2, None]).to_json()
-    assert [r["counted"] for r in p["rounds"]] == [True, False, True, False]
-    assert p["counted_rounds"] == 2
-    assert p["ratio"] == pytest.approx(np.median([5.0 / 4.3, 5.2 / 4.5]))
-    assert p["ratio_range"] == [pytest.approx(5.2 / 4.5), pytest.approx(5.0 / 4.3)]
-    assert p["rounds"][3]["ratio"] is None and "stable" in p["rounds"][3]["served_reason"]
-    # Stopping depends on how many rounds counted, not on their ratios: 2 wanted -> round 3 never runs.
-    assert len(_paired([4.3, 4.3, 4.3, 5.9, 4.4, 4.6, 4.4, 4.4], [5.0, 4.6, 5.2, None], want=2).rounds) == 3
-
-
-def test_headline_prefers_paired_and_has_no_number_when_every_round_drifted() -> None:
-    res = _res([_pt(1, 6.4, 150, 0.03, 6.0), _pt(8, 50, 160, 40, 6)], [_pt(8, 28, 280, 10, 16, 4.5)])
-    res.paired_c1 = _paired([4.3, 4.4, 4.4, 4.3, 4.3, 4.4], [4.9, 4.95, 5.0])
-    res.ratios = ratios(res)
-    r = res.ratios.to_json()
-    assert r["latency_c1_p50_vs_ort_p50"] == pytest.approx(4.95 / 4.35)
-    assert r["latency_c1_p50_vs_ort_p50_unpaired"] == pytest.approx(6.4 / 4.0)  # the sweep point vs a distant baseline
-    assert r["latency_c1_paired_rounds_counted"] == 3
-    found = _rules(res)
-    assert "serving_overhead" not in found  # 1.14x is within the 1.15x limit
-    assert "in-process ORT p50 4.35 + 0.10 ms" in found["latency_breakdown"]
-    assert "client/HTTP 0.77" in found["latency_breakdown"]
-    # The p50s beside the ratio are each a median; the ratio is the median of the rounds' ratios.
-    assert "(4.95 ms vs 4.35 ms, each a median over the counted rounds; ratio: median of 3 of 3 paired rounds' ratios" in render.markdown(res)
-
-    res.paired_c1 = _paired([4.3, 5.9, 5.8, 4.4], [4.9, 5.0])
-    res.ratios = ratios(res)
-    r = res.ratios.to_json()
-    assert r["latency_c1_p50_vs_ort_p50"] is None and r["latency_c1_p50_vs_ort_p50_unpaired"] is not None
-    found = _rules(res)
-    assert "37%" in found["machine_drift"] and "latency_breakdown" not in found
-
-
-def test_paired_rounds_are_in_the_report(tmp_path: Path) -> None:
-    res = _res([_pt(1, 4.4, 200, 0.03, 4.3)], [_pt(1, 6.5, 140, 2.1, 4.3)])
-    res.paired_c1 = _paired([4.3, 4.3, 4.3, 5.9], [5.0, 4.6])
-    res.ratios = ratios(res)
-    res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
-    md = render.markdown(res)
-    assert "median of 1 of 2 paired rounds" in md
-    assert "| 1 | 4.30 | 4.60 | n/a | 5.90 | 37% | 0.90x | no |" in md
-
-
-def test_the_servers_own_ort_time_is_a_gauge_inside_the_run() -> None:
-    """A slow phase that begins after one gauge and ends before the next shows in the server's ORT time."""
-    ort = [4.3, 4.3, 4.4, 4.3, 4.3, 4.4]
-    served, compute = [4.7, 6.1, 4.8], [4.35, 5.9, 4.5]  # round 1: the whole run in a slow phase, gauges fast
-    p = _paired(ort, served, compute=compute, inside="server_compute_infer_ms")
-    pj = p.to_json()
-    assert [r["counted"] for r in pj["rounds"]] == [True, False, True]
-    assert pj["rounds"][1]["in_server_gauge"] == 5.9 and pj["rounds"][1]["drift"] == pytest.approx(5.9 / 4.3 - 1)
-    assert pj["ratio"] == pytest.approx(np.median([4.7 / 4.3, 4.8 / 4.35]))
-    # Without the in-server gauge (external Triton) the same round counts: its gauges agree.
-    assert [r["counted"] for r in _paired(ort, served, compute=compute).to_json()["rounds"]] == [True, True, True]
-    res = _res([_pt(1, 4.7, 200, 0.03, 4.35)], [_pt(1, 6.5, 140, 2.1, 4.3)])
-    res.paired_c1 = p
-    res.ratios = ratios(res)
-    res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
-    md = render.markdown(res)
-    assert "the server's own time inside ORT during the run (server_compute_infer_ms, mean)" in md
-    assert "| 1 | 4.40 | 6.10 | 5.90 | 4.30 | 37% | 1.40x | no |" in md
-
-
-def test_without_an_in_server_gauge_the_drift_reason_names_none() -> None:
-    """External Triton has no in-server ORT time: a drifted pairing must not say it checked one."""
-    assert "in-server ORT time" not in (_paired([4.3, 5.9, 5.8, 4.4], [4.9, 5.0]).reason or "x")
-    assert "in-server ORT time" in (_paired([4.3, 5.9, 5.8, 4.4], [4.9, 5.0], inside="server_compute_infer_ms").reason or "")
-
-
-def _paired_tput(ort: list[float], tput: dict[int, list[tuple[float | None, float | None]]], want: int = 99) -> tuple[dict, list]:
-    """paired_throughput over recorded (latency, throughput) infer/s per round and in-process best-batch infer/s
-    gauges (consumed before/after each round); returns it and the call order."""
-    ort_iter, calls = iter(ort), []
-
-    def serve(variant: str, c: int, i: int) -> Point:
-        calls.append((c, i, variant))
-        x = tput[c][i][0 if variant == "latency" else 1]
-        if x is None:
-            return Point(c, False, "exit 2: Failed to obtain stable measurement")
-        return _pt(c, 1000 * c / x, x, 1.0, 4.0)
-
-    return pairing.paired_throughput(serve, lambda: next(ort_iter), sorted(tput), want, max(map(len, tput.values())), 0.10), calls
-
-
-def test_paired_throughput_alternates_order_and_counts_only_steady_valid_rounds() -> None:
-    # c=8: in round 1 the machine slowed down between the two runs and came back (300 -> 230 -> 300 infer/s in
-    # process); before and after agree, the gauge between them does not: not counted, though it flatters (2.0x).
-    # c=16: round 2's latency run was invalid: no ratio, not counted.
-    p, calls = _paired_tput(
-        [300, 300, 295, 300, 230, 300, 290, 290, 290] + [290, 290, 290, 290, 290, 280, 290, 290, 290],
-        {8: [(200, 260), (150, 300), (210, 260)], 16: [(200, 280), (190, 290), (None, 300)]},
-    )
-    assert calls[:6] == [(8, 0, "latency"), (8, 0, "throughput"), (8, 1, "throughput"), (8, 1, "latency"),
-                         (8, 2, "latency"), (8, 2, "throughput")]  # fmt: skip
-    c8, c16 = p[8].to_json(), p[16].to_json()
-    assert [r["counted"] for r in c8["rounds"]] == [True, False, True] and c8["rounds"][1]["order"] == ["throughput", "latency"]
-    assert c8["ratio"] == pytest.approx(np.median([260 / 200, 260 / 210]))
-    assert (c8["latency_infer_s"], c8["throughput_infer_s"]) == (205, 260)
-    # The gauge doubles as the goal's denominator: throughput variant / in-process best batch of the same minute.
-    assert c8["rounds"][1]["gauges"] == [300, 230, 300] and c8["rounds"][1]["drift"] == pytest.approx(70 / 230)
-    assert c8["rounds"][0]["throughput_vs_ort_best"] == pytest.approx(260 / np.mean([300, 300, 295]))
-    assert c8["throughput_vs_ort_best"] == pytest.approx(np.median([260 / np.mean([300, 300, 295]), 260 / 290]))
-    assert [r["counted"] for r in c16["rounds"]] == [True, True, False] and c16["rounds"][2]["ratio"] is None
-    assert "stable" in c16["rounds"][2]["latency"]["reason"]
-    # Two wanted: each concurrency stops after its second counted round.
-    p, calls = _paired_tput([300] * 18, {8: [(200, 260)] * 3, 16: [(200, 280)] * 3}, want=2)
-    assert [len(p[c].rounds) for c in (8, 16)] == [2, 2] and len(calls) == 8
-
-
-def test_paired_throughput_outranks_the_sweep_in_ratios_findings_and_report() -> None:
-    # The sweep's points (minutes apart, separate servers) say 1.05x at c=16 and 0.95x at c=4; the paired rounds say 1.3x.
-    res = _res([_pt(4, 25, 200, 20, 5), _pt(8, 50, 160, 40, 6), _pt(16, 90, 200, 80, 6)],
-               [_pt(4, 26, 190, 5, 20, 3.7), _pt(8, 28, 280, 10, 16, 4.5), _pt(16, 60, 210, 30, 20, 8)])  # fmt: skip
-    res.paired_throughput, _ = _paired_tput([320] * 18, {1: [(190, 135), (200, 140)], 8: [(200, 250), (210, 260)], 16: [(180, 234), (200, 260)]})
-    res.ratios = ratios(res)
-    r = res.ratios.to_json()
-    assert r["throughput_vs_latency_c16"] == pytest.approx(1.3) and r["throughput_vs_latency_c16_unpaired"] == pytest.approx(1.05)
-    assert r["throughput_vs_latency_c8_paired_rounds_counted"] == 2
-    assert r["throughput_vs_ort_best_c8"] == pytest.approx(255 / 320) and r["throughput_vs_ort_best_c8_unpaired"] == pytest.approx(280 / 300)
-    # The batching tax from the paired c=1 rounds: the throughput variant's p50 above the latency variant's, same minute.
-    assert r["batching_tax_c1_ms"] == pytest.approx(np.median([1000 / 135 - 1000 / 190, 1000 / 140 - 1000 / 200]))
-    assert r["batching_tax_c1_ms_unpaired"] is None  # no c=1 sweep points in this result
-    res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
-    # Unpaired c=4 is not judged once pairs exist; paired c=1 (0.7x) is not expected to win.
-    assert "throughput_not_better" not in {d.rule for d in res.diagnosis}
-    paired, res.paired_throughput = res.paired_throughput, {}
-    assert "concurrency 4" in _rules(res)["throughput_not_better"]
-    res.paired_throughput = paired
-    md = render.markdown(res)
-    assert "c=16: median of 2 of 2 paired rounds, range 1.30-1.30x, unpaired sweep ratio 1.05x" in md
-    assert "| 8 | 1 | throughput then latency | 320 / 320 / 320 | 210.0 | 260.0 | 0% | 1.24x | 0.81x | 38.10 / 30.77 | yes |" in md
-    assert "p50 is 2.14 ms above the latency variant's (paired rounds" in md
-    assert "rows taken minutes apart are not comparable" in md
-    # Paired rounds that show no gain are a finding even where the sweep looked fine; none counted = machine_drift.
-    res.paired_throughput, _ = _paired_tput([300] * 6 + [300, 210, 300] * 2, {8: [(200, 190)] * 2, 16: [(200, 260)] * 2})
-    res.ratios = ratios(res)
-    r = res.ratios.to_json()
-    assert r["throughput_vs_latency_c8"] == pytest.approx(0.95) and r["throughput_vs_latency_c16"] is None
-    found = {(d.rule, d.variant): d.message for d in diagnose(res, _configs(), {}, 2, 0.02)}
-    assert "median of 2 paired rounds" in found[("throughput_not_better", "throughput")]
-    assert "concurrency 16" in found[("machine_drift", "throughput")] and "43%" in found[("machine_drift", "throughput")]
-    # c=1 rounds that all drifted: the batching tax says so and gives the sweep's number, never "n/a ms above".
-    res.paired_throughput, _ = _paired_tput([300, 210, 300] * 2, {1: [(190, 135)] * 2})
-    res.variants["latency"].points.append(_pt(1, 4.4, 200, 0.03, 4.3))
-    res.variants["throughput"].points.append(_pt(1, 7.6, 130, 2.1, 5.3))
-    res.ratios = ratios(res)
-    md = render.markdown(res)
-    assert "no paired c=1 round counted, so no same-minute p50 difference (see machine_drift); unpaired sweep: 3.20 ms" in md
-    assert "n/a ms above" not in md
 
 
 def test_standin_split_is_per_execution_and_absent_without_counters() -> None:
@@ -346,14 +180,16 @@ def test_tuning_ranks_against_the_gauge_and_never_picks_a_drifted_candidate() ->
 
 # ---------------------------------------------------------------- typed results <-> bench.json
 def _full_result() -> BenchResult:
-    """A result with every section: paired c=1 (with an in-server gauge), paired throughput, tuning, ratios, diagnosis."""
+    """A result with every section: c=1 rounds (embedded), throughput rounds, tuning, ratios, diagnosis."""
     res = _res([_pt(1, 4.7, 200, 0.03, 4.35), _pt(8, 50, 160, 40, 6), _pt(16, 0, 0, 0, 0, valid=False)],
                [_pt(1, 6.5, 140, 2.1, 4.3), _pt(8, 28, 280, 10, 16, 4.5), _pt(16, 60, 210, 30, 20, 8)])  # fmt: skip
     res.server = ServerInfo("embedded", "x", "native", {"latency": ["backend 'onnxruntime' -> 'pipeline_ort'"]}, "2.51.0")
     res.machine.loadavg_end = [1.0, 0.5, 0.2]
     res.baseline.latency_after = Latency(4.2, 4.5, 4.9, 4.3, 200, OrtSettings(2, 1, 1))
-    res.paired_c1 = _paired([4.3, 4.3, 4.4, 4.3, 4.3, 4.4], [4.7, 6.1, 4.8], compute=[4.35, 5.9, 4.5], inside="server_compute_infer_ms")
-    res.paired_throughput, _ = _paired_tput([300] * 6 + [300, 210, 300] * 2, {8: [(200, 250)] * 2, 16: [(200, 260), (None, 250)]})
+    from tests.unit.test_bench_rounds import c1_rounds, throughput_rounds
+
+    res.paired_c1 = c1_rounds([(4.7, 4.35), (6.1, 5.9), (4.8, 4.5)], [[(4.4, 4.3), (4.5, 4.3)]] * 3, tax=[1.8, 1.9, 2.0])
+    res.paired_throughput = {8: throughput_rounds(8, [(200, 250)] * 2, [300, 300]), 16: throughput_rounds(16, [(200, 260), (None, 250)], [300, 210])}
     cands = [_cand(240, 360), _cand(200, 250, delay=500), _cand(230, 240, steady=False, delay=2000)]
     res.tuning = Tuning(8, 100.0, 0.1, cands, cands[1].scheduling, "dvc exp run -S ...", 0.2)
     res.ratios = ratios(res)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pipeline.core.config.enums import GRAPH_LEVELS, HardwareCompatibility, TargetKind
+from pipeline.core.config.enums import GRAPH_LEVELS, BenchProfile, BenchServer, HardwareCompatibility, TargetKind
 from pipeline.core.config.problems import Problems, did_you_mean, show
 from pipeline.core.config.schema import (
     BenchConfig,
@@ -282,7 +282,6 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
         p.add("bench.tune", True, f"tuning serves each candidate itself: needs bench.server=embedded (not '{b.server}'), or set bench.tune=false")
     p.each("bench.concurrency", b.concurrency, 1)
     p.number("bench.measurement_interval_ms", b.measurement_interval_ms, 0, low_open=True)
-    p.number("bench.paired_measurement_interval_ms", b.paired_measurement_interval_ms, 0, low_open=True)
     p.number("bench.stability_percentage", b.stability_percentage, 1, 100)
     p.number("bench.max_trials", b.max_trials, 1)
     p.number("bench.warmup_runs", b.warmup_runs, 0)
@@ -290,13 +289,7 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
     p.each("bench.baseline_batch_sizes", b.baseline_batch_sizes, 1)
     p.number("bench.queue_share_threshold", b.queue_share_threshold, 0, 1)
     p.number("bench.queue_min_ms", b.queue_min_ms, 0)
-    if p.number("bench.paired_rounds", b.paired_rounds, 0) and b.paired_max_rounds < b.paired_rounds:
-        p.add("bench.paired_max_rounds", b.paired_max_rounds, f"must be >= bench.paired_rounds={b.paired_rounds} (closest valid: {b.paired_rounds})")
-    p.number("bench.paired_max_drift", b.paired_max_drift, 0, low_open=True)
-    p.each("bench.paired_throughput_concurrency", b.paired_throughput_concurrency, 1, non_empty=False)
-    if p.number("bench.paired_throughput_rounds", b.paired_throughput_rounds, 0) and b.paired_throughput_max_rounds < b.paired_throughput_rounds:
-        p.add("bench.paired_throughput_max_rounds", b.paired_throughput_max_rounds,
-              f"must be >= bench.paired_throughput_rounds={b.paired_throughput_rounds} (closest valid: {b.paired_throughput_rounds})")
+    check_bench_rounds(b, p)
     p.number("bench.latency_budget_ms", b.latency_budget_ms, 0, low_open=True)
     p.number("bench.baseline_seconds", b.baseline_seconds, 0, low_open=True)
     p.number("bench.server_timeout_s", b.server_timeout_s, 0, low_open=True)
@@ -309,3 +302,27 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
         p.add("bench.tune_preferred_batch_sizes", [], "must list at least one set of sizes, e.g. [[4, 8], [8, 16]]")
     for i, sizes in enumerate(b.tune_preferred_batch_sizes):
         p.each(f"bench.tune_preferred_batch_sizes[{i}]", sizes, 1)
+
+
+def check_bench_rounds(b: BenchConfig, p: Problems) -> None:
+    """The headline rounds: counts, windows, interval targets, alternations."""
+    for least, most in (("paired_rounds", "paired_max_rounds"), ("paired_throughput_rounds", "paired_throughput_max_rounds")):
+        n, cap = getattr(b, least), getattr(b, most)
+        if not p.number(f"bench.{least}", n, 0):
+            continue
+        if n == 1:
+            p.add(f"bench.{least}", n, "must be 0 (no rounds) or >= 2: an interval needs two rounds (closest valid: 2)")
+        elif cap < n:
+            p.add(f"bench.{most}", cap, f"must be >= bench.{least}={n} (closest valid: {n})")
+    if b.profile == BenchProfile.default and b.server == BenchServer.embedded and b.paired_rounds == 0:
+        p.add("bench.paired_rounds", 0, "bench.profile=default measures the latency variant only in rounds: "
+              "set bench.paired_rounds >= 2, or bench.profile=full (the sweep's unpaired ratio)")
+    p.each("bench.paired_throughput_concurrency", b.paired_throughput_concurrency, 1, non_empty=False)
+    p.number("bench.paired_measurement_interval_ms", b.paired_measurement_interval_ms, 0, low_open=True)
+    p.number("bench.paired_stability_percentage", b.paired_stability_percentage, 1, 100)
+    if p.number("bench.target_half_width", b.target_half_width, 0, 1, low_open=True):
+        p.number("bench.max_half_width", b.max_half_width, b.target_half_width, 10)
+    p.number("bench.rounds_budget_s", b.rounds_budget_s, 0, low_open=True)
+    p.number("bench.alternations", b.alternations, 1)
+    p.number("bench.alternation_ms", b.alternation_ms, 0, low_open=True)
+    p.number("bench.paired_max_drift", b.paired_max_drift, 0, low_open=True)

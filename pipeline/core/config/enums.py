@@ -71,6 +71,14 @@ class EmbeddedBackend(ConfigEnum):
     python = "python"  # a python-backend model: ORT in the stub process
 
 
+class BenchProfile(ConfigEnum):
+    """default: every point measured inside interleaved rounds that stop once the headline intervals are narrow;
+    full: also the whole sweep (bench.concurrency, each variant in its own server) and every round up to the max."""
+
+    default = "default"
+    full = "full"
+
+
 class Protocol(ConfigEnum):
     """perf_analyzer -i."""
 

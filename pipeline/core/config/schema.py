@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pipeline.core.config.enums import (
+    BenchProfile,
     BenchServer,
     DType,
     EmbeddedBackend,
@@ -250,6 +251,7 @@ class BenchConfig:
     # tritonserver); python = a python-backend model (ORT in the stub process; adds IPC and Python per batch).
     embedded_backend: EmbeddedBackend = EmbeddedBackend.native
     url: Optional[str] = None  # for server=external
+    # The sweep (curves): the full profile, an external server, and any variant the rounds do not measure.
     concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     measurement_interval_ms: int = 3000
     stability_percentage: int = 10
@@ -260,18 +262,31 @@ class BenchConfig:
     queue_share_threshold: float = 0.02
     # ...and above this absolute wait: a 20 us queue on a 0.2 ms model is scheduling noise, not a tax.
     queue_min_ms: float = 0.1
-    # Latency c=1 vs in-process ORT: rounds of [ORT p50, perf_analyzer c=1, ORT p50]; a round counts when the
-    # two ORT p50s agree within paired_max_drift (the machine kept its speed). Rounds run until paired_rounds
-    # count or paired_max_rounds ran; paired_rounds 0 = only the sweep's (unpaired) ratio.
+    # How thorough (BenchProfile). default: both variants in one server, every point measured inside interleaved
+    # rounds that stop once each headline's 90% interval is within +-target_half_width (or rounds_budget_s is spent);
+    # full: also the sweep over bench.concurrency (each variant in its own server) and every round up to the max.
+    profile: BenchProfile = BenchProfile.default
+    # The headline rounds (pipeline/bench/pairing.py). Each round gives one ratio from measurements taken next to each
+    # other; a headline is the median over rounds with a 90% bootstrap interval. c=1: perf_analyzer on the latency
+    # variant (and the throughput one: the batching tax) plus `alternations` short bursts alternating between the
+    # server and in-process ORT; at each paired_throughput_concurrency: both variants and an in-process gauge.
+    # *_rounds: at least this many rounds with a value before an interval may stop them (0 = none: the sweep's
+    # unpaired number, full profile only); *_max_rounds: at most this many.
     paired_rounds: int = 5
-    paired_max_rounds: int = 10
-    paired_max_drift: float = 0.10
-    paired_measurement_interval_ms: int = 1000  # short rounds: less time for the machine to change speed (also the best-batch gauge's time)
-    # Throughput vs latency variant, paired too: one server holds both variants; each round runs both at c (order
-    # alternating) with in-process ORT best-batch throughput timed before, between and after. 0 rounds = the sweep's only.
+    paired_max_rounds: int = 12
     paired_throughput_concurrency: list[int] = field(default_factory=lambda: [1, 8, 16])  # 1: the batching tax
-    paired_throughput_rounds: int = 3
-    paired_throughput_max_rounds: int = 6
+    paired_throughput_rounds: int = 5
+    paired_throughput_max_rounds: int = 12
+    paired_measurement_interval_ms: int = 500  # the rounds' perf_analyzer windows (also the best-batch gauge's time)
+    # perf_analyzer's stability check in the rounds: the interval over rounds, not each run, measures the noise.
+    paired_stability_percentage: int = 50
+    target_half_width: float = 0.03  # default profile: stop a headline's rounds once its interval is within +-3%
+    max_half_width: float = 0.10  # a wider interval says nothing (the machine_drift finding)
+    rounds_budget_s: float = 120.0  # default profile: no new round after this long, once the minimum rounds ran
+    alternations: int = 8  # per c=1 round: server / in-process burst pairs (in-server vs in-process ORT)
+    alternation_ms: float = 150.0  # each burst's length
+    # Tuning only: a candidate is measured again while its in-process gauges drift more than this.
+    paired_max_drift: float = 0.10
     tune: bool = False
     latency_budget_ms: float = 100.0
     protocol: Protocol = Protocol.http  # perf_analyzer -i
