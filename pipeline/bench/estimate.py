@@ -110,11 +110,12 @@ class StopRule:
     max_rounds: int
     target: float | None
     budget_s: float | None = None
+    max_key: str = "bench.paired_max_rounds"  # the setting that caps them, for the reason given
 
     def reason(self, ran: int, estimates: Sequence[Estimate], elapsed_s: float) -> str | None:
         """Why the group stops now, or None to run another round."""
         if ran >= self.max_rounds:
-            return f"{ran} rounds (bench.paired_*max_rounds)"
+            return f"{ran} rounds ({self.max_key})"
         if min((e.n for e in estimates), default=0) < self.min_rounds:
             return None
         widths = [e.half_width for e in estimates]

@@ -218,7 +218,7 @@ def _rules(b: BenchConfig) -> tuple[StopRule, StopRule]:
     """When the c=1 rounds and the throughput rounds stop: the full profile runs every round."""
     target, budget = (b.target_half_width, b.rounds_budget_s) if b.profile == BenchProfile.default else (None, None)
     return (StopRule(b.paired_rounds, b.paired_max_rounds, target, budget),
-            StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget))  # fmt: skip
+            StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget, "bench.paired_throughput_max_rounds"))  # fmt: skip
 
 
 def measure_rounds(

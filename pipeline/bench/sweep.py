@@ -169,7 +169,8 @@ def check_readiness(points: list[Point], tag: str) -> None:
         unstable = all("stable" in p.reason for p in points)
         raise BenchError(
             f"no valid perf_analyzer measurement for {tag}",
-            fix="raise bench.measurement_interval_ms or bench.stability_percentage, or stop other load on the machine"
+            fix="raise bench.measurement_interval_ms / bench.paired_measurement_interval_ms (the rounds') or "
+            "bench.stability_percentage / bench.paired_stability_percentage, or stop other load on the machine"
             if unstable
             else "read perf_analyzer's errors below (e.g. input names, dtypes or shapes that do not match the model config)",
             details={f"c={p.concurrency}": p.reason for p in points},
