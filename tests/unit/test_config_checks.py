@@ -330,3 +330,21 @@ def test_dvc_finds_the_resolver_through_the_hydra_plugin(tmp_path: Path) -> None
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.stdout.strip() == "True", res.stderr
     assert not (ROOT / "hydra_plugins" / "__init__.py").exists()  # a namespace package, as Hydra's scan needs
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["bench.server=external", "bench.url=http://x"], "must be <host>:<port>"),
+        (["bench.server=external", "bench.url=localhost:notaport"], "must be <host>:<port>"),
+        (["bench.server=external", "bench.url=http://127.0.0.1:8001", "bench.protocol=grpc"], "bench.protocol=grpc"),
+    ],
+)
+def test_bench_url_is_an_endpoint_of_the_protocol(overrides: list[str], needle: str) -> None:
+    lines = problems(*overrides)
+    assert len(lines) == 1 and lines[0].startswith("bench.url") and needle in lines[0], lines
+
+
+def test_bench_url_forms_that_compose() -> None:
+    for overrides in (["bench.url=127.0.0.1:8001", "bench.protocol=grpc"], ["bench.url=http://127.0.0.1:8000"], ["bench.url='[::1]:8000'"]):
+        compose(["bench.server=external", *overrides])

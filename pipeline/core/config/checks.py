@@ -24,6 +24,7 @@ from pipeline.core.config.schema import (
 OPSETS = (7, 23)  # what onnx 1.23 / ONNX Runtime 1.31 accept for the default domain
 _CC = re.compile(r"^\d+\.\d+$")  # compute capability, "8.0"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")  # a Triton model / environment directory name
+_ENDPOINT = re.compile(r"^(http://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.\-]+):[0-9]{1,5}$")  # host:port (IPv6 in brackets)
 FP16_MAX = 65504.0
 
 
@@ -278,6 +279,12 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
     if b.server == "external" and not b.url:
         p.add("bench.url", b.url, "bench.server=external needs the running Triton's <host>:<port> for bench.protocol "
               "(HTTP 8000 or gRPC 8001 by default), e.g. bench.url=127.0.0.1:8000")
+    elif b.url and not _ENDPOINT.match(b.url):
+        # perf_analyzer's -u and tritonclient both take host:port (an http:// prefix is tolerated for HTTP only).
+        p.add("bench.url", b.url, "must be <host>:<port> of bench.protocol's endpoint, e.g. 127.0.0.1:8000 (HTTP) "
+              "or 127.0.0.1:8001 (gRPC)")
+    elif b.url and b.url.startswith("http://") and b.protocol == "grpc":
+        p.add("bench.url", b.url, "is an http:// URL but bench.protocol=grpc: give the gRPC endpoint as <host>:<port>")
     if b.tune and b.server != "embedded":
         p.add("bench.tune", True, f"tuning serves each candidate itself: needs bench.server=embedded (not '{b.server}'), or set bench.tune=false")
     p.each("bench.concurrency", b.concurrency, 1)
