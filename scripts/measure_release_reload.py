@@ -23,29 +23,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.serving.embedded import MODEL_PY, read_config, to_python_backend, write_config  # noqa: E402
+from pipeline.serving.embedded import MODEL_PY, VERSION_LOCAL_STANDIN, read_config, to_python_backend, write_config  # noqa: E402
 from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
 from pipeline.serving.install import site_packages  # noqa: E402
 from pipeline.serving.process import EmbeddedServer  # noqa: E402
 from pipeline.release.build import build_release  # noqa: E402
 from pipeline.release.promote import promote, rollback  # noqa: E402
 from pipeline.release.store import ReleaseStore  # noqa: E402
-
-# The ORT model reads its ONNX path from the config; in a store each version has its own
-# directory, so this wrapper points it at the model.onnx next to it.
-WRAPPER = '''\
-import json, os, sys
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_standin import TritonPythonModel as _Ort
-
-
-class TritonPythonModel(_Ort):
-    def initialize(self, args):
-        cfg = json.loads(args["model_config"])
-        here = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
-        cfg.setdefault("parameters", {})["onnx_path"] = {"string_value": here}
-        super().initialize(dict(args, model_config=json.dumps(cfg)))
-'''
 
 
 def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
@@ -57,7 +41,7 @@ def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
     version = next(p for p in shipped.iterdir() if p.is_dir() and p.name.isdigit())
     shutil.copy2(version / "model.onnx", d / "1/model.onnx")
     shutil.copy2(MODEL_PY, d / "1/python_standin.py")
-    (d / "1/model.py").write_text(WRAPPER + f"# {marker}\n")
+    (d / "1/model.py").write_text(VERSION_LOCAL_STANDIN + f"# {marker}\n")
     (d / "1/sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
     for cfg_path in sorted((shipped / "configs").glob("*.pbtxt")):
         cfg, _ = to_python_backend(read_config(cfg_path), Path("unused"))

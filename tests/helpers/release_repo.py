@@ -16,6 +16,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.serving.embedded import VERSION_LOCAL_STANDIN
 from pipeline.serving.install import site_packages
 
 MODEL_PY = '''\
@@ -129,24 +130,6 @@ def retrain_onnx(path: Path) -> None:
     onnx.save(m, str(path))
 
 
-# The ONNX stand-in reads its file from parameters.onnx_path; a release keeps the file in its own
-# version directory, which Triton localizes (from S3 too) before the stub starts, so this wrapper
-# points the stand-in at the model.onnx next to it (as scripts/measure_release_reload.py does).
-STANDIN_WRAPPER = '''\
-import json, os, sys
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_standin import TritonPythonModel as _Ort
-
-
-class TritonPythonModel(_Ort):
-    def initialize(self, args):
-        cfg = json.loads(args["model_config"])
-        here = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
-        cfg.setdefault("parameters", {})["onnx_path"] = {"string_value": here}
-        super().initialize(dict(args, model_config=json.dumps(cfg)))
-'''
-
-
 def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | None = None) -> Path:
     """``root/<name>/`` serving a real ONNX model through the python-backend ONNX Runtime stand-in.
 
@@ -164,7 +147,7 @@ def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | N
     else:
         (v / "model.onnx").write_bytes(onnx.read_bytes())
     (v / "python_standin.py").write_bytes(MODEL_PY.read_bytes())
-    (v / "model.py").write_text(STANDIN_WRAPPER)
+    (v / "model.py").write_text(VERSION_LOCAL_STANDIN)
     (v / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
     cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
     cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[FEATURES])
