@@ -113,6 +113,17 @@ def test_tiny_queue_is_not_a_tax() -> None:
     assert ("batching_tax", "latency") not in rules and ("batching_tax", "throughput") in rules
 
 
+def test_queue_without_a_batcher_is_the_machine_not_the_config() -> None:
+    """Queue wait at c=1 on a variant with no dynamic batching is a busy CPU: a warning, never the config error."""
+    res = _res([_pt(1, 9.5, 100, 0.7, 8.8)], [_pt(1, 11.5, 80, 2.3, 10.7)])
+    found = {(d.rule, d.variant): d for d in diagnose(res, _configs(), {}, 2, 0.02)}
+    assert found[("batching_tax", "latency")].severity == "warning" and "no dynamic batching" in found[("batching_tax", "latency")].message
+    assert found[("batching_tax", "throughput")].severity == "info"
+    cfgs = _configs()
+    cfgs["latency"].dynamic_batching.max_queue_delay_microseconds = 0  # a batcher, even without delay, is config
+    assert ("batching_tax", "latency", "error") in {(d.rule, d.variant, d.severity) for d in diagnose(res, cfgs, {}, 2, 0.02)}
+
+
 def test_report_marks_invalid_points_and_names_the_mode(tmp_path: Path) -> None:
     res = _res([_pt(1, 4.4, 200, 0.03, 4.3)], [_pt(1, 0, 0, 0, 0, valid=False)])
     res.ratios = ratios(res)
