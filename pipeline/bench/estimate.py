@@ -13,6 +13,11 @@ follow them. BCa needs a jackknife that a median of 5-12 values makes unstable; 
 interval does not. Simulated on log-normal rounds it covers 86-91% at 5-16 rounds (the exact
 order-statistic interval covers >= 90% but needs about half again as many rounds for the same
 width); bench.min/max rounds keep the count in that range.
+
+Rounds may carry weights (rounds.py weighs c=1 rounds by how contended their in-process gauge was); the
+estimate is then the weighted median and the bootstrap resamples rounds together with their weights. A
+weight that does not depend on the ratio (as a slowdown that hits both sides alike does not) leaves the
+median where it is and only changes how much each round counts.
 """
 
 from __future__ import annotations
@@ -77,22 +82,39 @@ class Estimate:
         return cls(d.get("value"), d.get("low"), d.get("high"), d.get("rounds", 0), d.get("left_out", 0))
 
 
-def estimate(values: Sequence[float | None]) -> Estimate:
+def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
+    """The value at which the rounds' cumulative weight first reaches half (the plain median's lower middle for equal weights)."""
+    order = np.argsort(x, kind="stable")
+    cum = np.cumsum(w[order])
+    return float(x[order][np.searchsorted(cum, cum[-1] / 2)])
+
+
+def estimate(values: Sequence[float | None], weights: Sequence[float] | None = None) -> Estimate:
     """The median of the rounds' ``values`` (None = no value: left out) with its 90% percentile-bootstrap interval.
 
+    ``weights`` (one per round, > 0) make it a weighted median, resampled with the rounds they belong to.
     One value gives a number without an interval; none gives no number.
     """
-    x = np.asarray([v for v in values if v is not None], dtype=float)
+    keep = [i for i, v in enumerate(values) if v is not None]
+    x = np.asarray([values[i] for i in keep], dtype=float)
     left_out = len(values) - x.size
     if x.size == 0:
         return Estimate(None, n=0, left_out=left_out)
-    mid = float(np.median(x))
+    if weights is None:
+        mid = float(np.median(x))
+    else:
+        w = np.asarray([weights[i] for i in keep], dtype=float)
+        mid = _weighted_median(x, w)
     if x.size == 1:
         return Estimate(mid, n=1, left_out=left_out)
     from scipy.stats import bootstrap  # scipy is slow to import; only the bench needs it
 
-    ci = bootstrap((x,), np.median, confidence_level=CONFIDENCE, method="percentile", n_resamples=_RESAMPLES,
-                   rng=np.random.default_rng(_SEED)).confidence_interval  # fmt: skip
+    if weights is None:
+        ci = bootstrap((x,), np.median, confidence_level=CONFIDENCE, method="percentile", n_resamples=_RESAMPLES,
+                       rng=np.random.default_rng(_SEED)).confidence_interval  # fmt: skip
+    else:
+        ci = bootstrap((x, w), _weighted_median, paired=True, vectorized=False, confidence_level=CONFIDENCE, method="percentile",
+                       n_resamples=_RESAMPLES, rng=np.random.default_rng(_SEED)).confidence_interval  # fmt: skip
     # The resampled medians of two or three values can sit a hair off them: the interval holds the estimate.
     return Estimate(mid, min(float(ci.low), mid), max(float(ci.high), mid), int(x.size), left_out)
 

@@ -102,6 +102,11 @@ def method(res: BenchResult) -> list[str]:
     elif pc:
         lines.append(f"c=1 (external: no in-server ORT timer): served p50 / the mean of in-process ORT p50 timed right before and "
                      f"after the run. Rounds: {pc.stopped}.")  # fmt: skip
+    if pc:
+        w = ", ".join(f"{x:.2f}" for x in pc.weights())
+        lines.append(f"The c=1 median is weighted: each round by (fastest round's in-process ORT p50 / its own)^2 (weights {w}). "
+                     "Contention that takes the CPU away for 100 ms at a time hits the in-process side harder, so a contended "
+                     "round reads low; a weight that does not depend on the ratio leaves an unbiased median unbiased.")  # fmt: skip
     for c, t in tp.items():
         lines.append(f"c={c}: both variants back to back in one server, order alternating, in-process ORT at the best batch size "
                      f"timed next to the throughput run. Rounds: {t.stopped}.")  # fmt: skip

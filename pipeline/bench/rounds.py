@@ -122,15 +122,27 @@ class C1Rounds:
     rounds: list[C1Round] = field(default_factory=list)
     stopped: str = ""
 
+    def weights(self) -> list[float]:
+        """Each round's weight: (fastest round's in-process ORT p50 / this round's)^2, 1 for the quietest round.
+
+        Contention is not a slowdown that hits both sides alike: a round whose in-process gauge ran several times
+        slower than the run's fastest had the CPU taken away from it at 100 ms scales, and such rounds read low
+        (served faster than in-process, which the serving path cannot be). They still count, at a weight falling
+        with the square of their slowdown, so a run on a busy machine is carried by its uncontended rounds.
+        """
+        g = [r.ort_p50_ms() for r in self.rounds]
+        fastest = min((x for x in g if x), default=None)
+        return [(fastest / x) ** 2 if fastest and x else 0.0 for x in g]
+
     def ratio(self) -> Estimate:
-        """The headline: latency variant c=1 p50 over in-process ORT p50."""
-        return estimate([r.ratio(self.in_server_key) for r in self.rounds])
+        """The headline: latency variant c=1 p50 over in-process ORT p50 (rounds weighted by :meth:`weights`)."""
+        return estimate([r.ratio(self.in_server_key) for r in self.rounds], self.weights())
 
     def served_vs_in_server(self) -> Estimate:
         return estimate([r.served_vs_in_server(self.in_server_key) for r in self.rounds])
 
     def in_server_vs_in_process(self) -> Estimate:
-        return estimate([r.in_server_vs_in_process() for r in self.rounds])
+        return estimate([r.in_server_vs_in_process() for r in self.rounds], self.weights())
 
     def overhead_ms(self) -> Estimate:
         return estimate([r.overhead_ms(self.in_server_key) for r in self.rounds])
@@ -158,7 +170,8 @@ class C1Rounds:
         return {"in_server_gauge": k, "stopped": self.stopped, "ratio": self.ratio().to_json(),
                 "served_vs_in_server": self.served_vs_in_server().to_json(), "in_server_vs_in_process": self.in_server_vs_in_process().to_json(),
                 "overhead_ms": self.overhead_ms().to_json(), "batching_tax_ms": self.batching_tax_ms().to_json(),
-                "served_p50_ms": self.served_p50_ms(), "ort_p50_ms": self.ort_p50_ms(), "rounds": [r.to_json(k) for r in self.rounds]}  # fmt: skip
+                "served_p50_ms": self.served_p50_ms(), "ort_p50_ms": self.ort_p50_ms(),
+                "rounds": [r.to_json(k) | {"weight": w} for r, w in zip(self.rounds, self.weights())]}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: Json) -> C1Rounds:
