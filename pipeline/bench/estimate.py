@@ -83,10 +83,15 @@ class Estimate:
 
 
 def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
-    """The value at which the rounds' cumulative weight first reaches half (the plain median's lower middle for equal weights)."""
+    """The value at which the rounds' cumulative weight reaches half; where it reaches exactly half, the mean of that
+    value and the next (so equal weights give numpy's median)."""
     order = np.argsort(x, kind="stable")
-    cum = np.cumsum(w[order])
-    return float(x[order][np.searchsorted(cum, cum[-1] / 2)])
+    xs, cum = x[order], np.cumsum(w[order])
+    half = cum[-1] / 2
+    i = int(np.searchsorted(cum, half))
+    if i + 1 < xs.size and np.isclose(cum[i], half):
+        return float((xs[i] + xs[i + 1]) / 2)
+    return float(xs[i])
 
 
 def estimate(values: Sequence[float | None], weights: Sequence[float] | None = None) -> Estimate:

@@ -125,6 +125,8 @@ class C1Rounds:
     def weights(self) -> list[float]:
         """Each round's weight: (fastest round's in-process ORT p50 / this round's)^2, 1 for the quietest round.
 
+        Every c=1 estimate uses them, so the headline and its factors come from the same rounds.
+
         Contention is not a slowdown that hits both sides alike: a round whose in-process gauge ran several times
         slower than the run's fastest had the CPU taken away from it at 100 ms scales, and such rounds read low
         (served faster than in-process, which the serving path cannot be). They still count, at a weight falling
@@ -139,16 +141,16 @@ class C1Rounds:
         return estimate([r.ratio(self.in_server_key) for r in self.rounds], self.weights())
 
     def served_vs_in_server(self) -> Estimate:
-        return estimate([r.served_vs_in_server(self.in_server_key) for r in self.rounds])
+        return estimate([r.served_vs_in_server(self.in_server_key) for r in self.rounds], self.weights())
 
     def in_server_vs_in_process(self) -> Estimate:
         return estimate([r.in_server_vs_in_process() for r in self.rounds], self.weights())
 
     def overhead_ms(self) -> Estimate:
-        return estimate([r.overhead_ms(self.in_server_key) for r in self.rounds])
+        return estimate([r.overhead_ms(self.in_server_key) for r in self.rounds], self.weights())
 
     def batching_tax_ms(self) -> Estimate:
-        return estimate([r.tax_ms() for r in self.rounds])
+        return estimate([r.tax_ms() for r in self.rounds], self.weights())
 
     def decisive(self) -> list[Estimate]:
         """What the stopping rule watches: the headline ratio."""

@@ -77,8 +77,9 @@ def test_contended_rounds_count_less() -> None:
     plain, weighted = estimate(ratios), estimate(ratios, [(min(gauges) / g) ** 2 for g in gauges])
     assert plain.value == pytest.approx(0.953)
     assert weighted.value == pytest.approx(1.129) and weighted.n == 7 and weighted.low <= 1.129 <= weighted.high  # type: ignore[operator]
-    # Equal weights are the plain median (the lower middle one for an even count).
-    assert estimate([1.0, 2.0, 3.0], [1, 1, 1]).value == 2.0 and estimate([1.0, 2.0, 3.0, 4.0], [1, 1, 1, 1]).value == 2.0
+    # Equal weights are the plain median.
+    for xs in ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0], [0.9, 1.3, 1.1, 1.0, 1.2, 1.05]):
+        assert estimate(xs, [0.5] * len(xs)).value == pytest.approx(float(np.median(xs)))
 
 
 def test_the_interval_covers_the_true_ratio_about_as_often_as_it_says() -> None:
