@@ -1,6 +1,9 @@
 """Model-artifact build pipeline for NVIDIA Triton."""
 
+import signal as _signal
 import sys as _sys
+from collections.abc import Callable as _Callable
+from typing import NoReturn as _NoReturn
 
 __version__ = "0.1.0"
 
@@ -22,3 +25,17 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: object
 _previous_hook = _sys.excepthook
 if _sys.excepthook is _sys.__excepthook__:  # leave a debugger's or another tool's hook alone
     _sys.excepthook = _quiet_interrupt
+
+
+def exit_with(main: _Callable[[], int | None]) -> _NoReturn:
+    """Run an entry point's ``main`` and exit with its code; a Ctrl-C after ``main`` has returned is ignored.
+
+    Python restores the default SIGINT action while it shuts down, so a Ctrl-C that lands once the work is
+    done would kill the process with the SIGINT status and no message (a finished run reported as
+    interrupted), or raise inside the interpreter's own shutdown code. The outputs are written by then.
+    """
+    try:
+        code = main()
+    finally:
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    raise SystemExit(code)

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from pipeline.core.config import ReleaseConfig, load_config
 from pipeline.core.errors import PipelineError, print_error
+from pipeline import exit_with
 
 _interrupt_said = False
 
@@ -312,9 +313,9 @@ def import_cmd(archive: Path = typer.Argument(..., help="a .tar.gz written by `r
     out.print(f"{what}: {model} version {version}")
 
 
-def main() -> None:  # pragma: no cover - console entry for `python -m pipeline.cli`
-    app()
+def main() -> None:  # pragma: no cover - console entry: `triton-pipeline` and `python -m pipeline.cli`
+    exit_with(app)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

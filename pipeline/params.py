@@ -22,6 +22,7 @@ from pipeline.core.atomic import atomic_path
 from pipeline.core.config import load_config
 from pipeline.core.config.resolver import composing_in, register
 from pipeline.core.errors import ConfigError, PipelineError, print_error
+from pipeline import exit_with
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,4 +99,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

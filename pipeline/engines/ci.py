@@ -26,6 +26,7 @@ from pipeline.core.atomic import write_json, write_text
 from pipeline.core.config import load_config
 from pipeline.core.errors import PipelineError, ToolError, print_error
 from pipeline.engines.manifest import engine_dirs_for, targets_table
+from pipeline import exit_with
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -107,4 +108,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

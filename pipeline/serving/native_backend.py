@@ -34,6 +34,7 @@ from pathlib import Path
 from pipeline.core.atomic import atomic_path
 from pipeline.core.errors import ToolError
 from pipeline.serving.install import cache_dir
+from pipeline import exit_with
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "native" / "pipeline_ort"
@@ -176,4 +177,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with(main)

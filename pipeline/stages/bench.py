@@ -12,6 +12,7 @@ from pipeline.core.atomic import remove_stale, write_json
 from pipeline.core.config import load_config
 from pipeline.core.errors import BenchError
 from pipeline.core.stage import main as stage_main
+from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -50,4 +51,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -11,6 +11,7 @@ from pipeline.core.errors import EngineError
 from pipeline.core.stage import main as stage_main
 from pipeline.engines.build import build_target
 from pipeline.engines.targets import resolve_target
+from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -39,4 +40,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -8,6 +8,7 @@ from pathlib import Path
 from pipeline.convert.export import headline, run_export
 from pipeline.core.config import load_config
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
+from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -28,4 +29,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -13,6 +13,7 @@ from pipeline.core.errors import ParityError
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
 from pipeline.parity.report import gate
 from pipeline.parity.run import headline, print_table, run_parity
+from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -44,4 +45,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

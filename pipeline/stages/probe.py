@@ -24,6 +24,7 @@ from pipeline.core.host import host_record
 from pipeline.core.config import load_config
 from pipeline.engines.probe import probe_machine, sm_tag
 from pipeline.core.stage import main as stage_main
+from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -53,4 +54,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)

@@ -9,6 +9,7 @@ from pipeline.convert.simplify import headline, simplify
 from pipeline.core import atomic
 from pipeline.core.config import load_config
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
+from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -31,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_with(main)
