@@ -18,9 +18,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline import exit_with
 from pipeline.core.config import ReleaseConfig, load_config
 from pipeline.core.errors import PipelineError, print_error
-from pipeline import exit_with
 
 _interrupt_said = False
 

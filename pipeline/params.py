@@ -18,11 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.core.atomic import atomic_path
 from pipeline.core.config import load_config
 from pipeline.core.config.resolver import composing_in, register
 from pipeline.core.errors import ConfigError, PipelineError, print_error
-from pipeline import exit_with
 
 ROOT = Path(__file__).resolve().parent.parent
 

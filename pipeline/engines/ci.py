@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
+from pipeline import exit_with
 from pipeline.core.atomic import write_json, write_text
 from pipeline.core.config import load_config
 from pipeline.core.errors import PipelineError, ToolError, print_error
 from pipeline.engines.manifest import engine_dirs_for, targets_table
-from pipeline import exit_with
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:

@@ -31,10 +31,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.core.atomic import atomic_path
 from pipeline.core.errors import ToolError
 from pipeline.serving.install import cache_dir
-from pipeline import exit_with
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "native" / "pipeline_ort"

@@ -6,13 +6,13 @@ import argparse
 import time
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.bench import render
 from pipeline.bench.run import run_bench
 from pipeline.core.atomic import remove_stale, write_json
 from pipeline.core.config import load_config
 from pipeline.core.errors import BenchError
 from pipeline.core.stage import main as stage_main
-from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.core.atomic import read_json
 from pipeline.core.config import load_config
 from pipeline.core.errors import EngineError
 from pipeline.core.stage import main as stage_main
 from pipeline.engines.build import build_target
 from pipeline.engines.targets import resolve_target
-from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:

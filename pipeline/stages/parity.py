@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.core.config import load_config
 from pipeline.core.errors import ParityError
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
 from pipeline.parity.report import gate
 from pipeline.parity.run import headline, print_table, run_parity
-from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:

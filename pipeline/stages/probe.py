@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.core import atomic, sources
 from pipeline.core.host import host_record
 from pipeline.core.config import load_config
 from pipeline.engines.probe import probe_machine, sm_tag
 from pipeline.core.stage import main as stage_main
-from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:

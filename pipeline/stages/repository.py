@@ -6,11 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.core import atomic
 from pipeline.core.config import load_config
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
 from pipeline.repository.writer import headline, write_repository
-from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:

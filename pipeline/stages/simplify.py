@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline import exit_with
 from pipeline.convert.simplify import headline, simplify
 from pipeline.core import atomic
 from pipeline.core.config import load_config
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-from pipeline import exit_with
 
 
 def _args(p: argparse.ArgumentParser) -> None:
