@@ -15,44 +15,16 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.results import InputsInfo
 from pipeline.core.config import InputShapes, ModelConfig
-from pipeline.core.samples import input_specs, load_samples
+from pipeline.core.samples import by_shape, input_specs, load_samples, request_rows, shape_key, uniform_rows
 from pipeline.core.specs import graph_io
 
 Feed = dict[str, np.ndarray]
 
 
-def request_rows(samples: list[Feed], batched: bool) -> list[Feed]:
-    """Split sample feeds into the batch-1 requests a client sends (one row each)."""
-    if not batched:
-        return [dict(f) for f in samples]
-    rows: list[Feed] = []
-    for feed in samples:
-        n = next(iter(feed.values())).shape[0]
-        rows += [{k: np.asarray(v)[i : i + 1] for k, v in feed.items()} for i in range(n)]
-    return rows
-
-
-def shape_key(feed: Feed) -> tuple:
-    """Identity of a request's shapes; Triton batches only requests with equal shapes."""
-    return tuple((k, v.shape[1:]) for k, v in sorted(feed.items()))
-
-
-def _by_shape(rows: list[Feed]) -> list[list[Feed]]:
-    groups: dict[tuple, list[Feed]] = {}
-    for r in rows:
-        groups.setdefault(shape_key(r), []).append(r)
-    return list(groups.values())
-
-
-def uniform_rows(rows: list[Feed]) -> list[Feed]:
-    """The largest group of rows sharing one shape (what a client padding to one length sends)."""
-    return max(_by_shape(rows), key=len)
-
-
 def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
     """One batch of ``b`` rows per input shape, tiling each same-shape group (Triton batches only equal shapes)."""
     out = []
-    for g in _by_shape(rows):
+    for g in by_shape(rows):
         picks = [g[i % len(g)] for i in range(b)]
         out.append({k: np.concatenate([p[k] for p in picks]) for k in picks[0]})
     return out

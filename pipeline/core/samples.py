@@ -113,3 +113,32 @@ def load_samples(
     if batch_sizes:
         return [synthetic_feed(specs, b, model.seed + i) for i, b in enumerate(batch_sizes)]
     return [synthetic_feed(specs, batch, model.seed + i) for i in range(count)]
+
+
+# ---------------------------------------------------------------- requests a client sends
+def request_rows(samples: list[Feed], batched: bool) -> list[Feed]:
+    """Split sample feeds into the batch-1 requests a client sends (one row each)."""
+    if not batched:
+        return [dict(f) for f in samples]
+    rows: list[Feed] = []
+    for feed in samples:
+        n = next(iter(feed.values())).shape[0]
+        rows += [{k: np.asarray(v)[i : i + 1] for k, v in feed.items()} for i in range(n)]
+    return rows
+
+
+def shape_key(feed: Feed) -> tuple:
+    """Identity of a request's shapes; Triton batches only requests with equal shapes."""
+    return tuple((k, v.shape[1:]) for k, v in sorted(feed.items()))
+
+
+def by_shape(rows: list[Feed]) -> list[list[Feed]]:
+    groups: dict[tuple, list[Feed]] = {}
+    for r in rows:
+        groups.setdefault(shape_key(r), []).append(r)
+    return list(groups.values())
+
+
+def uniform_rows(rows: list[Feed]) -> list[Feed]:
+    """The largest group of rows sharing one shape (what a client padding to one length sends)."""
+    return max(by_shape(rows), key=len)

@@ -24,6 +24,7 @@ from pipeline.core.errors import ParityError, RepositoryError
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec, graph_io
 from pipeline.engines.manifest import targets_table
+from pipeline.repository import warmup as warmup_mod
 from pipeline.repository.trt_model import load_parity, render_trt_model
 
 
@@ -114,10 +115,18 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
     shutil.copyfile(onnx, version_dir / "model.onnx")
     rendered: dict[str, str] = {}
     derived: dict[str, str] = {}
+    rows: dict[bool, warmup_mod.Feed] = {}  # the warmup sample row, per "the config has a batch axis"
     for key in ("latency", "throughput"):
         variant, note = fixed_batch_variant(getattr(cfg.variants, key), inputs)
         pb = triton_config.onnx_model_config(name, inputs, outputs, variant, serving, f"variants.{key}")
         lines = triton_config.describe_variant(variant, serving, precision)
+        batched = variant.max_batch_size > 0
+        if variant.warmup is not None:
+            if batched not in rows:
+                rows[batched] = warmup_mod.sample_row(cfg.model, inputs, batched)
+                warmup_mod.write_files(model_dir, rows[batched], batched)
+            warmup_mod.add_warmup(pb, variant.warmup, rows[batched], {i.name: i.data_type for i in pb.input})
+        lines.append(warmup_mod.describe(variant.warmup, rows.get(batched) if variant.warmup else None, batched))
         if note:
             derived[key] = note
             lines.insert(1, f"Derived: {note}.")

@@ -28,6 +28,7 @@ from pipeline.core.atomic import write_text
 from pipeline.core.config import EmbeddedBackend
 from pipeline.core.errors import BenchError
 from pipeline.repository import config as triton_config
+from pipeline.repository.warmup import WARMUP_DIR
 from pipeline.serving import native_backend
 from pipeline.serving.install import site_packages
 
@@ -177,6 +178,9 @@ def build_embedded_repository(
     if dest.exists():
         shutil.rmtree(dest)
     (dest / shipped.version).mkdir(parents=True)
+    if (shipped.model_dir / WARMUP_DIR).is_dir():
+        # model_warmup's input_data_file entries are read from <model>/warmup/: the stand-in warms up as shipped.
+        shutil.copytree(shipped.model_dir / WARMUP_DIR, dest / WARMUP_DIR)
     if lib is not None:
         # Triton looks for <model>/libtriton_<backend>.so before its backend directory.
         shutil.copy2(lib, dest / lib.name)

@@ -53,6 +53,7 @@ from pipeline.core.config.schema import (
     TrtBuilderConfig,
     VariantConfig,
     VariantsConfig,
+    WarmupConfig,
 )
 
 __all__ = [
@@ -61,5 +62,5 @@ __all__ = [
     "ModelConfig", "OutputToleranceConfig", "ParityConfig", "PipelineConfig", "Precision", "PrecisionConfig",
     "Problem", "ProfileConfig", "Protocol", "ReleaseConfig", "RepositoryConfig", "ServingConfig", "SimplifyConfig",
     "Source", "TargetConfig", "TargetKind", "TensorSpec", "ToleranceConfig", "TrtBuilderConfig", "VariantConfig",
-    "VariantName", "VariantsConfig", "fixed_batch", "load_config", "validate",
+    "VariantName", "VariantsConfig", "WarmupConfig", "fixed_batch", "load_config", "validate",
 ]

@@ -233,6 +233,7 @@ def check_variant(v: VariantConfig, key: str, name: str, p: Problems, fixed_batc
     if v.graph_optimization_level not in GRAPH_LEVELS:
         p.add(f"{key}.graph_optimization_level", v.graph_optimization_level,
               "not a Triton ORT level: use 1 (extended), 0 (all, incl. layout), -1 (basic) or 2 (off)")
+    check_warmup(v, key, p, fixed_batch)
     db = v.dynamic_batching
     if db is None:
         return
@@ -248,6 +249,20 @@ def check_variant(v: VariantConfig, key: str, name: str, p: Problems, fixed_batc
               f"{max(db.preferred_batch_sizes, default=8)} or {dk}=null")
     elif v.max_batch_size > 0:
         p.each(f"{dk}.preferred_batch_sizes", db.preferred_batch_sizes, 1, v.max_batch_size, non_empty=False)
+
+
+def check_warmup(v: VariantConfig, key: str, p: Problems, fixed_batch: str | None) -> None:
+    """Warmup batch sizes the variant can run (Triton refuses a warmup batch above max_batch_size), a count >= 1."""
+    w = v.warmup
+    if w is None:
+        return
+    wk = f"{key}.warmup"
+    p.number(f"{wk}.count", w.count, 1)
+    # Without a batch axis (max_batch_size 0, or a fixed-batch graph) the repository stage renders one sample at the
+    # model's own shape, so only batching variants bound the sizes.
+    top = v.max_batch_size if v.max_batch_size > 0 and fixed_batch is None else None
+    if p.each(f"{wk}.batch_sizes", w.batch_sizes, 1, top):
+        p.unique(f"{wk}.batch_sizes", w.batch_sizes)
 
 
 def check_tolerance(t: ToleranceConfig, key: str, outputs: list[str] | None, p: Problems) -> None:
@@ -309,6 +324,27 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
         p.add("bench.tune_preferred_batch_sizes", [], "must list at least one set of sizes, e.g. [[4, 8], [8, 16]]")
     for i, sizes in enumerate(b.tune_preferred_batch_sizes):
         p.each(f"bench.tune_preferred_batch_sizes[{i}]", sizes, 1)
+    check_bench_production(b, p)
+
+
+def check_bench_production(b: BenchConfig, p: Problems) -> None:
+    """Cold start, memory, Triton's metrics, overload and soak settings."""
+    p.number("bench.cold_start_requests", b.cold_start_requests, 2)
+    p.number("bench.first_request_max_ratio", b.first_request_max_ratio, 1)
+    p.number("bench.memory_sample_ms", b.memory_sample_ms, 10, 10000)
+    p.number("bench.metrics_tolerance", b.metrics_tolerance, 0, 10, low_open=True)
+    if b.metrics_url and not _ENDPOINT.match(b.metrics_url):
+        p.add("bench.metrics_url", b.metrics_url, "must be <host>:<port> of Triton's metrics endpoint, e.g. 127.0.0.1:8002")
+    p.each("bench.overload_levels", b.overload_levels, 0.05, 10, non_empty=b.overload)
+    p.number("bench.overload_interval_ms", b.overload_interval_ms, 100)
+    p.number("bench.burst_factor", b.burst_factor, 1)
+    p.number("bench.burst_s", b.burst_s, 0.1, 60)
+    p.number("bench.overload_queue_size", b.overload_queue_size, 1)
+    p.number("bench.soak_s", b.soak_s, 0)
+    if p.number("bench.soak_ramp_s", b.soak_ramp_s, 0) and 0 < b.soak_s < 3 * b.soak_ramp_s:
+        # The fit needs the ramp to leave most of the soak: at least two thirds of it.
+        p.add("bench.soak_ramp_s", b.soak_ramp_s, f"must leave two thirds of bench.soak_s={b.soak_s:g} to fit (closest valid: {b.soak_s / 3:g})")
+    p.number("bench.memory_growth_mb_per_h", b.memory_growth_mb_per_h, 0, low_open=True)
 
 
 def check_bench_rounds(b: BenchConfig, p: Problems) -> None:

@@ -166,6 +166,18 @@ class DynamicBatchingConfig:
 
 
 @dataclass
+class WarmupConfig:
+    """Triton model_warmup: requests the server runs while it loads the model, before it reports it ready.
+
+    Each batch size is one warmup sample built from a real sample row (the repository stage writes it under
+    ``<model>/warmup/``), run ``count`` times; null in a variant: no warmup, its first request pays the first-run cost.
+    """
+
+    batch_sizes: list[int] = field(default_factory=lambda: [1])
+    count: int = 1
+
+
+@dataclass
 class VariantConfig:
     """The scheduling part of a Triton config: what makes it a latency or throughput config."""
 
@@ -177,6 +189,7 @@ class VariantConfig:
     # Triton's ORT graph level: -1 basic, 1 extended, 2 = OFF (not "more"), 0 = all (same as absent).
     graph_optimization_level: int = 1
     dynamic_batching: Optional[DynamicBatchingConfig] = None
+    warmup: Optional[WarmupConfig] = field(default_factory=WarmupConfig)
 
 
 @dataclass
@@ -304,6 +317,22 @@ class BenchConfig:
     tune_queue_delays_us: list[int] = field(default_factory=lambda: [0, 500, 2000, 5000])
     tune_preferred_batch_sizes: list[list[int]] = field(default_factory=lambda: [[4, 8], [8, 16]])
     tune_instance_counts: list[int] = field(default_factory=lambda: [1, 2])
+    # Production readiness (docs/benchmarking.md; conf/bench/default.yaml says what each key does).
+    cold_start: bool = True  # each variant in fresh servers, with and without its model_warmup
+    cold_start_requests: int = 30  # the warm p50 the first request is held against
+    first_request_max_ratio: float = 3.0
+    memory_sample_ms: float = 200.0  # RSS of tritonserver + its stubs
+    metrics_tolerance: float = 0.25  # Triton's /metrics against perf_analyzer's server split, per request
+    metrics_url: Optional[str] = None  # external: /metrics host:port (null: bench.url's host, port 8002)
+    overload: bool = True
+    overload_levels: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5])  # shares of the throughput capacity
+    overload_interval_ms: int = 1500
+    burst_factor: float = 4.0
+    burst_s: float = 2.0
+    overload_queue_size: int = 16  # the bounded-queue check's max_queue_size when the variant ships unbounded
+    soak_s: float = 0.0  # 0: no soak
+    soak_ramp_s: float = 60.0
+    memory_growth_mb_per_h: float = 50.0
 
 
 @dataclass
