@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.bench.diagnose_readiness import readiness_findings
 from pipeline.bench.estimate import Estimate
 from pipeline.bench.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding
@@ -239,4 +240,5 @@ def diagnose(res: BenchResult, configs: dict[str, mc.ModelConfig], graph_dtypes:
     stable = [n for n in configs if res.point(n, 1)]
     out += [unstable_variant(res, name, cfg, stable) for name, cfg in configs.items()]
     out += [invalid_measurement(res, name) for name in res.variants]
+    out += readiness_findings(res, configs)
     return [f for f in out if f is not None]

@@ -27,17 +27,26 @@ class Point:
     metrics: dict[str, float] = field(default_factory=dict)
     avg_batch: float | None = None
     failed_requests: float = 0.0
+    # Triton's /metrics deltas over the run (tritonmetrics.delta) with their cross-check against perf_analyzer
+    # (``agree``: tritonmetrics.cross_check), and the server's RSS over it (MB: peak, median); kept for invalid runs too.
+    triton: dict[str, float] = field(default_factory=dict)
+    agree: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> Json:
         # perf_analyzer's row starts with its (float) concurrency: our int takes its place, first.
         d: Json = {"concurrency": self.concurrency} | {k: v for k, v in self.metrics.items() if k != "concurrency"}
-        return d | {"valid": self.valid, "reason": self.reason, "avg_batch": self.avg_batch, "failed_requests": self.failed_requests}
+        d |= {"valid": self.valid, "reason": self.reason, "avg_batch": self.avg_batch, "failed_requests": self.failed_requests}
+        return d | {k: getattr(self, k) for k in _EXTRA if getattr(self, k)}
 
     @classmethod
     def from_json(cls, d: Json) -> Point:
-        own = ("concurrency", "valid", "reason", "avg_batch", "failed_requests")
+        own = ("concurrency", "valid", "reason", "avg_batch", "failed_requests", *_EXTRA)
         return cls(int(d["concurrency"]), bool(d["valid"]), d.get("reason", ""), {k: v for k, v in d.items() if k not in own},
-                   d.get("avg_batch"), d.get("failed_requests", 0.0))  # fmt: skip
+                   d.get("avg_batch"), d.get("failed_requests", 0.0), *(d.get(k) or {} for k in _EXTRA))  # fmt: skip
+
+
+_EXTRA = ("triton", "agree", "memory")  # Point's nested records, in field order
 
 
 @dataclass

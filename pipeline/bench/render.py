@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.bench import render_rounds
+from pipeline.bench import render_readiness, render_rounds
 from pipeline.bench.render_rounds import _f, _invalid
 from pipeline.bench.results import BenchResult
 from pipeline.core.atomic import write_text
@@ -47,7 +47,12 @@ def plot_png(res: BenchResult, path: Path) -> None:
     matplotlib.use("Agg")  # no display on CI
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    extra = render_readiness.has_panels(res)
+    fig, axes = plt.subplots(2 if extra else 1, 2, figsize=(11, 8.4 if extra else 4.2), squeeze=False)
+    (ax1, ax2) = axes[0]
+    if extra:
+        render_readiness.plot_memory(axes[1][0], res)
+        render_readiness.plot_overload(axes[1][1], res)
     for name, sweep in res.variants.items():
         pts = [p.metrics | {"concurrency": p.concurrency} for p in sweep.points if p.valid]
         if not pts:
@@ -159,6 +164,7 @@ def markdown(res: BenchResult) -> str:
         *_measurements(res),
         *render_rounds.c1_table(res),
         *render_rounds.throughput_table(res),
+        *render_readiness.sections(res),
         "",
         "## Diagnosis",
         "",

@@ -17,10 +17,11 @@ from typing import Any
 
 from pipeline.bench.estimate import Estimate
 from pipeline.bench.measured import Baseline, Json, Point, Sweep, Tuning
+from pipeline.bench.production import Production
 from pipeline.bench.rounds import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig
 
-SCHEMA = 2  # 2: headline estimates with intervals; rounds without a drift filter
+SCHEMA = 3  # 2: headline estimates with intervals; rounds without a drift filter; 3: production readiness
 
 
 @dataclass
@@ -222,11 +223,45 @@ class BenchResult:
     ratios: Ratios | None = None
     diagnosis: list[Finding] = field(default_factory=list)
     schema: int = SCHEMA
+    production: Production | None = None
 
     def point(self, variant: str, c: int) -> Point | None:
         """The valid measurement of ``variant`` at concurrency ``c``, or None."""
         p = self.variants[variant].at(c) if variant in self.variants else None
         return p if p and p.valid else None
+
+    def points_of(self, variant: str) -> list[Point]:
+        """Every measurement of ``variant``: its sweep's points and every round's (for memory and /metrics)."""
+        pts = list(self.variants[variant].points) if variant in self.variants else []
+        for r in self.paired_c1.rounds if self.paired_c1 else []:
+            pts += [p for p in (r.latency if variant == "latency" else r.throughput,) if p is not None]
+        for t in self.paired_throughput.values():
+            pts += [getattr(r, variant) for r in t.rounds if variant in ("latency", "throughput")]
+        return pts
+
+    def all_points(self) -> list[Point]:
+        return [p for v in dict.fromkeys([*self.variants, "latency", "throughput"]) for p in self.points_of(v)]
+
+    def _production_summary(self) -> Json:
+        """The readiness headline, flat for `dvc exp show`: cold start, first request, peak RSS, overload, metrics, soak."""
+        prod, out = self.production, {}
+        if prod is None:
+            return {}
+        for c in prod.cold_start:
+            tag = c.variant + ("" if c.warmup else "_no_warmup")
+            out |= {f"cold_start_s_{tag}": _r4(c.start_to_ready_s), f"first_vs_warm_{tag}": _r4(c.first_vs_warm)}
+        for v in self.variants:
+            peaks = [p.memory["rss_peak_mb"] for p in self.points_of(v) if p.memory]
+            out[f"rss_peak_mb_{v}"] = max(peaks) if peaks else None
+        top = prod.overload.levels[-1] if prod.overload and prod.overload.levels else None
+        if top is not None:
+            out |= {"overload_bounded_error_rate": _r4(top.error_rate), "overload_bounded_rejected": top.rejected, "overload_bounded_timeouts": top.timeouts}
+        shares = [p.agree["server_ms"] for p in self.all_points() if "server_ms" in p.agree]
+        out["triton_metrics_vs_perf_server_ms_max_share"] = _r4(max(shares)) if shares else None
+        if prod.soak is not None:
+            out |= {k: _r4(v) for k, v in prod.soak.slope_mb_per_h.flat("soak_rss_slope_mb_per_h").items() if not k.endswith("_rounds")}
+            out["soak_partial"] = prod.soak.partial
+        return out
 
     def _in_summary(self, key: str) -> bool:
         """The headline numbers with their intervals (and the batching tax's); the factors without theirs, and the
@@ -252,7 +287,7 @@ class BenchResult:
             "ort_best_infer_s": _r4(self.baseline.throughput.best_infer_s),
             "ratios": {k: _r4(v) for k, v in ratios.items() if self._in_summary(k)},
             "variants": variants,
-        }
+        } | ({"production": self._production_summary()} if self.production else {})
 
     def to_json(self) -> Json:
         """bench.json: every measurement, the ratios, the summary and the diagnosis."""
@@ -267,6 +302,8 @@ class BenchResult:
             d["tuning"] = self.tuning.to_json()
         if self.ratios is not None:
             d |= {"ratios": self.ratios.to_json(), "summary": self.summary()}
+        if self.production is not None:
+            d["production"] = self.production.to_json()
         return d | {"diagnosis": [asdict(f) for f in self.diagnosis]}
 
     @classmethod
@@ -287,4 +324,5 @@ class BenchResult:
             ratios=Ratios.from_json(d["ratios"]) if "ratios" in d else None,
             diagnosis=[Finding(**f) for f in d.get("diagnosis", [])],
             schema=d.get("schema", SCHEMA),
+            production=Production.from_json(d["production"]) if d.get("production") else None,
         )

@@ -91,9 +91,6 @@ class C1Round:
         return thr - lat if lat and thr else None
 
     def to_json(self, key: str | None) -> Json:
-        def step(p: Point) -> Json:
-            return {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics}
-
         d: Json = {"round": self.index, "order": self.order, "latency": step(self.latency)}
         d |= {"throughput": step(self.throughput)} if self.throughput is not None else {}
         d |= {"alternations": [[a.in_server_ms, a.in_process_ms, a.server_first] for a in self.alternations]} if self.alternations else {}
@@ -109,9 +106,13 @@ class C1Round:
                    [Alternation(s, p, bool(f)) for s, p, f in d.get("alternations", [])], d.get("gauges", []))  # fmt: skip
 
 
+def step(p: Point) -> Json:
+    """A round's point as bench.json keeps it (its concurrency is the round's)."""
+    return {k: v for k, v in p.to_json().items() if k not in ("concurrency", "failed_requests")}
+
+
 def _point(c: int, s: Json) -> Point:
-    own = ("valid", "reason", "avg_batch")
-    return Point(c, s["valid"], s["reason"], {k: x for k, x in s.items() if k not in own}, s.get("avg_batch"))
+    return Point.from_json({**s, "concurrency": c})
 
 
 @dataclass
@@ -205,9 +206,6 @@ class ThroughputRound:
         return thr - lat if lat and thr else None
 
     def to_json(self) -> Json:
-        def step(p: Point) -> Json:
-            return {"valid": p.valid, "reason": p.reason, "avg_batch": p.avg_batch, **p.metrics}
-
         return {"round": self.index, "order": self.order, "latency": step(self.latency), "throughput": step(self.throughput),
                 "ort_best_infer_s": self.gauge, "ratio": self.ratio(), "throughput_vs_ort_best": self.vs_ort_best(),
                 "p50_delta_ms": self.p50_delta_ms()}  # fmt: skip

@@ -15,13 +15,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench import inputs as inputs_mod
-from pipeline.bench import render, tune
+from pipeline.bench import readiness, render, tune
 from pipeline.bench.baseline import Gauges, baseline_latency, baseline_throughput
 from pipeline.bench.diagnose import diagnose
 from pipeline.bench.estimate import StopRule
@@ -64,6 +66,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     model = measured_model(shipped)
     lat_s, thr_s = OrtSettings.from_config(main_cfg), OrtSettings.from_config(configs.get("throughput", main_cfg))
     plan = RoundsPlan.of(b, list(configs))
+    t_start = time.monotonic()  # the time base of the RSS traces
     with Progress(expected_seconds(b, plan)) as progress:
         progress.phase("baseline")
         progress.log(f"[bench] in-process ONNX Runtime baseline on {shipped.onnx.name}; profile {b.profile}")
@@ -79,14 +82,20 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             input_json = pa_mod.write_input_data(Path(work_s) / "perf_input.json", inp.rows, inp.batched)
             sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
             mode: Mode = (
-                EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend)
+                EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.memory_sample_ms / 1000)
                 if b.server == BenchServer.embedded
-                else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol)  # bench.url is the endpoint of bench.protocol
+                else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol, b.metrics_url)  # bench.url: bench.protocol's endpoint
             )
+            prod = readiness.record(mode)
             try:
                 server = server_info(mode)
+                readiness.cold(prod, mode, b, inp, list(configs), logs, progress)
                 variants = sweep_variants(mode, sweeper, b, plan.swept, server, progress)
-                pc1, pairs = measure_rounds(mode, sweeper, gauges, b, plan, inp, progress)
+
+                def then(ts: dict[str, Target], pairs: dict[int, ThroughputRounds]) -> None:  # on the rounds' server, after them
+                    readiness.after_rounds(prod, mode, sweeper, ts, readiness.capacity(pairs, variants), inp, progress)  # type: ignore[arg-type]
+
+                pc1, pairs = measure_rounds(mode, sweeper, gauges, b, plan, inp, progress, then)
                 from_rounds = sweep_from_rounds(pc1, pairs)
                 variants = {v: variants[v] if v in variants else from_rounds[v] for v in configs if v in variants or v in from_rounds}
                 # One variant without a valid point is a finding for the report; none at all is a failure.
@@ -98,15 +107,18 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             except PipelineError as e:
                 raise _keeping_logs(e, logs) from None
             finally:
+                readiness.finish(prod, mode, t_start)
                 mode.close()
             progress.phase("report")
             baseline_again(base, shipped.onnx, lat_s, inp, b)
             mach.loadavg_end = loadavg()
-            res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning)
+            res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning, production=prod)
             res.ratios = ratios(res)
             res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
             write_outputs(res, shipped, configs, logs, out_dir, curves_dir, tuned_config)
     write_json(out_json, res.to_json())
+    if prod.soak is not None and prod.soak.partial:
+        raise KeyboardInterrupt  # the soak was interrupted: its partial data is written (marked partial), now stop as asked
     return res
 
 
@@ -148,7 +160,11 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan) -> dict[str, float]:
     sweep = len(plan.swept) * (5.0 + len(b.concurrency) * (3 * b.measurement_interval_ms / 1000 + 1.0))
     tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.measurement_interval_ms / 1000 + 8.0)) if b.tune else 0.0
     baseline = 5.0 + len(b.baseline_batch_sizes) * b.baseline_seconds
-    return {"baseline": baseline, "sweep": sweep, "rounds": rounds + 5.0 * (plan.c1 or bool(plan.concurrency)), "tuning": tuning, "report": 8.0}
+    embedded = b.server == BenchServer.embedded
+    cold = 4 * 5.0 * (embedded and b.cold_start)  # two variants, with and without warmup, a fresh server each
+    overload = (len(b.overload_levels) * (3 * b.overload_interval_ms / 1000 + 2) + 3 * (b.burst_s + 1.5) + 8) * (embedded and b.overload)
+    return {"baseline": baseline, "cold start": cold, "sweep": sweep, "rounds": rounds + 5.0 * (plan.c1 or bool(plan.concurrency)),
+            "overload": overload, "soak": b.soak_s * embedded, "tuning": tuning, "report": 8.0}  # fmt: skip
 
 
 # ---------------------------------------------------------------- inputs
@@ -222,7 +238,8 @@ def _rules(b: BenchConfig) -> tuple[StopRule, StopRule]:
 
 
 def measure_rounds(
-    mode: Mode, sweeper: Sweeper, gauges: Gauges, b: BenchConfig, plan: RoundsPlan, inp: BenchInputs, progress: Progress
+    mode: Mode, sweeper: Sweeper, gauges: Gauges, b: BenchConfig, plan: RoundsPlan, inp: BenchInputs, progress: Progress,
+    then: Callable[[dict[str, Target], dict[int, ThroughputRounds]], None] | None = None,
 ) -> tuple[C1Rounds | None, dict[int, ThroughputRounds]]:
     """The headline rounds (pairing.py): c=1, and both variants at each compared concurrency, interleaved.
 
@@ -230,7 +247,7 @@ def measure_rounds(
     them costs nothing. External: c=1 rounds only, in the latency variant's load.
     """
     if not plan.c1 and not plan.concurrency:
-        return None, {}
+        return None, {}  # no rounds' server: overload and soak are not measured (readiness notes it)
     progress.phase("rounds")
     c1_rule, tput_rule = _rules(b)
     interval, stability = b.paired_measurement_interval_ms, b.paired_stability_percentage
@@ -265,8 +282,11 @@ def measure_rounds(
         finally:
             if plan.c1:
                 timer.close()
+        pairs = {g.record.concurrency: g.record for g in groups if isinstance(g.record, ThroughputRounds)}
+        if then is not None:
+            then(ts, pairs)
     pc1 = next((g.record for g in groups if isinstance(g.record, C1Rounds)), None)
-    return pc1, {g.record.concurrency: g.record for g in groups if isinstance(g.record, ThroughputRounds)}
+    return pc1, pairs
 
 
 def _keeping_logs(e: PipelineError, logs: Path) -> PipelineError:

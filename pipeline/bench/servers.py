@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import BenchError, ToolError
-from pipeline.serving.client import TritonClient
+from pipeline.serving.client import TritonClient, metrics_text
 from pipeline.serving.embedded import (
     CHANGED_FIELDS,
     build_embedded_repository,
@@ -24,7 +24,8 @@ from pipeline.serving.embedded import (
     variant_model,
     write_config,
 )
-from pipeline.serving.process import EmbeddedServer
+from pipeline.serving.memory import RssSampler
+from pipeline.serving.process import METRICS_LIMITS, EmbeddedServer
 
 _STANDINS = {
     "native": "our native Triton backend pipeline_ort, which runs ONNX Runtime inside tritonserver (native/pipeline_ort)",
@@ -54,8 +55,11 @@ class Target:
     model: str
     variant: str
     version: str = ""
-    metrics_url: str = ""  # Triton's /metrics host:port (embedded python stand-in: carries its ORT timers)
+    metrics_url: str = ""  # Triton's /metrics host:port ("" when there is none)
     protocol: str = "http"  # of perf_url (bench.protocol)
+    standin_timers: bool = False  # /metrics also carries the python stand-in's own ORT timers
+    memory: RssSampler | None = None  # the server's RSS, sampled all along (embedded only)
+    grpc_url: str = ""  # the gRPC endpoint (the open-loop client's)
 
     def client(self) -> TritonClient:
         """A client for this server over the bench's protocol (statistics work over either)."""
@@ -67,7 +71,7 @@ class EmbeddedMode:
 
     mode = "embedded"
 
-    def __init__(self, model_dir: Path, protocol: str, timeout_s: float, log_dir: Path, backend: str = "native") -> None:
+    def __init__(self, model_dir: Path, protocol: str, timeout_s: float, log_dir: Path, backend: str = "native", memory_sample_s: float = 0.2) -> None:
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-embedded-")
         self.repo = Path(self._tmp.name)
         try:
@@ -79,6 +83,9 @@ class EmbeddedMode:
         self.description = embedded_note(backend)
         self.in_server_ort_key: str | None = _ORT_TIME_KEYS[backend]
         self.protocol, self.timeout_s, self.log_dir = protocol, timeout_s, log_dir
+        self.memory_sample_s = memory_sample_s
+        self.traces: list[tuple[str, RssSampler]] = []  # every server's RSS samples, by what it served
+        self.metrics_limits = list(METRICS_LIMITS)
 
     def add_variant(self, name: str, cfg: mc.ModelConfig) -> None:
         """A tuning candidate: the embedded config of another variant with new scheduling values."""
@@ -87,19 +94,28 @@ class EmbeddedMode:
     def embedded_config(self, variant: str) -> mc.ModelConfig:
         return read_config(self.repo / self.shipped.name / "configs" / f"{variant}.pbtxt")
 
-    def _targets(self, srv: EmbeddedServer, models: dict[str, str]) -> dict[str, Target]:
+    def _targets(self, srv: EmbeddedServer, models: dict[str, str], mem: RssSampler) -> dict[str, Target]:
         """A Target per variant (variant -> model name) on the running server ``srv``."""
         url = srv.grpc_url if self.protocol == "grpc" else srv.http_url
         with srv.client(self.protocol) as client:
             ver = client.server_version()
-        # Only the python stand-in publishes timers; for the native backend Triton's own stats say it all.
-        metrics = f"127.0.0.1:{srv.metrics_port}" if self.backend == "python" else ""
-        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol)) for v, m in models.items()}
+        metrics = f"127.0.0.1:{srv.metrics_port}"
+        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol), self.backend == "python", mem, srv.grpc_url)
+                for v, m in models.items()}  # fmt: skip
+
+    @contextlib.contextmanager
+    def sampled(self, srv: EmbeddedServer, label: str) -> Iterator[RssSampler]:
+        """The RSS of ``srv`` (and its stubs) sampled while it runs, kept in :attr:`traces` under ``label``."""
+        assert srv.proc is not None
+        with RssSampler(srv.proc.pid, self.memory_sample_s) as mem:
+            self.traces.append((label, mem))
+            yield mem
 
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
-        with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv:
-            yield self._targets(srv, {variant: self.shipped.name})[variant]
+        with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv, \
+                self.sampled(srv, variant) as mem:  # fmt: skip
+            yield self._targets(srv, {variant: self.shipped.name}, mem)[variant]
 
     @contextlib.contextmanager
     def serve_together(self, variants: list[str]) -> Iterator[dict[str, Target]]:
@@ -110,8 +126,9 @@ class EmbeddedMode:
         """
         models = {v: variant_model(self.shipped.name, v) for v in variants}
         names = list(models.values())
-        with EmbeddedServer(self.repo, names[0], timeout_s=self.timeout_s, log_dir=self.log_dir, also_load=tuple(names[1:])) as srv:
-            yield self._targets(srv, models)
+        with EmbeddedServer(self.repo, names[0], timeout_s=self.timeout_s, log_dir=self.log_dir, also_load=tuple(names[1:])) as srv, \
+                self.sampled(srv, " + ".join(variants)) as mem:  # fmt: skip
+            yield self._targets(srv, models, mem)
 
     def close(self) -> None:
         self._tmp.cleanup()
@@ -130,12 +147,20 @@ class ExternalMode:
     # It may run the model on a GPU, where the server's time is no gauge for in-process CPU ORT.
     in_server_ort_key: str | None = None
 
-    def __init__(self, url: str, model: str, configs: dict[str, Path], protocol: str = "http") -> None:
+    def __init__(self, url: str, model: str, configs: dict[str, Path], protocol: str = "http", metrics_url: str | None = None) -> None:
         self.client = TritonClient(url, str(protocol))
         self.url, self.protocol = self.client.url, self.client.protocol
         self.http_url = self.url if self.protocol == "http" else ""
         self.model, self.configs = model, configs
         self.description = f"External Triton at {self.url} ({self.protocol}) serving the shipped repository's configs as they are."
+        # Triton's default metrics port on the server's host unless told (bench.metrics_url).
+        self.metrics_url = metrics_url or f"{self.url.rsplit(':', 1)[0]}:8002"
+        reachable = metrics_text(self.metrics_url) is not None
+        self.metrics_limits = [] if reachable else [
+            f"Triton's /metrics at {self.metrics_url} is off or unreachable: no Triton metrics deltas, no GPU figures "
+            "(start tritonserver with --allow-metrics=true, or set bench.metrics_url); everything else was measured"]
+        if not reachable:
+            self.metrics_url = ""
 
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
@@ -156,7 +181,7 @@ class ExternalMode:
                 "and check bench.url and bench.protocol (the url is the endpoint of that protocol)",
                 details=e.details,
             ) from None
-        yield Target(self.http_url, self.url, self.model, variant, self.client.server_version(), protocol=self.protocol)
+        yield Target(self.http_url, self.url, self.model, variant, self.client.server_version(), self.metrics_url, self.protocol)
 
     def close(self) -> None:
         self.client.close()

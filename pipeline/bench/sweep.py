@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.bench import tritonmetrics as tm
 from pipeline.bench.inputs import Feed
 from pipeline.bench.measured import Point
 from pipeline.bench.servers import Target
@@ -22,6 +23,7 @@ from pipeline.core.errors import BenchError
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.client import TritonClient, metrics_text
 from pipeline.serving.embedded import STANDIN_FLUSH_S
+from pipeline.serving.memory import Window
 
 STANDIN_COUNTERS = {
     "pipeline_standin_ort_run_ns": "ort_ns",
@@ -46,6 +48,7 @@ def model_stats(client: TritonClient, model: str) -> dict[str, float]:
         "inference_count": n(st, "inference_count"),
         "execution_count": n(st, "execution_count"),
         "success_count": n(inf.get("success", {}), "count"),
+        "success_ns": n(inf.get("success", {}), "ns"),
         "fail_count": n(inf.get("fail", {}), "count"),
         "queue_ns": n(inf.get("queue", {}), "ns"),
         "compute_infer_ns": n(inf.get("compute_infer", {}), "ns"),  # the backend's own time inside ORT (pipeline_ort)
@@ -122,7 +125,7 @@ class Sweeper:
         gets the stand-in's split of compute time, its counters lined up with the run by :func:`flush_standin`.
         """
         b = self.bench
-        timed = bool(t.metrics_url and self.probe_row)
+        timed = bool(t.standin_timers and t.metrics_url and self.probe_row)
         points = []
         # Statistics over HTTP where the server has it, else over gRPC (an external server given by that endpoint).
         with TritonClient(t.http_url) if t.http_url else TritonClient(t.perf_url, "grpc") as client:
@@ -138,13 +141,16 @@ class Sweeper:
                 )  # fmt: skip
                 # Counters were flushed after the previous run (or nothing ran yet): nothing is pending now.
                 before, t_before = model_stats(client, t.model), standin_counters(t.metrics_url, t.model) if timed else {}
+                m_before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()
                 run = pa_mod.run(self.pa, cmd, c, csv_path, timeout_s=b.perf_timeout_s)
-                after = model_stats(client, t.model)  # before the flush request, so Triton's counts are perf_analyzer's only
+                # Both before the flush request, so Triton's counts are perf_analyzer's only.
+                t1, after, m_after = time.monotonic(), model_stats(client, t.model), tm.scrape(t.metrics_url, t.model)
                 flushed = timed and self.probe_row is not None and flush_standin(client, t.model, self.probe_row)
                 t_after = standin_counters(t.metrics_url, t.model) if flushed else {}
                 (self.work_dir / f"{tag}_c{c}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
                 points.append(_point(run, before, after, t_before, t_after))
                 p = points[-1]
+                observe(p, tm.delta(m_before, m_after), t.memory.window(t0, t1) if t.memory else None, b.queue_min_ms)
                 status = f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"
                 self.log(f"[bench] {tag} c={c}: {status}")
         return points
@@ -161,6 +167,14 @@ def _point(run: pa_mod.PerfRun, before: dict[str, float], after: dict[str, float
     # The 1-minute load average after the run: on a shared machine it tells which points others disturbed.
     metrics = dict(run.row, loadavg_1m=round(os.getloadavg()[0], 2), **standin_split(t_before, t_after)) if valid else {}
     return Point(run.concurrency, valid, reason, metrics, avg_batch, failed)
+
+
+def observe(p: Point, triton: dict[str, float], mem: Window | None, floor_ms: float) -> None:
+    """Put Triton's /metrics deltas, their cross-check against perf_analyzer's split, and the RSS window on ``p``."""
+    p.triton = {k: round(v, 4) for k, v in triton.items()}
+    if p.valid:
+        p.agree = {k: round(v, 4) for k, v in tm.cross_check(triton, p.metrics, p.avg_batch, floor_ms).items()}
+    p.memory = {"rss_peak_mb": mem.peak_mb, "rss_median_mb": mem.median_mb} if mem else {}
 
 
 def check_readiness(points: list[Point], tag: str) -> None:

@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -191,15 +192,24 @@ def build_command(
     max_trials: int = 10,
     shapes: dict[str, list[int]] | None = None,
     batch_size: int = 1,
+    request_rate: float | None = None,
+    request_intervals: Path | None = None,
 ) -> list[str]:
-    """The perf_analyzer argv for one concurrency level."""
+    """The perf_analyzer argv for one concurrency level, or one request rate (open loop, ``--request-rate-range``),
+    or one schedule of gaps between requests (``--request-intervals``, a file of microseconds per line)."""
+    if request_intervals is not None:
+        load = ["--request-intervals", str(request_intervals)]
+    elif request_rate is not None:
+        load = ["--request-rate-range", f"{request_rate:.1f}:{request_rate:.1f}", "--request-distribution", "constant"]
+    else:
+        load = ["--concurrency-range", f"{concurrency}:{concurrency}"]
     cmd = [
         str(pa.binary),
         "-m", model,
         "-u", url,
         "-i", protocol,
         "-b", str(batch_size),
-        "--concurrency-range", f"{concurrency}:{concurrency}",
+        *load,
         "--measurement-mode", "time_windows",
         "--measurement-interval", str(measurement_interval_ms),
         "--stability-percentage", str(stability_percentage),
@@ -232,6 +242,7 @@ def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, time
 # CSV column -> our key; times in the CSV are microseconds, we store milliseconds.
 _COLUMNS = {
     "Concurrency": ("concurrency", 1.0),
+    "Request Rate": ("request_rate", 1.0),  # request-rate and request-intervals modes: the first column
     "Inferences/Second": ("throughput_infer_s", 1.0),
     "Client Send": ("client_send_ms", _US),
     "Network+Server Send/Recv": ("network_ms", _US),
@@ -248,7 +259,16 @@ _COLUMNS = {
     "request/response": ("request_response_ms", _US),
     "response wait": ("response_wait_ms", _US),
 }
-REQUIRED = ("Concurrency", "Inferences/Second", "p50 latency", "p99 latency", "Server Queue", "Server Compute Infer")
+REQUIRED = ("Inferences/Second", "p50 latency", "p99 latency", "Server Queue", "Server Compute Infer")
+
+
+_PASS = re.compile(r"Pass \[(\d+)\] throughput: ([0-9.eE+-]+) infer/sec\. Avg latency: (\d+) usec")
+
+
+def parse_passes(log: str) -> list[tuple[float, float]]:
+    """Every measurement window of a ``-v`` log, in order: (infer/s, average latency ms). A queue that grows shows as
+    latency rising window after window."""
+    return [(float(m.group(2)), int(m.group(3)) * _US) for m in _PASS.finditer(log)]
 
 
 def parse_csv(text: str) -> list[dict[str, float]]:
@@ -261,7 +281,7 @@ def parse_csv(text: str) -> list[dict[str, float]]:
     table = text.strip().split("\n\n")[0]
     reader = csv.DictReader(io.StringIO(table))
     header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in REQUIRED if c not in header]
+    missing = [c for c in REQUIRED if c not in header] + ([] if {"Concurrency", "Request Rate"} & set(header) else ["Concurrency"])
     if missing:
         raise ToolError(
             f"perf_analyzer CSV lacks columns {missing}",

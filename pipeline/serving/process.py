@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -34,6 +35,13 @@ from pipeline.serving.install import (
 
 # Per readiness call while the server starts: it answers at once or not at all (refused connection).
 _POLL_TIMEOUT_S = 2.0
+# What the embedded server's /metrics leaves out, for every report to state (Triton's defaults otherwise).
+METRICS_LIMITS = (
+    "GPU metrics off (--allow-gpu-metrics=false): the stand-in runs on the CPU, so no nv_gpu_* figures",
+    "latency summaries off (Triton's default): the cumulative nv_inference_* counters give every delta",
+    "nv_cpu_utilization and nv_cpu_memory_used_bytes are host-wide, polled every 2000 ms (Triton's default "
+    "--metrics-interval-ms): the server's own memory is its RSS, sampled with psutil",
+)
 
 
 def free_port(avoid: set[int] = frozenset()) -> int:  # type: ignore[assignment]
@@ -112,7 +120,7 @@ class EmbeddedServer:
         also_load: tuple[str, ...] = (),
     ) -> None:
         self.repo_dir = Path(repo_dir).resolve()
-        self.model = model
+        self.model = model  # "" loads nothing at start: the caller loads through the repository API (cold start)
         self.also_load = also_load  # more models served beside ``model`` (all must become ready)
         self.config_name = config_name
         self.timeout_s = timeout_s
@@ -125,6 +133,13 @@ class EmbeddedServer:
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._watchdog: subprocess.Popen | None = None
         self._watch_fd: int | None = None
+        # time.monotonic() at the spawn of the server that came up, and when it (and its models) answered ready
+        self.spawned_at = self.ready_at = 0.0
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The models loaded at start."""
+        return tuple(m for m in (self.model, *self.also_load) if m)
 
     @property
     def http_url(self) -> str:
@@ -155,7 +170,7 @@ class EmbeddedServer:
             f"--model-repository={self.repo_dir}",
             f"--backend-directory={backend_dir(inst)}",
             "--model-control-mode=explicit",
-            *(f"--load-model={m}" for m in (self.model, *self.also_load)),
+            *(f"--load-model={m}" for m in self.models),
             "--strict-model-config=true",
             "--exit-on-error=true",  # a model that fails to load ends the server: we report at once
             "--http-address=127.0.0.1",
@@ -191,8 +206,9 @@ class EmbeddedServer:
             log_root = Path(self._tmp.name)
         for attempt in range(attempts):
             self.http_port, self.grpc_port, self.metrics_port = self._pick_ports()
-            self.log_path = log_root / f"tritonserver-{self.config_name or self.model}-{attempt}.log"
+            self.log_path = log_root / f"tritonserver-{self.config_name or self.model or 'empty'}-{attempt}.log"
             with open(self.log_path, "wb") as out:
+                self.spawned_at = time.monotonic()
                 self.proc = subprocess.Popen(
                     self._command(inst),
                     env=server_env(inst),
@@ -204,6 +220,7 @@ class EmbeddedServer:
             self._start_watchdog()
             ready = self._wait_ready()
             if ready:
+                self.ready_at = time.monotonic()
                 return
             log = self.log()
             # Another process grabbed a port between our check and the bind: try new ports.
@@ -214,7 +231,7 @@ class EmbeddedServer:
                 self.requested_ports = None
                 continue
             raise ToolError(
-                "tritonserver could not load model " + ", ".join(f"'{m}'" for m in (self.model, *self.also_load))
+                "tritonserver could not load model " + ", ".join(f"'{m}'" for m in self.models)
                 + (f" with --model-config-name={self.config_name}" if self.config_name else ""),
                 fix="read the server log lines below; the model config or the model file is wrong",
                 details={
@@ -235,7 +252,7 @@ class EmbeddedServer:
         assert self.proc is not None
         proc = self.proc
         with TritonClient(self.http_url, "http", timeout_s=_POLL_TIMEOUT_S) as client:
-            return client.wait_ready((self.model, *self.also_load), self.timeout_s, is_alive=lambda: proc.poll() is None)
+            return client.wait_ready(self.models, self.timeout_s, is_alive=lambda: proc.poll() is None, poll_s=0.05)
 
     def _start_watchdog(self) -> None:
         """A separate process that SIGKILLs the server's group when this process dies.

@@ -44,6 +44,8 @@ def tiny_cfg() -> PipelineConfig:
     b.paired_rounds, b.paired_max_rounds, b.paired_measurement_interval_ms, b.paired_stability_percentage = 2, 3, 500, 50
     b.paired_throughput_concurrency, b.paired_throughput_rounds, b.paired_throughput_max_rounds = [1, 4], 2, 3
     b.alternations, b.alternation_ms, b.rounds_budget_s = 4, 50.0, 20.0
+    # Production readiness has its own tests (test_bench_readiness.py); the end-to-end run turns it back on.
+    b.cold_start, b.overload = False, False
     return cfg
 
 
@@ -70,6 +72,8 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     out = tmp_path / "out"
     cfg = tiny_cfg()
     cfg.bench.embedded_backend = backend
+    b = cfg.bench
+    b.cold_start, b.cold_start_requests, b.overload, b.overload_levels, b.overload_interval_ms, b.burst_s = True, 5, True, [0.5, 1.5], 300, 0.3
     t0 = time.monotonic()
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     assert time.monotonic() - t0 < 120
@@ -119,6 +123,15 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     assert (out / "bench" / "bench.png").stat().st_size > 0
     assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
     assert res.to_json()["ratios"] == data["ratios"]
+    # Production readiness rides on the same run: cold start per variant, memory and /metrics on every point, overload.
+    prod = data["production"]
+    assert [(c["variant"], c["warmup"]) for c in prod["cold_start"]] == [("latency", False), ("throughput", False)]  # the tiny configs ship no warmup
+    assert all(c["load_s"] > 0 and c["first_ms"] > 0 and c["warm_p50_ms"] > 0 and not c["error"] for c in prod["cold_start"])
+    assert lat1["memory"]["rss_peak_mb"] > 10 and lat1["triton"]["success"] > 10 and "server_ms" in lat1["agree"]
+    assert [x["label"] for x in prod["overload"]["levels"]] == ["50%", "150%", "burst", "150% bounded"]
+    assert prod["overload"]["levels"][-1]["queue_size"] == cfg.bench.overload_queue_size and prod["metrics_limits"]
+    assert "## Cold start" in report and "## Overload and bursts" in report and "## Triton's own metrics" in report
+    assert "cold_start_s_latency_no_warmup" in data["summary"]["production"]
     # The compared concurrencies are the config's (bench.paired_throughput_concurrency=[4]), not a fixed c=8/c=16.
     assert "throughput_vs_latency_c8" not in data["ratios"]
     assert "throughput_vs_latency_c4_ci90_low" in data["summary"]["ratios"] and "c=4 **" in report and "c=8" not in report

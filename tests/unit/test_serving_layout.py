@@ -24,6 +24,8 @@ ALLOWED = {
     "perf_analyzer": {"install", "process"},
     "embedded": {"install", "native_backend"},
     "python_standin": set(),
+    "memory": set(),  # the server's RSS (psutil)
+    "loadgen": set(),  # the open-loop client
 }
 
 
