@@ -62,12 +62,13 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
     t0, run, reason = time.monotonic(), None, ""
     try:
         run = pa_mod.run(sw.pa, cmd, concurrency, csv_path, timeout_s=b.soak_s + b.perf_timeout_s)
-    except KeyboardInterrupt:  # subprocess.run has killed perf_analyzer; the caller writes what was sampled, then stops
-        reason = f"interrupted after {time.monotonic() - t0:.0f} s of {b.soak_s:.0f} s"
-    t1 = time.monotonic()
-    if run is not None:
         (sw.work_dir / f"soak_c{concurrency}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
+        if run.returncode in (-2, 130):
+            raise KeyboardInterrupt  # perf_analyzer took the same Ctrl-C (one process group) and ended first
         reason = "" if run.valid else run.reason()
+    except KeyboardInterrupt:  # subprocess.run has killed perf_analyzer; the caller writes what was sampled, then stops
+        run, reason = None, f"interrupted after {time.monotonic() - t0:.0f} s of {b.soak_s:.0f} s"
+    t1 = time.monotonic()
     series = t.memory.series(t0, t1) if t.memory else []
     ramp = min(b.soak_ramp_s, (t1 - t0) / 3)  # an interrupted soak keeps two thirds of what it has for the fit
     row = run.row if run is not None else {}

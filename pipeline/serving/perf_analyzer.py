@@ -197,10 +197,13 @@ def build_command(
 ) -> list[str]:
     """The perf_analyzer argv for one concurrency level, or one request rate (open loop, ``--request-rate-range``),
     or one schedule of gaps between requests (``--request-intervals``, a file of microseconds per line)."""
+    # Open loop needs asynchronous requests: synchronous ones (the default) cap the rate at threads / latency,
+    # which past capacity is a closed loop again.
+    open_loop = ["--async", "--max-threads", "16"]
     if request_intervals is not None:
-        load = ["--request-intervals", str(request_intervals)]
+        load = ["--request-intervals", str(request_intervals), *open_loop]
     elif request_rate is not None:
-        load = ["--request-rate-range", f"{request_rate:.1f}:{request_rate:.1f}", "--request-distribution", "constant"]
+        load = ["--request-rate-range", f"{request_rate:.1f}:{request_rate:.1f}", "--request-distribution", "constant", *open_loop]
     else:
         load = ["--concurrency-range", f"{concurrency}:{concurrency}"]
     cmd = [

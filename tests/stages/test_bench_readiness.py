@@ -120,3 +120,41 @@ def test_bounded_queue_rejects_cleanly_at_150_percent(tmp_path: Path) -> None:
     assert sorted(run.rejected_ms)[int(0.99 * len(run.rejected_ms))] < 100  # turned away at once, not after a wait
     assert d["success"] == len(run.ok_ms) and len(run.ok_ms) + len(run.rejected_ms) == 300  # every request accounted for
     assert max(rss) - rss[0] < 30
+
+
+@pytest.mark.slow
+def test_soak_interrupted_by_sigint_keeps_partial_data_and_no_server(tmp_path: Path) -> None:
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from omegaconf import OmegaConf
+
+    from tests.stages.test_bench import ROOT, procs_mentioning, tiny_cfg
+
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    cfg.bench.soak_s, cfg.bench.soak_ramp_s = 60.0, 5.0
+    OmegaConf.save(OmegaConf.structured(cfg), tmp_path / "params.yaml")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "pipeline.stages.bench", "--params", str(tmp_path / "params.yaml"), "--repository", str(tmp_path / "repo"),
+           "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
+    env = dict(__import__("os").environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 150
+    for line in proc.stdout:  # type: ignore[union-attr]
+        lines.append(line)
+        if "[bench] soak:" in line or time.monotonic() > deadline:
+            break
+    time.sleep(8)  # some of the soak sampled
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=90)[0]
+    assert proc.returncode != 0 and "interrupted" in rest, "".join(lines)[-1500:] + rest[-1500:]
+    soak = json.loads((out / "bench.json").read_text())["production"]["soak"]
+    assert soak["partial"] and "interrupted" in soak["reason"] and 5 < soak["seconds"] < 60 and len(soak["series"]) > 20
+    assert "## Soak (PARTIAL)" in (out / "bench" / "report.md").read_text()
+    time.sleep(1)
+    assert not procs_mentioning(str(tmp_path))
