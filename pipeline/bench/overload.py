@@ -118,6 +118,8 @@ def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float,
                     round(run.achieved_rate, 1) if run.achieved_rate else None, pct(ok, 0.5), pct(ok, 0.99),
                     timeouts=run.timeouts + run.unanswered, rejected_p99_ms=pct(rej, 0.99))  # fmt: skip
     lvl = _observe(lvl, bt, before, t0, t1)
+    # Triton's nv_inference_request_failure does not count what a full queue turns away: the client's count is the one.
+    lvl.rejected, lvl.failed = float(len(rej)), lvl.failed + len(rej) + run.errors
     mode_note = "" if model == t.model else f" (shipped unbounded: max_queue_size {queue} for this check)"
     log(f"[bench] bounded queue{mode_note} at {rate:.0f}/s offered ({run.sent} sent in {run.seconds:.1f} s): {len(ok)} ok, p99 "
           f"{lvl.p99_ms} ms; {len(rej)} rejected (p99 {lvl.rejected_p99_ms} ms), {lvl.timeouts:.0f} timed out")  # fmt: skip

@@ -60,8 +60,9 @@ class LoadLevel:
     """One open-loop load on the throughput variant: a share of its capacity, or the burst.
 
     ``tool``: perf_analyzer (request-rate or request-intervals mode; it stops at the first failed request) or the
-    open-loop client (keeps sending through rejections and counts them). Counts are Triton's (/metrics deltas);
-    ``rejected`` is its failures with reason REJECTED, ``timeouts`` the client's. ``passes_ms``: perf_analyzer's
+    open-loop client (keeps sending through rejections and counts them). ``success`` is Triton's (/metrics deltas);
+    ``failed`` Triton's failures plus, for the open-loop client, what it saw rejected or failing; ``rejected`` and
+    ``timeouts`` are the client's (Triton's failure counter leaves out requests its full queue turned away). ``passes_ms``: perf_analyzer's
     average latency per window, in order (a queue that grows shows as a rise).
     """
 

@@ -74,7 +74,8 @@ def overload(res: BenchResult) -> list[str]:
              f"Capacity {over.capacity_infer_s:.1f} infer/s ({over.capacity_from}). perf_analyzer's request-rate mode at each share, and "
              f"one burst (idle, {res.settings.burst_factor:g}x capacity for {res.settings.burst_s:g} s, idle) by --request-intervals; "
              "perf_analyzer stops at the first failed request, so the bounded-queue check is the open-loop client, which keeps "
-             "sending and counts rejections. Counts are Triton's (/metrics); latency per window shows a queue that grows.", "",
+             "sending and counts rejections. Successes are Triton's count (/metrics); rejections the client's (Triton does not count "
+             "what its full queue turns away); latency per window shows a queue that grows.", "",
              "| load | offered /s | tool | max_queue_size | achieved /s | p50 ms | p99 ms | error rate | rejected | timeouts | rejection p99 ms "
              "| RSS peak MB | latency per window ms | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
