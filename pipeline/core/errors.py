@@ -60,6 +60,10 @@ class PrecisionError(PipelineError):
     """FP16 conversion produced an invalid or non-finite model."""
 
 
+class QuantizationError(PipelineError):
+    """INT8 quantization failed, or its calibration samples do not fit the graph."""
+
+
 class ParityError(PipelineError):
     """An artifact's outputs do not match the reference within tolerance."""
 

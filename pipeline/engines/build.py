@@ -1,4 +1,4 @@
-"""Build one target's TensorRT engine from the FP16 ONNX, or record why not (the engine stage's work).
+"""Build one target's TensorRT engine from its precision's ONNX, or record why not (the engine stage's work).
 
 One DVC stage per fleet target (``foreach: ${targets}``). It writes the directory
 ``artifacts/engines/<target>/`` holding ``manifest.json`` and, when built,
@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from pipeline.core import atomic
 from pipeline.core.config import TargetConfig
+from pipeline.core.config.precision_checks import engine_onnx_precision
 from pipeline.core.errors import EngineError
 from pipeline.core.onnx_tools import load_model
 from pipeline.core.specs import graph_io
@@ -61,11 +62,13 @@ def build_target(
     convert`` and ``trtexec`` commands. Raises EngineError when the build is due but fails.
     """
     decision = decide(target, probe)
+    precision = engine_onnx_precision(target.kind, target.precision)
     manifest = EngineManifest(
         target=target.name,
         status="skipped",
         reason=decision.reason,
         expected=expected_for(target),
+        precision=precision,
         machine=_machine(probe, decision.gpu),
         onnx={"path": str(onnx_path), "sha256": sha256_file(onnx_path) if onnx_path.is_file() else None},
         timing_cache={"path": str(timing_cache_path)},
@@ -75,8 +78,9 @@ def build_target(
     new_cache: Optional[bytes] = None
     if target.kind == "gpu":
         if not onnx_path.is_file():
-            raise EngineError(f"FP16 ONNX not found: {onnx_path}", fix="run the fp16 stage first: dvc repro fp16")
-        inputs, outputs = graph_io(load_model(onnx_path, "FP16 model"))
+            raise EngineError(f"{precision.upper()} ONNX not found: {onnx_path}", fix=f"run the {precision} stage first: dvc repro {precision}"
+                              if precision != "fp32" else "run the simplify stage first: dvc repro simplify")
+        inputs, outputs = graph_io(load_model(onnx_path, f"{precision.upper()} model"))
         manifest.io = {k: [{"name": s.name, "dtype": s.dtype, "dims": list(s.dims)} for s in v] for k, v in (("inputs", inputs), ("outputs", outputs))}
         profiles = compute_profiles(inputs, target.profile, target.name, batch_axis)
         manifest.profiles = {p.name: p.as_dict() for p in profiles}
@@ -84,7 +88,7 @@ def build_target(
             assert decision.gpu is not None
             _select_device(decision.gpu)
             old_cache = trt_adapter.read_timing_cache(timing_cache_path) if target.builder.timing_cache else None
-            result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache)
+            result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache, precision)
             plan_bytes, new_cache = result.engine, result.timing_cache
             manifest.status = "built"
             manifest.settings = result.settings.as_dict()

@@ -41,6 +41,9 @@ class EngineManifest:
     status: str  # built | skipped
     reason: str
     expected: dict[str, Any]  # the target's kind, compute_capability, gpu_family, gpu_names, hardware_compatibility
+    # The precision of the ONNX the engine is built from (fp16, fp32, or int8: the QDQ file); manifests written before
+    # INT8 existed were all built from the FP16 ONNX.
+    precision: str = "fp16"
     machine: dict[str, Any] = field(default_factory=dict)  # gpu_name, compute_capability, driver/CUDA/TensorRT versions
     onnx: dict[str, Any] = field(default_factory=dict)  # path, sha256
     # The graph's inputs and outputs ({name, dtype, dims}): the repository renders the TensorRT model's

@@ -12,6 +12,11 @@ TensorRT 10 and 11 alike, so the only version knowledge left here is :func:`plan
 - TensorRT 11 removed ``BuilderFlag.FP16``; every network is strongly typed (the STRONGLY_TYPED flag is
   accepted and ignored), so precision comes from the FP16 ONNX.
 
+An ``int8`` target builds from the QDQ ONNX (explicit quantization: the Q/DQ nodes say what runs in INT8). Strongly
+typed, no flag is set and every layer outside the Q/DQ pairs runs in the file's FP32; TensorRT 10 weakly typed sets
+``BuilderFlag.INT8`` (Q/DQ need it there) and ``FP16`` (TensorRT may run the other layers in FP16), as
+``trtexec --int8 --fp16`` does. A ``fp32`` target sets no precision flag.
+
 Two parts stay direct TensorRT calls, for reasons Polygraphy's loaders cannot meet:
 - parsing: ``NetworkFromOnnxPath`` logs the parser's errors and raises a generic "Could not parse ONNX
   correctly"; :func:`_parse` makes the same calls (plugins, ``OnnxParser``, ``parse_from_file``) and puts
@@ -82,24 +87,30 @@ class BuildSettings:
     hardware_compatibility: str
     version_compatible: bool
     timing_cache: bool
+    precision: str = "fp16"  # of the ONNX file: fp16, fp32 or int8 (QDQ)
+    int8_flag: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
         return asdict(self)
 
 
-def plan_settings(builder: TrtBuilderConfig, tensorrt_major: int) -> BuildSettings:
-    """Decide the version-specific settings; pure, so both branches are tested without TensorRT.
+def plan_settings(builder: TrtBuilderConfig, tensorrt_major: int, precision: str = "fp16") -> BuildSettings:
+    """Decide the version- and precision-specific settings; pure, so every branch is tested without TensorRT.
 
+    ``precision`` is the ONNX file's (the target's precision): fp16, fp32, or int8 (a QDQ file).
     Raises EngineError for TensorRT older than 10.
     """
     if tensorrt_major < 10:
         raise EngineError(f"TensorRT {tensorrt_major}.x is not supported", fix="install TensorRT 10 or 11: pip install -e '.[tensorrt]'")
     if tensorrt_major >= 11:
-        strongly, fp16_flag = True, False  # 11 removed weak typing and BuilderFlag.FP16
+        strongly, fp16_flag, int8_flag = True, False, False  # 11 removed weak typing and the precision flags
     else:
         strongly = builder.strongly_typed_trt10
-        fp16_flag = not strongly  # a strongly typed network refuses precision flags
+        # A strongly typed network refuses precision flags; weakly typed, FP16 lets TensorRT pick half kernels
+        # (for int8 too, outside the Q/DQ pairs) and Q/DQ layers need INT8.
+        fp16_flag = not strongly and precision in ("fp16", "int8")
+        int8_flag = not strongly and precision == "int8"
     return BuildSettings(
         tensorrt_major=tensorrt_major,
         strongly_typed=strongly,
@@ -109,6 +120,8 @@ def plan_settings(builder: TrtBuilderConfig, tensorrt_major: int) -> BuildSettin
         hardware_compatibility=builder.hardware_compatibility,
         version_compatible=builder.version_compatible,
         timing_cache=builder.timing_cache,
+        precision=precision,
+        int8_flag=int8_flag,
     )
 
 
@@ -169,11 +182,12 @@ def build_engine(
     profiles: Sequence[InputProfile],
     builder_cfg: TrtBuilderConfig,
     timing_cache: Optional[bytes] = None,
+    precision: str = "fp16",
 ) -> BuildResult:
     """Build a serialized engine from ``onnx_path`` on the current GPU.
 
     Args:
-        onnx_path: the (FP16) ONNX file.
+        onnx_path: the target's ONNX file (FP16, FP32, or INT8 QDQ: ``precision``).
         profiles: one min/opt/max shape per input (a single optimization profile).
         builder_cfg: the target's builder section.
         timing_cache: a previously saved timing cache, or None/empty to start fresh.
@@ -182,7 +196,7 @@ def build_engine(
         EngineError: TensorRT missing, ONNX not parsed, or the build failed.
     """
     trt = import_tensorrt()
-    settings = plan_settings(builder_cfg, major_version(trt))
+    settings = plan_settings(builder_cfg, major_version(trt), precision)
     from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, PostprocessConfig, Profile
     from polygraphy.exception import PolygraphyException
 
@@ -196,10 +210,13 @@ def build_engine(
         hardware_compatibility_level=trt.HardwareCompatibilityLevel.AMPERE_PLUS if settings.hardware_compatibility == "ampere_plus" else None,
         version_compatible=settings.version_compatible,
         fp16=settings.fp16_flag,  # TensorRT 10 weak typing only (plan_settings)
+        int8=settings.int8_flag,  # the same; the QDQ file's scales, no calibrator
         tf32=True,  # TensorRT's default; CreateConfig would clear it
         profiling_verbosity=trt.ProfilingVerbosity.LAYER_NAMES_ONLY,  # TensorRT's default; CreateConfig's is DETAILED
     )
     notes: list[str] = []
+    if precision == "int8" and settings.strongly_typed:
+        notes.append("explicit quantization, strongly typed: INT8 where the ONNX has Q/DQ pairs, FP32 elsewhere (the QDQ file is quantized from FP32)")
     configs: list[Any] = []
 
     def keep_config(builder: Any, network: Any, config: Any) -> None:
@@ -243,7 +260,8 @@ def reproduce_commands(
         "--trt-min-shapes", *poly_shape("min"), "--trt-opt-shapes", *poly_shape("opt"), "--trt-max-shapes", *poly_shape("max"),
         "--pool-limit", f"workspace:{settings.workspace_bytes}", "--builder-optimization-level", str(settings.optimization_level),
         "--tf32", "--profiling-verbosity", "layer_names_only",
-        *(["--fp16"] if settings.fp16_flag else []), *(["--strongly-typed"] if settings.strongly_typed else []),
+        *(["--fp16"] if settings.fp16_flag else []), *(["--int8"] if settings.int8_flag else []),
+        *(["--strongly-typed"] if settings.strongly_typed else []),
         *(["--hardware-compatibility-level", "ampere_plus"] if ampere else []),
         *(["--version-compatible"] if settings.version_compatible else []),
         *(["--load-timing-cache", str(timing_cache), "--save-timing-cache", str(timing_cache)] if settings.timing_cache else []),
@@ -252,7 +270,8 @@ def reproduce_commands(
         "trtexec", f"--onnx={onnx_path}", f"--saveEngine={plan}", "--skipInference",
         f"--minShapes={exec_shape('min')}", f"--optShapes={exec_shape('opt')}", f"--maxShapes={exec_shape('max')}",
         f"--memPoolSize=workspace:{settings.workspace_bytes >> 20}M", f"--builderOptimizationLevel={settings.optimization_level}",
-        *(["--fp16"] if settings.fp16_flag else []), *(["--stronglyTyped"] if settings.strongly_typed else []),
+        *(["--fp16"] if settings.fp16_flag else []), *(["--int8"] if settings.int8_flag else []),
+        *(["--stronglyTyped"] if settings.strongly_typed else []),
         *(["--hardwareCompatibilityLevel=ampere+"] if ampere else []),
         *(["--versionCompatible"] if settings.version_compatible else []),
         *([f"--timingCacheFile={timing_cache}"] if settings.timing_cache else []),

@@ -17,6 +17,7 @@ import numpy as np
 from pipeline.core.config import ErrorStat, ToleranceConfig
 from pipeline.core.atomic import read_json
 from pipeline.core.errors import ParityError
+from pipeline.core.quality import round_down
 
 SCHEMA_VERSION = 1
 # Polygraphy adds this to zero reference values before dividing (SimpleCompareFunc); we match it.
@@ -129,17 +130,40 @@ def summarize_output(
     }
 
 
-def failures(report: dict[str, Any]) -> list[str]:
-    """One line per failing output (or artifact that could not run), with numbers and the key to change."""
+def quality_failures(kind: str, out: str, o: dict[str, Any], section: str) -> list[str]:
+    """One line per quality metric below its threshold, with the threshold that would pass (rounded down)."""
+    q = o.get("quality") or {}
+    lines = []
+    for metric, f in (q.get("failed") or {}).items():
+        value, key = f.get("value"), f"{section}.quality.{metric}"
+        if value is None:
+            lines.append(f"{kind}/{out}: {q.get('kind')} {metric} could not be computed (NaN/Inf outputs, or fewer than 3 rows); "
+                         f"{key}={f['threshold']:g} needs it (null skips the check)")
+        else:
+            lines.append(f"{kind}/{out}: {q.get('kind')} {metric}={value:.4f} < {key}={f['threshold']:g}; "
+                         f"passes with {key}={round_down(value)}")
+    return lines
+
+
+def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]:
+    """One line per failing output and quality metric (or artifact that could not run), with numbers and the key to
+    change; ``kinds`` limits it to those artifacts."""
     lines: list[str] = []
     for kind, art in report.get("artifacts", {}).items():
+        if kinds is not None and kind not in kinds:
+            continue
         if art.get("status") == "error":
             lines.append(f"{kind}: could not run: {art.get('reason')}")
             continue
+        section = art.get("config_key") or tolerance_key(kind)
         for out, o in art.get("outputs", {}).items():
             if o.get("passed"):
                 continue
-            key = f"{tolerance_key(kind)}.per_output.{out}"
+            lines += quality_failures(kind, out, o, section)
+            # Only quality failed? (An entry without the split, e.g. a canary's, failed elementwise.)
+            if o.get("elementwise_passed", bool((o.get("quality") or {}).get("failed"))):
+                continue
+            key = f"{section}.per_output.{out}"
             if o.get("problems"):
                 lines.append(f"{kind}/{out}: {'; '.join(o['problems'])} (no tolerance fixes this)")
                 continue
@@ -172,17 +196,27 @@ def round_up(x: float, digits: int = 3) -> float:
     return text if text >= x else float(f"{up + 10.0**exp:.{digits}g}")
 
 
+def gating(report: dict[str, Any]) -> set[str] | None:
+    """The artifact kinds whose failure fails the stage (None: every one, for reports that do not say)."""
+    kinds = report.get("gating")
+    return None if kinds is None else set(kinds)
+
+
 def gate(report: dict[str, Any], report_path: Path | str) -> None:
-    """Raise one ParityError listing every failing output; return quietly when all compared artifacts pass."""
-    lines = failures(report)
+    """Raise one ParityError listing every failing output and metric of the gating artifacts; return quietly when they pass.
+
+    A candidate no target is configured to serve (int8 under precision auto) is judged and reported, but does not fail
+    the stage: the choose stage only picks candidates that passed.
+    """
+    lines = failures(report, gating(report))
     if not lines:
         return
     raise ParityError(
-        f"parity failed for {len(lines)} output(s) against the reference ({report.get('reference', {}).get('source')}, "
+        f"parity failed for {len(lines)} output(s) or metric(s) against the reference ({report.get('reference', {}).get('source')}, "
         f"{report.get('reference', {}).get('samples')} samples)",
-        fix="if the differences are acceptable, raise the named parity.<kind>.per_output.<output>.atol in conf/parity/default.yaml "
-        "(or `dvc exp run -S '+parity.<kind>.per_output.<output>.atol=<value>'`); otherwise fix the artifact "
-        "(for fp16: precision.node_block_list / precision.op_block_list)",
+        fix="if the differences are acceptable, set the named key (`dvc exp run -S '<key>=<value>'`; a per_output key takes a "
+        "leading '+', e.g. '+parity.fp16.per_output.<output>.atol=<value>'); otherwise fix the artifact "
+        "(fp16: precision.node_block_list / op_block_list; int8: int8.nodes_to_exclude, int8.fallback, int8.calibration.method)",
         details={**{f"[{i + 1}]": ln for i, ln in enumerate(lines)}, "report": report_path},
     )
 

@@ -15,12 +15,13 @@ skipped, with the reason). Inputs and reference outputs are saved as Polygraphy 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.core import onnx_tools
+from pipeline.core import onnx_tools, quality
 from pipeline.parity import polygraphy as pg
 from pipeline.core import atomic
 from pipeline.core.config import PipelineConfig, ToleranceConfig
@@ -56,11 +57,18 @@ def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[li
     return feeds, results, source
 
 
-def compare_artifact(kind: str, runner: Any, feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig, path: Path) -> dict[str, Any]:
-    """Run one artifact over the samples and summarize it against the reference, output by output."""
+def compare_artifact(
+    kind: str, runner: Any, feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig, path: Path,
+    output_kinds: Mapping[str, str] | None = None, config_key: str | None = None,
+) -> dict[str, Any]:
+    """Run one artifact over the samples and summarize it against the reference, output by output.
+
+    An output named in ``output_kinds`` is also judged by its quality metrics (pipeline/core/quality.py) against
+    ``tol.quality``; it passes only when both its elementwise check and its quality pass.
+    """
     # The sha256 of what was compared: the repository stage and `release build` ship a file only if its
     # sha256 is here, so a report from another run can never vouch for it.
-    entry: dict[str, Any] = {"file": str(path), "sha256": atomic.file_digest(path)[0], "config_key": tolerance_key(kind)}
+    entry: dict[str, Any] = {"file": str(path), "sha256": atomic.file_digest(path)[0], "config_key": config_key or tolerance_key(kind)}
     try:
         results = pg.run(runner, feeds, f"{kind} artifact {path}")
     except ParityError as e:  # an artifact that cannot run fails the gate; the others are still compared
@@ -73,14 +81,23 @@ def compare_artifact(kind: str, runner: Any, feeds: list[pg.Feed], reference: An
         n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_sample], [a.get(n) for a in art_out], [r[n] for r in ref_out])
         for n in names
     }
+    for n, o in outputs.items():
+        o["elementwise_passed"] = o["passed"]
+        out_kind = (output_kinds or {}).get(n)
+        if out_kind is None or o.get("problems"):  # a missing or misshapen output has no quality to measure
+            continue
+        verdict = quality.judge(out_kind, quality.measure(out_kind, [r[n] for r in ref_out], [a[n] for a in art_out]), tol.quality)
+        o["quality"] = verdict.to_json()
+        o["passed"] = o["passed"] and verdict.passed
     ok = all(o["passed"] for o in outputs.values())
     return {**entry, "status": "passed" if ok else "failed", "passed": ok, "outputs": outputs}
 
 
-def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig) -> dict[str, dict[str, Any]]:
+def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
     """``trt@<target>`` entries for each GPU target's engine under ``engines`` (built, skipped, or not runnable here).
 
-    Only ``targets`` are looked at (a stale directory of a target no longer in the fleet is not).
+    Only ``targets`` are looked at (a stale directory of a target no longer in the fleet is not). An engine built from
+    the INT8 ONNX is judged with parity.int8 (tolerances and quality), any other with parity.trt.
     Skipped entries carry no ``passed`` flag: they are neither a pass nor a failure of the gate.
     """
     out: dict[str, dict[str, Any]] = {}
@@ -103,7 +120,9 @@ def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], refe
         if runner is None:
             out[kind] = {"status": "skipped", "file": str(plan), "reason": why}
             continue
-        out[kind] = compare_artifact(kind, runner, feeds, reference, tol, plan)
+        section = "int8" if manifest.precision == "int8" else "trt"
+        out[kind] = compare_artifact(kind, runner, feeds, reference, getattr(cfg.parity, section), plan, cfg.model.output_kinds, f"parity.{section}")
+        out[kind]["precision"] = manifest.precision
     return out
 
 
@@ -140,15 +159,19 @@ def run_parity(
             tol = getattr(cfg.parity, kind)
             # Load once here so a missing/corrupt file gets the pipeline's own message, not ORT's.
             onnx_tools.load_model(path, f"{kind} ONNX artifact")
-            arts[kind] = compare_artifact(kind, pg.onnxrt_runner(path, kind), feeds, reference, tol, path)
+            arts[kind] = compare_artifact(kind, pg.onnxrt_runner(path, kind), feeds, reference, tol, path, cfg.model.output_kinds)
         if engines is not None and engines.is_dir():
             engine_targets = [t.name for t in gpu_targets(cfg.targets, cfg.target_specs)]  # cpu targets have no engine
-            arts.update(engine_entries(engines, engine_targets, feeds, reference, cfg.parity.trt))
-    compared = [a for a in arts.values() if a.get("status") != "skipped"]
+            arts.update(engine_entries(engines, engine_targets, feeds, reference, cfg))
+    gates = gating_kinds(cfg, arts)
+    compared = [a for k, a in arts.items() if a.get("status") != "skipped" and k in gates]
     return {
         "schema": SCHEMA_VERSION,
         "model": cfg.model.name,
         "passed": bool(compared) and all(a.get("passed") is True for a in compared),
+        "gating": sorted(gates),
+        "not_gating": {k: "int8 is a candidate of precision auto, not configured for any target: its verdict decides whether "
+                       "auto may choose it" for k in arts if k not in gates},
         "reference": {
             "source": source,
             "samples": len(feeds),
@@ -168,12 +191,25 @@ def run_parity(
     }
 
 
+def gating_kinds(cfg: PipelineConfig, arts: Mapping[str, Any]) -> set[str]:
+    """Which compared artifacts must pass for the stage to pass: fp32, fp16 and every engine (as always), and int8 when
+    a target serves it (the ONNX Runtime model's target, or an engine built from it). Under ``auto``, int8 is a candidate:
+    its verdict is reported and the choose stage takes only a candidate that passed."""
+    wanted = {"fp32", "fp16"} | {k for k in arts if k.startswith("trt@")}
+    if cfg.serving.precision == "int8" or "int8" in {str(p) for t, p in cfg.engine_precision.items() if cfg.target_specs[t].kind == "gpu"}:
+        wanted.add("int8")
+    return {k for k in arts if k in wanted}
+
+
 def headline(report: dict[str, Any]) -> dict[str, Any]:
     """The verdict and each compared artifact's worst absolute error per output (dvc metrics)."""
     arts: dict[str, Any] = {}
     for kind, art in report["artifacts"].items():
         if "outputs" in art:
             arts[kind] = {"passed": art["passed"], "max_abs": {o: v["max_abs"] for o, v in art["outputs"].items()}}
+            q = {o: v["quality"]["metrics"] for o, v in art["outputs"].items() if v.get("quality")}
+            if q:
+                arts[kind]["quality"] = q
         else:
             arts[kind] = {"status": art.get("status")}
     return {"passed": report["passed"], "samples": report["reference"]["samples"], "artifacts": arts}
@@ -200,6 +236,7 @@ def print_table(report: dict[str, Any]) -> None:
         print(title)
         for r in [head, *rows]:
             print(" | ".join(r))
+        print("\n".join(quality_lines(report)))
         return
     table = Table(title=title)
     for h in head:
@@ -208,3 +245,23 @@ def print_table(report: dict[str, Any]) -> None:
         style = "green" if r[-1] == "PASS" else ("yellow" if r[-1].startswith("SKIPPED") else "red")
         table.add_row(*r, style=style)
     Console(width=160).print(table)
+    for line in quality_lines(report):
+        print(line)
+
+
+def quality_lines(report: dict[str, Any]) -> list[str]:
+    """``quality int8/embedding: cosine_min 0.9831 (>= 0.98) ...`` per judged output; FAIL marks a metric below its threshold."""
+    lines = []
+    for kind, art in report["artifacts"].items():
+        for out, o in art.get("outputs", {}).items():
+            q = o.get("quality")
+            if not q:
+                continue
+            parts = []
+            for m, v in q["metrics"].items():
+                bound = q["thresholds"].get(m)
+                mark = " FAIL" if m in q["failed"] else ""
+                parts.append(f"{m} {'n/a' if v is None else f'{v:.4f}'}" + (f" (>= {bound:g}{mark})" if bound is not None else ""))
+            gate_note = "" if kind in report.get("gating", [kind]) else " [not gating]"
+            lines.append(f"quality {kind}/{out} ({q['kind']}): " + ", ".join(parts) + gate_note)
+    return lines

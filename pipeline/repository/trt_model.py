@@ -3,9 +3,20 @@
 The repository stage calls :func:`render_trt_model`. It takes every built engine whose
 manifest matches its target and whose parity entry passed, and renders a
 ``platform: "tensorrt_plan"`` config with ``cc_model_filenames`` mapping each compute
-capability to its plan (``"8.0" -> model.sm80.plan``) and a ``default_model_filename``
-for any other GPU. Skipped targets and engines that failed parity are left out with a
-reason; a built engine whose manifest names another target, GPU or plan is refused.
+capability to its plan (``"8.0" -> model.sm80.plan``). Skipped targets and engines that
+failed parity are left out with a reason; a built engine whose manifest names another
+target, GPU or plan is refused.
+
+A GPU whose engine is missing or fails to load: a plan loads only on the compute capability
+(and TensorRT version) that built it, unless it was built hardware-compatible. So
+``default_model_filename`` names a plan only when one is hardware-compatible (``ampere_plus``:
+it loads on every sm80+ GPU); otherwise it is left out, and on a GPU not in ``cc_model_filenames``
+Triton finds no ``model.plan`` and the TensorRT model fails to load, cleanly, instead of
+deserializing a plan built for another GPU. The ONNX Runtime model beside it (``<name>``, always
+in the repository and gated by the same parity report) is the fallback: start Triton with
+``--exit-on-error=false`` (or explicit model control) so that one failed model leaves the server
+up, and send requests to ``<name>`` when ``<name>_trt`` is not ready. docs/engines-and-ci.md
+says the same for operators.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ class TrtModel:
     excluded: dict[str, str] = field(default_factory=dict)  # target -> reason
     notes: list[str] = field(default_factory=list)  # what the operator must know to serve it
     not_gpu: list[str] = field(default_factory=list)  # fleet targets whose manifest says they are no GPU target
+    precision: dict[str, str] = field(default_factory=dict)  # target -> precision of the ONNX its plan was built from
 
 
 # ---------------------------------------------------------------- parity lookup
@@ -82,10 +94,10 @@ def render_trt_model(
 ) -> TrtModel:
     """Render the TensorRT Triton model for every shippable engine.
 
-    Everything about a target (compute capability, GPU names, hardware compatibility) and the graph's
-    inputs and outputs comes from the engine manifests, and the FP16 ONNX the engines must have been
-    built from is the one the parity report compared (its ``fp16`` entry's sha256): the repository
-    stage depends on neither every target's settings nor the FP16 file.
+    Everything about a target (compute capability, GPU names, hardware compatibility, precision) and the
+    graph's inputs and outputs comes from the engine manifests, and the ONNX an engine must have been
+    built from is the one the parity report compared for its precision (the ``fp16``, ``int8`` or
+    ``fp32`` entry's sha256): the repository stage depends on neither every target's settings nor those files.
 
     Args:
         model_name: Triton model name (e.g. ``minilm_trt``).
@@ -105,8 +117,7 @@ def render_trt_model(
         RepositoryError: max_batch_size exceeds an engine's profile, or the graph has no batch axis.
     """
     out = TrtModel(config=None)
-    fp16_entry = ((parity_report or {}).get("artifacts") or {}).get("fp16") or {}
-    onnx_sha = fp16_entry.get("sha256")
+    compared = (parity_report or {}).get("artifacts") or {}
     by_cc: dict[str, str] = {}
     max_batches: dict[str, int] = {}
     targets: dict[str, TargetConfig] = {}
@@ -124,10 +135,12 @@ def render_trt_model(
         if not manifest.built:
             out.excluded[name] = f"skipped: {manifest.reason}"
             continue
+        onnx_sha = (compared.get(manifest.precision) or {}).get("sha256")
         check_matches_target(manifest, target, Path(engine_dir), onnx_sha)
         passed, why = engine_parity(parity_report, name)
         if passed and not onnx_sha:
-            passed, why = False, "the parity report has no fp16 entry, so nothing says which FP16 ONNX the engine must come from"
+            passed, why = False, (f"the parity report has no {manifest.precision} entry, so nothing says which "
+                                  f"{manifest.precision.upper()} ONNX the engine must come from")
         if not passed:
             out.excluded[name] = f"not shipped: {why}"
             continue
@@ -140,6 +153,7 @@ def render_trt_model(
         by_cc[cc] = name
         assert manifest.engine is not None
         out.included[name] = plan_name(target)
+        out.precision[name] = manifest.precision
         out.files.append((Path(engine_dir) / manifest.engine["file"], f"{version}/{plan_name(target)}"))
         max_batches[name] = max_batch([InputProfile.from_dict(i, p) for i, p in manifest.profiles.items()])
         io = io or manifest.io
@@ -165,14 +179,22 @@ def render_trt_model(
     cfg.platform = "tensorrt_plan"
     for cc, name in sorted(by_cc.items(), key=lambda kv: float(kv[0])):
         cfg.cc_model_filenames[cc] = out.included[name]
-    cfg.default_model_filename = out.included[_default_target(by_cc, targets)]
+    portable = _portable_target(by_cc, targets)
+    if portable is not None:
+        cfg.default_model_filename = out.included[portable]
+        out.notes.append(f"default_model_filename {out.included[portable]} is hardware-compatible (ampere_plus): GPUs of "
+                         "compute capability 8.0+ not listed in cc_model_filenames load it")
+    else:
+        out.notes.append("no default_model_filename: no plan is hardware-compatible, and a plan built for another GPU does not "
+                         "load. A GPU not in cc_model_filenames fails to load this model; the ONNX Runtime model beside it "
+                         "is the fallback (start Triton with --exit-on-error=false)")
     out.config = cfg
     return out
 
 
-def _default_target(by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig]) -> str:
-    """The plan for GPUs not listed in cc_model_filenames: a hardware-compatible (Ampere+) one if any
-    (it loads on every sm80+ GPU), else the lowest compute capability."""
+def _portable_target(by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig]) -> str | None:
+    """The plan for GPUs not listed in cc_model_filenames: the lowest-capability hardware-compatible (Ampere+) one,
+    which loads on every sm80+ GPU; None when no plan is (a plan loads only on the GPU that built it)."""
     names = [by_cc[cc] for cc in sorted(by_cc, key=float)]
     portable = [n for n in names if targets[n].builder.hardware_compatibility == "ampere_plus"]
-    return (portable or names)[0]
+    return portable[0] if portable else None

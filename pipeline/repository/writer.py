@@ -4,7 +4,10 @@ Layout (for model name M and version V):
     <out>/M/config.pbtxt              the default variant (repository.default_variant)
     <out>/M/configs/latency.pbtxt     tritonserver --model-config-name=latency
     <out>/M/configs/throughput.pbtxt  tritonserver --model-config-name=throughput
-    <out>/M/V/model.onnx              the serving target's ONNX: FP32 for a cpu target, FP16 for a GPU target
+    <out>/M/V/model.onnx              the serving target's ONNX at the precision each variant serves (choose.json:
+                                      configured, or the fastest that passed parity under `auto`); a variant
+                                      that serves another precision than the default one loads
+                                      V/model.<precision>.onnx (its default_model_filename)
     <out>/M_trt/...                   TensorRT engines per compute capability (cc_model_filenames), only
                                       when a GPU target built an engine that matches it and passed parity
 """
@@ -25,6 +28,7 @@ from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec, graph_io
 from pipeline.engines.manifest import targets_table
 from pipeline.repository import warmup as warmup_mod
+from pipeline.repository.served import Served, configured, file_names
 from pipeline.repository.trt_model import load_parity, render_trt_model
 
 
@@ -90,21 +94,30 @@ def write_trt_model(cfg: PipelineConfig, engines: Path, parity: Path | None, out
             (model_dir / "configs" / f"{key}.pbtxt").write_text(text, encoding="utf-8")
         default = (model_dir / "configs" / f"{cfg.repository.default_variant}.pbtxt").read_text(encoding="utf-8")
         (model_dir / "config.pbtxt").write_text(default, encoding="utf-8")
-    return {"model": name if trt.config is not None else None, "included": trt.included, "excluded": trt.excluded, "table": table}
+    return {"model": name if trt.config is not None else None, "included": trt.included, "excluded": trt.excluded,
+            "precision": trt.precision, "table": table}
 
 
-def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | None = None, engines: Path | None = None) -> dict[str, Any]:
+def write_repository(
+    cfg: PipelineConfig, onnx: Path | dict[str, Served], out: Path, parity: Path | None = None, engines: Path | None = None,
+) -> dict[str, Any]:
     """Render and write the repository into ``out`` (a temporary directory); returns a summary.
 
-    ``onnx`` is the file the serving target serves (``model.<serving.precision>.onnx``). With ``parity``
-    (a parity.json), it must be the very file that passed the gate (else RepositoryError). With ``engines``
+    ``onnx`` is what each variant serves (pipeline/repository/served.py; the stage reads it from choose.json), or one
+    file both serve at the configured precision (``model.<serving.precision>.onnx``). With ``parity`` (a
+    parity.json), each must be the very file that passed the gate (else RepositoryError). With ``engines``
     (artifacts/engines), GPU targets' engines that passed parity go into a TensorRT model.
     """
     name = cfg.model.name  # a valid directory name: checked at composition
     # Only serving.* (derived from targets[0]): the stage's params in dvc.yaml, so no other target's knob reruns it.
     serving = TargetConfig(name=cfg.serving.target, kind=cfg.serving.kind, precision=cfg.serving.precision)
-    precision = str(cfg.serving.precision)
-    gate = check_parity(parity, precision, onnx) if parity is not None else None
+    served = configured(cfg, onnx) if isinstance(onnx, Path) else dict(onnx)
+    names = file_names(served, cfg.repository.default_variant)
+    files = {s.precision: s.path for s in served.values()}
+    gates = {p: check_parity(parity, p, f) for p, f in files.items()} if parity is not None else {}
+    precision = served[cfg.repository.default_variant].precision
+    onnx = served[cfg.repository.default_variant].path
+    gate = gates.get(precision)
     proto = onnx_tools.load_model(onnx, f"{precision} ONNX model")
     inputs, outputs = graph_io(proto)
 
@@ -112,14 +125,17 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
     (model_dir / "configs").mkdir(parents=True)
     version_dir = model_dir / str(cfg.repository.version)
     version_dir.mkdir()
-    shutil.copyfile(onnx, version_dir / "model.onnx")
+    for p, f in files.items():
+        shutil.copyfile(f, version_dir / names[p])
     rendered: dict[str, str] = {}
     derived: dict[str, str] = {}
     rows: dict[bool, warmup_mod.Feed] = {}  # the warmup sample row, per "the config has a batch axis"
     for key in ("latency", "throughput"):
         variant, note = fixed_batch_variant(getattr(cfg.variants, key), inputs)
         pb = triton_config.onnx_model_config(name, inputs, outputs, variant, serving, f"variants.{key}")
-        lines = triton_config.describe_variant(variant, serving, precision)
+        pb.default_model_filename = names[served[key].precision]
+        lines = triton_config.describe_variant(variant, serving, served[key].precision)
+        lines.insert(1, f"Serves {served[key].precision} ({pb.default_model_filename}): {served[key].reason}.")
         batched = variant.max_batch_size > 0
         if variant.warmup is not None:
             if batched not in rows:
@@ -140,6 +156,9 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
         "version": cfg.repository.version,
         "serving_target": serving.name,
         "precision": precision,
+        "served": {v: {"precision": s.precision, "file": f"{cfg.repository.version}/{names[s.precision]}", "source_onnx": str(s.path),
+                       "sha256": atomic.file_digest(s.path)[0], "reason": s.reason} for v, s in served.items()},
+        "parity_all": gates,
         "source_onnx": str(onnx),
         "sha256": atomic.file_digest(onnx)[0],
         "parity": gate,
@@ -154,4 +173,5 @@ def write_repository(cfg: PipelineConfig, onnx: Path, out: Path, parity: Path | 
 def headline(summary: dict[str, Any]) -> dict[str, Any]:
     """What was shipped (dvc metrics)."""
     engines = summary["engines"] or {}
-    return {"version": summary["version"], "precision": summary["precision"], "engines_shipped": len(engines.get("included") or {})}
+    return {"version": summary["version"], "precision": summary["precision"], "engines_shipped": len(engines.get("included") or {}),
+            **{f"precision_{v}": s["precision"] for v, s in (summary.get("served") or {}).items()}}

@@ -16,7 +16,7 @@ from pipeline.engines.targets import resolve_target
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", required=True, help="target name (a key of target_specs, listed in targets)")
-    p.add_argument("--onnx", required=True, type=Path, help="the FP16 ONNX to build from")
+    p.add_argument("--onnx", required=True, type=Path, help="the ONNX of the target's precision (model.<engine_precision.<target>>.onnx)")
     p.add_argument("--probe", required=True, type=Path, help="the probe stage's machine JSON")
     p.add_argument("--out", required=True, type=Path, help="engine directory to write (manifest.json [+ model.plan])")
     p.add_argument("--timing-cache", required=True, type=Path, help="this target's timing cache (read and rewritten)")
@@ -29,7 +29,7 @@ def _body(a: argparse.Namespace) -> None:
     m = build_target(target, a.onnx, probe, a.out, a.timing_cache, cfg.export.batch_axis)
     if m.built:
         assert m.engine is not None
-        print(f"[engine@{a.target}] built {m.engine['bytes']} bytes in {m.build_time_s} s on {m.machine['gpu_name']}")
+        print(f"[engine@{a.target}] built {m.engine['bytes']} bytes ({m.precision} ONNX) in {m.build_time_s} s on {m.machine['gpu_name']}")
     else:
         print(f"[engine@{a.target}] skipped: {m.reason}")
 

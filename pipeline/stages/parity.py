@@ -12,13 +12,14 @@ from pipeline import exit_with
 from pipeline.core.config import load_config
 from pipeline.core.errors import ParityError
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-from pipeline.parity.report import gate
+from pipeline.parity.report import failures, gate
 from pipeline.parity.run import headline, print_table, run_parity
 
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fp32", type=Path, help="simplified FP32 ONNX to compare")
     p.add_argument("--fp16", type=Path, help="FP16 ONNX to compare")
+    p.add_argument("--int8", type=Path, help="INT8 ONNX to compare")
     p.add_argument("--source-onnx", type=Path, help="exported ONNX: the reference when model.source=onnx")
     p.add_argument("--engines", type=Path, help="directory of <target>/{model.plan,manifest.json} TensorRT engines")
     p.add_argument("--inputs", required=True, type=Path, help="golden inputs (Polygraphy JSON): written, or read with --goldens-only")
@@ -30,12 +31,14 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
-    artifacts = {k: p for k, p in (("fp32", a.fp32), ("fp16", a.fp16)) if p is not None}
+    artifacts = {k: p for k, p in (("fp32", a.fp32), ("fp16", a.fp16), ("int8", a.int8)) if p is not None}
     if not artifacts and a.engines is None:
-        raise ParityError("nothing to compare", fix="pass --fp32, --fp16 and/or --engines")
+        raise ParityError("nothing to compare", fix="pass --fp32, --fp16, --int8 and/or --engines")
     report = run_parity(cfg, artifacts, a.inputs, a.reference, a.source_onnx, a.engines, a.goldens_only, a.verbose)
     write_report(a, report, headline(report))  # written even on failure: the numbers are what the user needs
     print_table(report)
+    for line in failures(report, set(report["not_gating"])):
+        print(f"[parity] not gating (a candidate of precision auto, not served as is): {line}")
     gate(report, a.report)
 
 

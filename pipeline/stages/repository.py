@@ -9,12 +9,17 @@ from pathlib import Path
 from pipeline import exit_with
 from pipeline.core import atomic
 from pipeline.core.config import load_config
+from pipeline.core.errors import RepositoryError
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
+from pipeline.repository.served import from_choice
 from pipeline.repository.writer import headline, write_repository
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--onnx", required=True, type=Path, help="the ONNX file the serving target serves (model.<serving.precision>.onnx)")
+    p.add_argument("--choice", type=Path, help="choose.json: which precision each variant serves (with --fp32/--fp16/--int8)")
+    for precision in ("fp32", "fp16", "int8"):
+        p.add_argument(f"--{precision}", type=Path, help=f"the {precision} ONNX, served if choose.json says so")
+    p.add_argument("--onnx", type=Path, help="instead of --choice: one ONNX both variants serve (model.<serving.precision>.onnx)")
     p.add_argument("--out", required=True, type=Path, help="model repository directory to write")
     add_report_args(p)
     p.add_argument("--parity", required=True, type=Path, help="parity.json: refuse to ship a file that did not pass it")
@@ -23,12 +28,17 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 def _body(a: argparse.Namespace) -> None:
     cfg = load_config(a.params)
+    if (a.choice is None) == (a.onnx is None):
+        raise RepositoryError("say what the ONNX Runtime model serves: --choice choose.json with the ONNX files, or --onnx <file>")
+    onnx = from_choice(cfg, a.choice, {"fp32": a.fp32, "fp16": a.fp16, "int8": a.int8}) if a.choice else a.onnx
     with atomic.atomic_path(a.out) as tmp:
         tmp.mkdir()
-        summary = write_repository(cfg, a.onnx, tmp, a.parity, a.engines)
+        summary = write_repository(cfg, onnx, tmp, a.parity, a.engines)
     write_report(a, summary, headline(summary))
     print(f"[repository] {a.out}/{summary['model']}/{summary['version']} ({summary['precision']}, target {summary['serving_target']})")
     print(json.dumps({"variants": summary["variants"], "default": summary["default_variant"]}))
+    for variant, s in summary["served"].items():
+        print(f"[repository] variant '{variant}' serves {s['precision']} ({s['file']}): {s['reason']}")
     for key, note in summary["derived"].items():
         print(f"[repository] note: variant '{key}': {note}")
     if summary["engines"] and summary["engines"]["table"]:
@@ -36,7 +46,7 @@ def _body(a: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.stages.repository --params ... --onnx ... --parity ... --out ... --report ...``."""
+    """``python -m pipeline.stages.repository --params ... --choice ... --fp32 ... --parity ... --out ... --report ...``."""
     return stage_main("repository", __doc__, _args, _body, argv)
 
 

@@ -7,7 +7,7 @@ set -euo pipefail
 IN=${1:?usage: assemble-job.sh <onnx dir> <gpu jobs dir>}
 JOBS=${2:?usage: assemble-job.sh <onnx dir> <gpu jobs dir>}
 cp "$IN/dvc.lock" "$IN/params.yaml" .
-dvc pull export simplify fp16 parity
+dvc pull export simplify fp16 calibrate int8 parity choose
 locks=(); reports=(); present=()
 for d in "$JOBS"/gpu-*; do
   t="${d##*/gpu-}"

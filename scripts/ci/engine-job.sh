@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CI job "engines", one per GPU family (.github/workflows/engines.yml): this family's engine only.
 #   scripts/ci/engine-job.sh <target> <onnx handoff dir> <out handoff dir> [--require-engine]
-# Builds engine@<target> from the onnx job's FP16 ONNX (pulled, never rebuilt: --single-item), checks it against
+# Builds engine@<target> from the onnx job's FP16 or INT8 ONNX (pulled, never rebuilt: --single-item), checks it against
 # the parity goldens without torch, pushes it, and leaves its dvc.lock entry, parity report and manifest in the
 # out dir for the assemble job. --require-engine (the GPU runners) fails when the engine was skipped; without a
 # GPU the job pushes a `skipped` manifest, which the assemble job leaves out with the reason.
@@ -11,7 +11,7 @@ IN=${2:?usage: engine-job.sh <target> <onnx dir> <out dir> [--require-engine]}
 OUT=${3:?usage: engine-job.sh <target> <onnx dir> <out dir> [--require-engine]}
 REQUIRE=${4:-}
 cp "$IN/dvc.lock" "$IN/params.yaml" .
-dvc pull fp16 parity
+dvc pull fp16 int8 parity   # an engine builds from its target's precision: model.fp16.onnx or model.int8.onnx
 # --single-item: the probe (this machine's GPU and TensorRT) and the engine, never the model stages upstream,
 # whose source records legitimately differ on a GPU runner (another torch build).
 dvc repro --single-item probe "engine@${TARGET}"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI job "onnx" (.github/workflows/engines.yml): the FP16 ONNX and the parity goldens, once for every GPU job.
+# CI job "onnx" (.github/workflows/engines.yml): the FP16 and INT8 ONNX, the parity goldens and the precision
+# choice, once for every GPU job.
 #   scripts/ci/onnx-job.sh <fleet, e.g. [cpu,a100,h100]> <handoff dir>
 # Pushes the model stages to the DVC remote and leaves dvc.lock and params.yaml in the handoff dir, so every
 # engine job builds from the same ONNX. Run from the repository root with the venv active.
@@ -7,8 +8,9 @@ set -euo pipefail
 FLEET=${1:?usage: onnx-job.sh <fleet> <handoff dir>}
 OUT=${2:?usage: onnx-job.sh <fleet> <handoff dir>}
 python -m pipeline.params "targets=${FLEET}"
-dvc repro fp16
+dvc repro fp16 int8
 dvc repro --single-item parity
-dvc push export simplify fp16 parity
+dvc repro --single-item choose
+dvc push export simplify fp16 calibrate int8 parity choose
 mkdir -p "$OUT"
 cp dvc.lock params.yaml "$OUT/"

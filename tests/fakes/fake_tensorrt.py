@@ -86,7 +86,7 @@ def make_fake_tensorrt(
     trt.ProfilingVerbosity = _Enum("ProfilingVerbosity", ["LAYER_NAMES_ONLY", "NONE", "DETAILED"], start=0)  # type: ignore[attr-defined]
     trt.DeviceType = _Enum("DeviceType", ["GPU", "DLA"], start=0)  # type: ignore[attr-defined]
     trt.OnnxParserFlag = _Enum("OnnxParserFlag", ["NATIVE_INSTANCENORM"], start=0)  # type: ignore[attr-defined]
-    trt.LayerType = _Enum("LayerType", ["CONVOLUTION", "ACTIVATION", "MATRIX_MULTIPLY", "ELEMENTWISE", "SHAPE", "UNARY"], start=0)  # type: ignore[attr-defined]
+    trt.LayerType = _Enum("LayerType", ["CONVOLUTION", "ACTIVATION", "MATRIX_MULTIPLY", "ELEMENTWISE", "SHAPE", "UNARY", "QUANTIZE", "DEQUANTIZE"], start=0)  # type: ignore[attr-defined]
     trt.DataType = _Enum("DataType", ["FLOAT", "HALF", "INT8", "INT32", "BOOL", "INT64"], start=0)  # type: ignore[attr-defined]
 
     class ILogger:
@@ -109,8 +109,8 @@ def make_fake_tensorrt(
             self.name, self.dtype, self.shape, self.is_shape_tensor = name, dtype, shape, False
 
     class Layer:
-        def __init__(self, name: str) -> None:
-            self.name, self.type, self.precision_is_set = name, trt.LayerType.UNARY, False
+        def __init__(self, name: str, layer_type: Any = None) -> None:
+            self.name, self.type, self.precision_is_set = name, layer_type or trt.LayerType.UNARY, False
 
     class Network:
         def __init__(self, flags: int) -> None:
@@ -179,7 +179,10 @@ def make_fake_tensorrt(
             weights = {i.name for i in graph.initializer}
             self.network.inputs = [_tensor(vi) for vi in graph.input if vi.name not in weights]
             self.network.outputs = [_tensor(vi) for vi in graph.output]
-            self.network.layers = [Layer(n.name or n.op_type) for n in graph.node]
+            # Q/DQ nodes become IQuantizeLayer/IDequantizeLayer (what Polygraphy looks for to skip INT8 calibration).
+            kinds = {"QuantizeLinear": trt.LayerType.QUANTIZE, "DequantizeLinear": trt.LayerType.DEQUANTIZE,
+                     "MatMul": trt.LayerType.MATRIX_MULTIPLY, "Gemm": trt.LayerType.MATRIX_MULTIPLY, "Conv": trt.LayerType.CONVOLUTION}
+            self.network.layers = [Layer(n.name or n.op_type, kinds.get(n.op_type)) for n in graph.node]
             return True
 
         @property

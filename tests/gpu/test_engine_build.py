@@ -93,3 +93,18 @@ def test_version_and_hardware_compatible_build(tmp_path: Path, machine: dict[str
     m = build_target(target, onnx_path, machine, tmp_path / "e", tmp_path / "c")
     assert m.built and m.settings and m.settings["hardware_compatibility"] == "ampere_plus"
     compare_with_onnxruntime((tmp_path / "e" / "model.plan").read_bytes(), onnx_path, atol=1e-2, rtol=1e-2)
+
+
+def test_int8_engine_from_the_qdq_onnx_matches_onnxruntime_on_that_file(tmp_path: Path, machine: dict[str, Any]) -> None:
+    """An int8 target builds from the QDQ file the int8 stage writes (explicit quantization); TensorRT and ONNX Runtime
+    run the same Q/DQ scales, so they agree within INT8 rounding, not FP16's."""
+    from tests.helpers.tiny_models import qdq_onnx
+
+    qdq = qdq_onnx(tiny_onnx(tmp_path / "model.fp32.onnx"), tmp_path / "model.int8.onnx", FEATURES)
+    target = here_target(machine)
+    target.precision = "int8"
+    m = build_target(target, qdq, machine, tmp_path / "e", tmp_path / "c")
+    assert m.built, m.reason
+    assert m.precision == "int8" and m.settings and m.settings["precision"] == "int8" and m.onnx["sha256"] == sha256_file(qdq)
+    assert m.settings["int8_flag"] is (not m.settings["strongly_typed"])  # TensorRT 10 weak typing needs it; strong typing refuses it
+    compare_with_onnxruntime((tmp_path / "e" / "model.plan").read_bytes(), qdq, atol=5e-2, rtol=5e-2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 from torch import nn
@@ -78,3 +80,65 @@ def two_io_onnx(path: str, seed: int = 0, batch: int | str = "batch") -> str:
     onnx.checker.check_model(model)
     onnx.save(model, path)
     return path
+
+
+class TinyEmbedder(nn.Module):
+    """Linear-ReLU-Linear to an L2-normalised embedding, with one outlier output channel in the second layer.
+
+    fc2's output channel 0 has weights ``outlier`` times the others and is scaled back after the layer (a Mul the
+    quantizer leaves alone), as activation-outlier channels are in real transformers. Per-tensor weight quantization
+    gives the whole of fc2 one scale set by that channel, which rounds every other channel's weights to a few levels:
+    the embedding breaks. Per-channel quantization, or fc2 kept FP32, does not.
+    """
+
+    def __init__(self, features: int = 16, hidden: int = 32, dim: int = 16, outlier: float = 1000.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(features, hidden)
+        self.fc2 = nn.Linear(hidden, dim, bias=False)
+        with torch.no_grad():
+            self.fc2.weight[0] *= outlier
+        rescale = torch.ones(dim)
+        rescale[0] = 1.0 / outlier
+        self.register_buffer("rescale", rescale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.fc2(torch.relu(self.fc1(x))) * self.rescale
+        return nn.functional.normalize(e, p=2.0, dim=1)
+
+
+def build_embedder(features: int = 16, outlier: float = 1000.0, seed: int = 0) -> nn.Module:
+    """Deterministic TinyEmbedder."""
+    torch.manual_seed(seed)
+    return TinyEmbedder(features, outlier=outlier).eval()
+
+
+def embedder_samples(features: int = 16, rows: int = 48, dtype: str = "float32") -> list[dict[str, np.ndarray]]:
+    """A model.data hook for TinyEmbedder: ``rows`` rows of real-looking inputs in batches of 8, 16 and the rest
+    (``features`` and ``dtype`` other than the model's make samples that do not fit it)."""
+    rng = np.random.default_rng(3)
+    sizes = [8, 16, max(rows - 24, 1)] if rows > 24 else [rows]
+    return [{"x": rng.normal(size=(b, features)).astype(dtype)} for b in sizes]
+
+
+def qdq_onnx(src: str | Path, out: str | Path, features: int = 16) -> Path:
+    """``src`` (input x [batch, features]) quantized to a QDQ ONNX by ONNX Runtime, calibrated on seeded random rows:
+    the kind of file the int8 stage writes, for engine tests that need Q/DQ nodes."""
+    import logging
+
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    class Reader:
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.feeds = iter([{"x": rng.normal(size=(4, features)).astype(np.float32)} for _ in range(2)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.feeds, None)
+
+    logging.disable(logging.WARNING)  # the quantizer's pre-processing hint
+    try:
+        quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"], extra_options={"ActivationSymmetric": True})
+    finally:
+        logging.disable(logging.NOTSET)
+    return Path(out)

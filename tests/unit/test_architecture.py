@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "pipeline"
-SUBSYSTEMS = ["core", "models", "convert", "parity", "engines", "repository", "serving", "bench", "release", "stages"]
+SUBSYSTEMS = ["core", "models", "convert", "parity", "engines", "repository", "serving", "bench", "choose", "release", "stages"]
 
 
 def module_name(path: Path) -> str:

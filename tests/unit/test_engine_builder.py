@@ -11,7 +11,7 @@ import pytest
 from pipeline.core.config import TrtBuilderConfig
 from pipeline.core.errors import EngineError
 from pipeline.engines.targets import InputProfile
-from pipeline.engines.trt import available, build_engine, major_version, plan_settings, read_timing_cache
+from pipeline.engines.trt import available, build_engine, major_version, plan_settings, read_timing_cache, reproduce_commands
 from tests.fakes.fake_tensorrt import STAND_IN_CACHE, STAND_IN_PLAN, fake_tensorrt, make_fake_tensorrt
 from tests.tiny_triton import tiny_onnx
 
@@ -211,3 +211,36 @@ def test_trtexec_command(tmp_path: Path) -> None:
     cmd = shlex.split(reproduce_commands("m.onnx", profiles, s11, Path("model.plan"), Path("c.cache"))["trtexec"])
     assert {"--stronglyTyped", "--hardwareCompatibilityLevel=ampere+", "--versionCompatible"} <= set(cmd)
     assert "--fp16" not in cmd and not any(a.startswith("--timingCacheFile") for a in cmd)  # trtexec 11 has no --fp16
+
+
+def test_plan_settings_int8_branches() -> None:
+    """INT8 from the QDQ ONNX: TensorRT 10 weakly typed needs the INT8 flag (and FP16 for the other layers); strongly
+    typed (10 by choice, 11 always) takes precision from the Q/DQ nodes and no flag; fp32 sets no precision flag."""
+    weak = plan_settings(TrtBuilderConfig(), 10, "int8")
+    assert (weak.strongly_typed, weak.int8_flag, weak.fp16_flag, weak.precision) == (False, True, True, "int8")
+    strong = plan_settings(TrtBuilderConfig(strongly_typed_trt10=True), 10, "int8")
+    assert (strong.int8_flag, strong.fp16_flag) == (False, False)
+    assert (plan_settings(TrtBuilderConfig(), 11, "int8").int8_flag, plan_settings(TrtBuilderConfig(), 10, "fp32").fp16_flag) == (False, False)
+
+
+@pytest.fixture
+def qdq_file(onnx_file: Path, tmp_path: Path) -> Path:
+    from tests.helpers.tiny_models import qdq_onnx
+
+    return qdq_onnx(onnx_file, tmp_path / "model.int8.onnx")
+
+
+def test_trt10_builds_the_qdq_file_with_int8_and_fp16_flags(qdq_file: Path) -> None:
+    with fake_tensorrt("10.7.0") as trt:
+        r = build_engine(qdq_file, PROFILES, TrtBuilderConfig(), precision="int8")
+    assert ("set_flag", "INT8") in trt.calls and ("set_flag", "FP16") in trt.calls
+    assert ("parse_from_file", str(qdq_file)) in trt.calls
+    cmds = reproduce_commands(qdq_file, PROFILES, r.settings, Path("e/model.plan"), Path("tc"))
+    assert "--int8" in shlex.split(cmds["trtexec"]) and "--int8" in shlex.split(cmds["polygraphy"])
+
+
+def test_trt11_builds_the_qdq_file_strongly_typed_without_precision_flags(qdq_file: Path) -> None:
+    with fake_tensorrt("11.0.0") as trt:
+        r = build_engine(qdq_file, PROFILES, TrtBuilderConfig(), precision="int8")
+    assert names(trt.calls, "set_flag") == [("set_flag", "TF32")] and r.engine == STAND_IN_PLAN
+    assert any("explicit quantization" in n for n in r.notes) and r.settings.as_dict()["precision"] == "int8"

@@ -72,7 +72,9 @@ def test_two_built_targets_render_cc_model_filenames(tmp_path: Path, onnx_file: 
     assert cfg is not None
     assert cfg.platform == "tensorrt_plan" and cfg.max_batch_size == 8
     assert dict(cfg.cc_model_filenames) == {"8.0": "model.sm80.plan", "9.0": "model.sm90.plan"}
-    assert cfg.default_model_filename == "model.sm80.plan"
+    # Neither plan loads on another GPU (none is hardware-compatible): no default plan, so such a GPU finds no
+    # model.plan and the TensorRT model fails to load cleanly; the notes name the ONNX Runtime model as the fallback.
+    assert cfg.default_model_filename == "" and any("fallback" in n for n in m.notes)
     assert [(i.name, list(i.dims)) for i in cfg.input] == [("x", [16])] and [(o.name, list(o.dims)) for o in cfg.output] == [("y", [8])]
     assert cfg.instance_group[0].kind == cfg.instance_group[0].KIND_GPU
     assert sorted(dest for _, dest in m.files) == ["1/model.sm80.plan", "1/model.sm90.plan"]
@@ -195,3 +197,46 @@ def test_load_parity(tmp_path: Path) -> None:
 
 def test_engine_dirs_for_the_fleet(tmp_path: Path) -> None:
     assert engine_dirs_for(["cpu", "h100", "a100"], TARGETS, tmp_path) == {"h100": tmp_path / "h100", "a100": tmp_path / "a100"}
+
+
+def test_int8_engine_must_come_from_the_int8_onnx_parity_compared(tmp_path: Path, onnx_file: Path) -> None:
+    """An int8 target builds from the QDQ file; the repository takes its sha256 from parity's int8 entry, not fp16's."""
+    from tests.helpers.tiny_models import qdq_onnx
+
+    qdq = qdq_onnx(onnx_file, tmp_path / "onnx" / "model.int8.onnx")
+    targets = {**TARGETS, "a100": gpu("a100", "8.0", "A100")}
+    targets["a100"].precision = "int8"
+    dirs = engines(tmp_path, qdq, built=["a100"], targets=targets)
+    report = {"schema": 1, "artifacts": {"trt@a100": PASSED, "int8": {**PASSED, "sha256": sha256_file(qdq)}}}
+    m = render_trt_model("tiny_trt", dirs, VARIANT, report)
+    assert m.included == {"a100": "model.sm80.plan"} and m.precision == {"a100": "int8"}
+    with pytest.raises(EngineError, match="built from ONNX sha256"):  # parity compared another INT8 file
+        render_trt_model("tiny_trt", dirs, VARIANT, {**report, "artifacts": {**report["artifacts"], "int8": {**PASSED, "sha256": "0" * 64}}})
+    only_fp16 = passing(onnx_file, {"schema": 1, "artifacts": {"trt@a100": PASSED}})
+    assert "no int8 entry" in render_trt_model("tiny_trt", dirs, VARIANT, only_fp16).excluded["a100"]
+
+
+def test_repository_layout_when_an_engine_is_missing_or_fails_to_load(tmp_path: Path, onnx_file: Path) -> None:
+    """The decided fallback, as files: the ONNX Runtime model is always there beside <name>_trt; the TensorRT model
+    maps only the capabilities that built a plan, and names no default plan unless one is hardware-compatible."""
+    from pipeline.repository import config as triton_config
+    from pipeline.repository.writer import write_repository
+    from tests.conftest import TINY_MLP
+    from pipeline.params import compose
+    from pipeline.core.config import load_config
+
+    params = tmp_path / "params.yaml"
+    params.write_text(compose([*TINY_MLP, "targets=[cpu,a100,h100]", "model.inputs=[{name: x, dtype: float32, shape: [batch, 16]}]", "model.outputs=[y]"]))
+    cfg = load_config(params)
+    engines(tmp_path, onnx_file, built=["a100"], skipped=["h100"])
+    parity = tmp_path / "parity.json"
+    parity.write_text(json.dumps({**passing(onnx_file), "artifacts": {**passing(onnx_file)["artifacts"], "fp32": {**PASSED, "sha256": sha256_file(onnx_file)}}}))
+    out = tmp_path / "repo"
+    out.mkdir()
+    summary = write_repository(cfg, onnx_file, out, parity, tmp_path / "engines")
+    assert (out / "tiny" / "1" / "model.onnx").is_file() and (out / "tiny" / "config.pbtxt").is_file()  # the fallback model
+    trt = (out / "tiny_trt" / "config.pbtxt").read_text()
+    parsed = triton_config.parse(out / "tiny_trt" / "config.pbtxt")
+    assert dict(parsed.cc_model_filenames) == {"8.0": "model.sm80.plan"} and parsed.default_model_filename == ""
+    assert sorted(p.name for p in (out / "tiny_trt" / "1").iterdir()) == ["model.sm80.plan"]  # no model.plan: h100 fails cleanly
+    assert "--exit-on-error=false" in trt and "h100" in summary["engines"]["excluded"]

@@ -62,7 +62,8 @@ def test_workflow_structure() -> None:
 
     # One ONNX for every engine: built once on CPU, pushed, its lock handed on.
     onnx_job = jobs["onnx"]
-    assert "dvc repro fp16" in steps_text(onnx_job) and "dvc push export simplify fp16 parity" in steps_text(onnx_job)
+    # Both precisions an engine may build from (engine_precision), the goldens and the choice the assemble job reads.
+    assert "dvc repro fp16 int8" in steps_text(onnx_job) and "dvc push export simplify fp16 calibrate int8 parity choose" in steps_text(onnx_job)
 
     eng = jobs["engines"]
     assert eng["needs"] == "onnx"
@@ -70,7 +71,7 @@ def test_workflow_structure() -> None:
     assert eng["strategy"]["fail-fast"] is False
     assert eng["runs-on"][:2] == ["self-hosted", "gpu"] and "matrix.target" in eng["runs-on"][2]
     run = steps_text(eng)
-    assert "dvc pull fp16 parity" in run and 'dvc repro --single-item probe "engine@${TARGET}"' in run and 'dvc push "engine@${TARGET}"' in run
+    assert "dvc pull fp16 int8 parity" in run and 'dvc repro --single-item probe "engine@${TARGET}"' in run and 'dvc push "engine@${TARGET}"' in run
     assert "pytest -m gpu" in run and "setup.sh --gpu" in run and "--goldens-only" in run and "--engines artifacts/engines" in run
     assert "--require-engine" in run
 

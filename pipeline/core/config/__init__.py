@@ -17,14 +17,18 @@ from pipeline.core.config.enums import (
     GRAPH_LEVELS,
     BenchProfile,
     BenchServer,
+    CalibrationMethod,
     ConfigEnum,
     DType,
     EmbeddedBackend,
     ErrorStat,
     HardwareCompatibility,
     InputShapes,
+    OutputKind,
     Precision,
     Protocol,
+    QuantMode,
+    QuantType,
     Source,
     TargetKind,
     VariantName,
@@ -32,6 +36,7 @@ from pipeline.core.config.enums import (
 from pipeline.core.config.files import fixed_batch
 from pipeline.core.config.load import load_config, validate
 from pipeline.core.config.problems import ConfigProblems, Problem
+from pipeline.core.config.schema_int8 import CalibrationConfig, ChooseConfig, Int8Config, Int8FallbackConfig, QualityConfig
 from pipeline.core.config.schema import (
     BenchConfig,
     DynamicBatchingConfig,
@@ -57,6 +62,8 @@ from pipeline.core.config.schema import (
 )
 
 __all__ = [
+    "CalibrationConfig", "CalibrationMethod", "ChooseConfig", "Int8Config", "Int8FallbackConfig", "OutputKind", "QualityConfig",
+    "QuantMode", "QuantType",
     "GRAPH_LEVELS", "BenchConfig", "BenchProfile", "BenchServer", "ConfigEnum", "ConfigProblems", "DType", "DynamicBatchingConfig",
     "EmbeddedBackend", "ErrorStat", "ExportConfig", "Fp16FallbackConfig", "HardwareCompatibility", "InputShapes",
     "ModelConfig", "OutputToleranceConfig", "ParityConfig", "PipelineConfig", "Precision", "PrecisionConfig",

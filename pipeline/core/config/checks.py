@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from pipeline.core.config.enums import GRAPH_LEVELS, BenchProfile, BenchServer, HardwareCompatibility, TargetKind
+from pipeline.core.config.precision_checks import check_choose, check_fleet_precision, check_int8
 from pipeline.core.config.problems import Problems, did_you_mean, show
 from pipeline.core.config.schema import (
     BenchConfig,
@@ -30,20 +31,23 @@ FP16_MAX = 65504.0
 
 def check_config(
     cfg: PipelineConfig, p: Problems, *, fixed_batch: str | None = None, serving: dict[str, Any] | None = None,
-    outputs: list[str] | None = None,
+    outputs: list[str] | None = None, engine_precision: dict[str, Any] | None = None,
 ) -> None:
     """Run every section's rules on ``cfg``.
 
     ``fixed_batch`` (see files.fixed_batch) relaxes the batching rules the repository stage overrides for a
     model without a batch axis; ``serving`` is the raw ``serving`` section, derived in conf/config.yaml and
     compared with what it derives from (None: absent or unresolvable, nothing to compare); ``outputs`` are the
-    model's output names when known (parity per-output keys must name one).
+    model's output names when known (parity per-output keys must name one); ``engine_precision`` is the raw derived
+    section of that name (None: absent).
     """
     check_model(cfg.model, p)
     check_export(cfg, p)
     p.number("simplify.check_n", cfg.simplify.check_n, 0)
     check_precision(cfg.precision, p)
+    check_int8(cfg.int8, p)
     check_fleet(cfg, p, serving)
+    check_fleet_precision(cfg, p, engine_precision)
     for name, target in cfg.target_specs.items():
         check_target(target, f"target_specs.{name}", p)
     for key in ("latency", "throughput"):
@@ -53,6 +57,7 @@ def check_config(
     if not suffix or "/" in suffix:
         p.add("repository.trt_model_suffix", suffix, "must be a non-empty name part without '/' (default: '_trt')")
     check_parity(cfg, p, outputs)
+    check_choose(cfg.choose, p)
     check_bench(cfg.bench, p)
     check_release(cfg, p)
 
@@ -279,11 +284,14 @@ def check_tolerance(t: ToleranceConfig, key: str, outputs: list[str] | None, p: 
             p.number(f"{ok}.rtol", o.rtol, 0)
         if o.error_quantile is not None:
             p.number(f"{ok}.error_quantile", o.error_quantile, 0, 1, low_open=True)
+    for name, value in vars(t.quality).items():
+        if value is not None:
+            p.number(f"{key}.quality.{name}", value, -1 if name == "rank_agreement" else 0, 1)
 
 
 def check_parity(cfg: PipelineConfig, p: Problems, outputs: list[str] | None = None) -> None:
     """Tolerances, and how many samples parity compares."""
-    for kind in ("fp32", "fp16", "trt"):
+    for kind in ("fp32", "fp16", "trt", "int8"):
         check_tolerance(getattr(cfg.parity, kind), f"parity.{kind}", outputs, p)
     p.number("parity.max_samples", cfg.parity.max_samples, 1)
     p.each("parity.synthetic_batch_sizes", cfg.parity.synthetic_batch_sizes, 1)

@@ -37,10 +37,44 @@ class TargetKind(ConfigEnum):
 
 
 class Precision(ConfigEnum):
-    """Which ONNX file a target serves."""
+    """Which ONNX file a target serves (its TensorRT engine is built from the same one); auto: the fastest that passed
+    parity, timed in process on the machine that runs the pipeline (cpu targets only)."""
 
     fp32 = "fp32"
     fp16 = "fp16"
+    int8 = "int8"
+    auto = "auto"
+
+
+class QuantMode(ConfigEnum):
+    """static: QDQ with calibrated activation ranges (ONNX Runtime and TensorRT read it); dynamic: activation ranges
+    computed per request (ONNX Runtime only, no calibration)."""
+
+    static = "static"
+    dynamic = "dynamic"
+
+
+class CalibrationMethod(ConfigEnum):
+    """How static quantization turns the calibration samples' activations into ranges (ONNX Runtime's calibrators)."""
+
+    minmax = "minmax"
+    entropy = "entropy"
+    percentile = "percentile"
+
+
+class QuantType(ConfigEnum):
+    """8-bit activation type: int8 (TensorRT needs it, symmetric) or uint8 (ONNX Runtime CPU only)."""
+
+    int8 = "int8"
+    uint8 = "uint8"
+
+
+class OutputKind(ConfigEnum):
+    """What an output means, so the parity gate can judge it by what matters: embedding (cosine to the reference and
+    rank agreement of pairwise similarities) or classifier (top-1 agreement)."""
+
+    embedding = "embedding"
+    classifier = "classifier"
 
 
 class HardwareCompatibility(ConfigEnum):

@@ -113,4 +113,10 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
 def notes(cfg: PipelineConfig, graph: GraphIO | None = None, base: Path | None = None) -> list[str]:
     """Facts worth one line at composition (not problems)."""
     reason = fixed_batch(cfg, graph, base)
-    return [f"{reason}: {FIXED_BATCH_EFFECT}"] if reason else []
+    out = [f"{reason}: {FIXED_BATCH_EFFECT}"] if reason else []
+    outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else [])
+    stale = sorted(set(cfg.model.output_kinds) - set(outputs)) if outputs else []
+    if stale:
+        # A model config's kinds outlive an override of model.outputs; they name nothing, so nothing is judged by them.
+        out.append(f"model.output_kinds names {stale}, not outputs of the model ({outputs}): ignored")
+    return out

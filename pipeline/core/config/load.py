@@ -20,8 +20,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
 
-from pipeline.core.config import checks, files
+from pipeline.core.config import checks, files, precision_checks
 from pipeline.core.config.problems import Problems, did_you_mean
+from pipeline.core.config.enums import Precision
 from pipeline.core.config.schema import PipelineConfig, ServingConfig
 from pipeline.core.errors import ConfigError
 
@@ -65,6 +66,8 @@ def collect(
     if serving is not None and not (isinstance(serving, dict) and set(serving) <= {"target", "kind", "precision"}):
         p.add("serving", serving, "is derived from targets[0] and its target_specs entry: never set it")
         serving = None
+    # The same for `engine_precision` (conf/config.yaml derives it from the fleet: what each engine stage reads).
+    engine_precision = raw.pop("engine_precision", None)
     _walk(PipelineConfig, raw, "", p)
     try:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PipelineConfig), raw))
@@ -75,12 +78,14 @@ def collect(
     assert isinstance(cfg, PipelineConfig)
     graph = files.read_graph(cfg.model, base)
     outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else None)
-    checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs)
+    checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs,
+                        engine_precision=engine_precision)
     if check_source:
         files.check_source(cfg, graph, p, base)
     p.raise_if_any(origin)
     first = cfg.target_specs[cfg.targets[0]]  # the checks passed: the fleet is non-empty and defined
     cfg.serving = ServingConfig(target=cfg.targets[0], kind=first.kind, precision=first.precision)
+    cfg.engine_precision = {t: Precision(v) for t, v in precision_checks.derived_engine_precision(cfg).items()}
     return cfg, graph
 
 

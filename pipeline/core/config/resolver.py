@@ -19,11 +19,12 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.core.config import files
+from pipeline.core.config import files, precision_checks
 from pipeline.core.config.load import collect
 from pipeline.core.config.problems import Problems
 
 RESOLVER = "pipeline_checked"
+ENGINE_RESOLVER = "pipeline_engine_precision"
 CHECK_KEY = "config_check"
 PASSED = "passed (pipeline/core/config)"
 ORIGIN = "the config composed from conf/ (params.yaml not written)"
@@ -60,7 +61,7 @@ def check_composed(*, _root_: DictConfig) -> str:
         except OmegaConfBaseException as e:
             # `serving` is interpolated from targets[0]: when that fails, the fleet checks say why, and if they
             # do not, OmegaConf's own resolution of `serving` right after this resolver still fails loudly.
-            if key != "serving":
+            if key not in ("serving", "engine_precision"):
                 p.add(str(key), None, f"cannot resolve: {str(e).splitlines()[0]}")
     base = _BASE.get()
     cfg, graph = collect(raw, ORIGIN, p, check_source=True, base=base)
@@ -69,7 +70,25 @@ def check_composed(*, _root_: DictConfig) -> str:
     return PASSED
 
 
+def engine_precision(*, _root_: DictConfig) -> DictConfig:
+    """``engine_precision: ${pipeline_engine_precision:}``: {fleet target: precision of the ONNX its engine stage reads}.
+
+    dvc.yaml runs one engine stage per entry (``foreach``) and names the file from it, so each stage depends on the one
+    ONNX file it reads (DVC has no nested interpolation, ``${target_specs.${item}.precision}``). Targets the fleet checks
+    reject are left out here; the checks report them.
+    """
+    specs = _root_.get("target_specs") or {}
+    out: dict[str, str] = {}
+    for t in _root_.get("targets") or []:
+        spec = specs.get(t) if isinstance(specs, DictConfig) else None
+        if spec is not None:
+            out[str(t)] = precision_checks.engine_onnx_precision(str(spec.get("kind")), str(spec.get("precision")))
+    return OmegaConf.create(out)  # a container: OmegaConf.resolve (DVC's compose) cannot put a plain dict in place
+
+
 def register() -> None:
-    """Register the resolver once per process (Hydra's plugin scan may execute the plugin module again)."""
+    """Register the resolvers once per process (Hydra's plugin scan may execute the plugin module again)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, check_composed)
+    if not OmegaConf.has_resolver(ENGINE_RESOLVER):
+        OmegaConf.register_new_resolver(ENGINE_RESOLVER, engine_precision)

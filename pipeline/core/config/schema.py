@@ -17,6 +17,7 @@ from pipeline.core.config.enums import (
     ErrorStat,
     HardwareCompatibility,
     InputShapes,
+    OutputKind,
     Precision,
     Protocol,
     Source,
@@ -24,6 +25,7 @@ from pipeline.core.config.enums import (
     VariantName,
 )
 
+from pipeline.core.config.schema_int8 import ChooseConfig, Int8Config, QualityConfig
 
 # ---------------------------------------------------------------- model
 @dataclass
@@ -49,6 +51,9 @@ class ModelConfig:
     path: Optional[str] = None  # the .onnx file when source == "onnx"
     inputs: list[TensorSpec] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    # What each output means, so the parity gate judges it by what matters ({embedding: embedding}, {logits: classifier});
+    # an output not listed is judged by the elementwise tolerances alone.
+    output_kinds: dict[str, OutputKind] = field(default_factory=dict)
     # Real sample inputs: {_target_: fn, **kwargs} returning a list of feed dicts
     # (name -> numpy array); null means synthetic inputs from `inputs`.
     data: Optional[dict[str, Any]] = None
@@ -241,6 +246,7 @@ class ToleranceConfig:
     check_error_stat: ErrorStat = ErrorStat.max
     error_quantile: float = 0.99
     per_output: dict[str, OutputToleranceConfig] = field(default_factory=dict)
+    quality: QualityConfig = field(default_factory=QualityConfig)
 
 
 @dataclass
@@ -250,6 +256,9 @@ class ParityConfig:
     fp32: ToleranceConfig = field(default_factory=ToleranceConfig)
     fp16: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
     trt: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
+    int8: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(
+        atol=0.1, rtol=0.1, check_error_stat=ErrorStat.mean,
+        quality=QualityConfig(cosine_min=0.98, cosine_mean=0.99, rank_agreement=0.98, top1_agreement=0.98)))
     max_samples: int = 16  # real samples compared (and saved as goldens), at most
     # Batch sizes of the synthetic samples used when model.data is null (e.g. cnn).
     synthetic_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
@@ -355,9 +364,13 @@ class PipelineConfig:
     export: ExportConfig = field(default_factory=ExportConfig)
     simplify: SimplifyConfig = field(default_factory=SimplifyConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    int8: Int8Config = field(default_factory=Int8Config)
     targets: list[str] = field(default_factory=lambda: ["cpu"])
     target_specs: dict[str, TargetConfig] = field(default_factory=dict)
     serving: ServingConfig = field(default_factory=ServingConfig)
+    # Derived in conf/config.yaml from the fleet ({target: precision of the ONNX its engine stage reads}); never set.
+    engine_precision: dict[str, Precision] = field(default_factory=dict)
+    choose: ChooseConfig = field(default_factory=ChooseConfig)
     variants: VariantsConfig = field(default_factory=VariantsConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     parity: ParityConfig = field(default_factory=ParityConfig)

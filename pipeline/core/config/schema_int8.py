@@ -1,0 +1,74 @@
+"""Structured-config schemas of the INT8 path and the precision choice: quantization, quality thresholds, `auto`.
+
+Kept apart from schema.py (which imports them into the root config) so each module stays small; the same rules hold:
+types and defaults here, closed sets in enums.py, ranges and cross-field rules in precision_checks.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from pipeline.core.config.enums import CalibrationMethod, Precision, QuantMode, QuantType
+
+
+@dataclass
+class CalibrationConfig:
+    """The calibration set (real samples from model.data) and how static quantization reads ranges from it."""
+
+    method: CalibrationMethod = CalibrationMethod.minmax
+    percentile: float = 99.999  # method=percentile: the share of |activation| values the range keeps
+    min_samples: int = 8  # sample rows (batch entries); fewer is refused
+    max_samples: int = 512  # rows kept, in the hook's order
+
+
+@dataclass
+class Int8FallbackConfig:
+    """Automatic FP32 fallback: nodes whose quantization introduces the most error stay FP32 until the quality gate
+    (parity.int8.quality, on the calibration samples) passes, for at most max_attempts quantizations."""
+
+    enabled: bool = True
+    max_attempts: int = 4
+    nodes_per_attempt: int = 2
+
+
+@dataclass
+class Int8Config:
+    """INT8 quantization with ONNX Runtime's tooling (pipeline/convert/int8.py)."""
+
+    mode: QuantMode = QuantMode.static
+    per_channel: bool = True  # one scale per output channel of each weight (per-tensor breaks outlier-heavy layers)
+    reduce_range: bool = False  # 7-bit weights: only for CPUs without VNNI
+    activation_type: QuantType = QuantType.int8
+    activation_symmetric: bool = True  # zero point 0: what TensorRT reads
+    # false: a quantized op's output stays float (ONNX Runtime runs e.g. MatMulIntegerToFloat; TensorRT fuses the
+    # next Q); true: its output is quantized too, one more rounding, per tensor (an outlier channel crushes the rest).
+    quantize_outputs: bool = False
+    op_types: list[str] = field(default_factory=lambda: ["MatMul", "Gemm", "Conv"])  # op types to quantize
+    nodes_to_exclude: list[str] = field(default_factory=list)  # node names kept FP32
+    calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
+    fallback: Int8FallbackConfig = field(default_factory=Int8FallbackConfig)
+
+
+@dataclass
+class QualityConfig:
+    """Quality thresholds by output kind (model.output_kinds); null = not checked. Each is an "at least" bound."""
+
+    cosine_min: Optional[float] = None  # embedding: the worst row's cosine similarity to the reference
+    cosine_mean: Optional[float] = None  # embedding: the mean over rows
+    rank_agreement: Optional[float] = None  # embedding: Spearman correlation of the pairwise similarities over rows
+    top1_agreement: Optional[float] = None  # classifier: share of rows whose argmax matches the reference
+
+
+@dataclass
+class ChooseConfig:
+    """``precision: auto``: every candidate that passed parity timed in process with the served settings, in paired
+    rounds (pipeline/choose/), each round one burst per candidate; the bench's median-of-rounds estimate and interval."""
+
+    candidates: list[Precision] = field(default_factory=lambda: [Precision.fp32, Precision.fp16, Precision.int8])
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 4, 8, 16])  # best-batch throughput: the best of these
+    burst_ms: float = 250.0  # each candidate's burst in a round
+    min_rounds: int = 5
+    max_rounds: int = 15
+    target_half_width: float = 0.03  # stop once every ratio's 90% interval is within +-3%
+    budget_s: float = 90.0  # no new round after this long, once min_rounds ran

@@ -1,0 +1,46 @@
+"""int8 stage: INT8 with ONNX Runtime's quantization tooling, calibrated on real samples, with automatic FP32 fallback."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from pipeline import exit_with
+from pipeline.convert.int8 import headline, run_int8
+from pipeline.core import atomic
+from pipeline.core.config import load_config
+from pipeline.core.stage import add_report_args, main as stage_main, write_report
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--onnx", required=True, type=Path, help="FP32 ONNX to quantize")
+    p.add_argument("--calibration", required=True, type=Path, help="the calibration set (the calibrate stage's samples.json)")
+    p.add_argument("--out", required=True, type=Path, help="INT8 ONNX to write")
+    add_report_args(p)
+
+
+def _body(a: argparse.Namespace) -> None:
+    cfg = load_config(a.params)
+    with atomic.atomic_path(a.out) as tmp:
+        report = run_int8(a.onnx, a.calibration, tmp, cfg)
+    write_report(a, report, headline(report))
+    c = report["calibration"]
+    print(f"[int8] {report['mode']} {report['format']}, {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_int8'] / 1e6:.1f} MB; "
+          f"{report['quantized_count']} nodes INT8, {report['kept_fp32_count']} kept FP32; calibration {c['method']} on {c['rows']} rows")
+    for b in report["fallback"]["blocked_nodes"]:
+        print(f"[int8]   kept FP32: {b['node']} ({b['op']}) {b['reason']}")
+    for attempt in report["fallback"]["attempts"]:
+        metrics = "; ".join(f"{o}: " + ", ".join(f"{m} {v:.4f}" for m, v in q["metrics"].items() if v is not None) for o, q in attempt["quality"].items())
+        print(f"[int8]   attempt {attempt['attempt']}: {attempt['kept_fp32']} kept FP32, {'passes' if attempt['passed'] else 'fails'} "
+              f"parity.int8.quality on the calibration set ({metrics or 'no judged outputs: set model.output_kinds'})")
+    if report["passed_on_calibration"] is False:
+        print("[int8] the INT8 model still misses parity.int8.quality on the calibration set: the parity stage will say by how much")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.stages.int8 --params ... --onnx ... --calibration ... --out ... --report ... [--metrics ...]``."""
+    return stage_main("int8", __doc__, _args, _body, argv)
+
+
+if __name__ == "__main__":
+    exit_with(main)

@@ -1,0 +1,60 @@
+"""Precision settings checked at composition: auto only where it can be timed, INT8 from real samples in a form
+TensorRT reads, the derived engine_precision, the int8 and choose sections' ranges."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.core.config import load_config
+from pipeline.core.config.problems import ConfigProblems
+from pipeline.params import compose
+from tests.conftest import TINY_MLP
+
+DATA = "+model.data={_target_: tests.helpers.tiny_models.mlp_samples}"
+
+
+def problems(*overrides: str) -> list[str]:
+    with pytest.raises(ConfigProblems) as e:
+        compose([*TINY_MLP, *overrides])
+    return [p.line() for p in e.value.problems]
+
+
+def test_engine_precision_is_derived_per_fleet_target() -> None:
+    params = yaml.safe_load(compose([*TINY_MLP, DATA, "targets=[cpu,a100,h100]", "target_specs.h100.precision=int8"]))
+    # dvc.yaml runs engine@<target> per entry and reads model.<precision>.onnx; a cpu target builds nothing, reads FP32.
+    assert params["engine_precision"] == {"cpu": "fp32", "a100": "fp16", "h100": "int8"}
+
+
+def test_engine_precision_set_by_hand_is_refused(tmp_path: Path) -> None:
+    text = compose(TINY_MLP).replace("engine_precision:\n  cpu: fp32", "engine_precision:\n  cpu: int8")
+    (tmp_path / "params.yaml").write_text(text)
+    with pytest.raises(ConfigProblems, match="engine_precision.*never set it"):
+        load_config(tmp_path / "params.yaml")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "says"),
+    [
+        (["targets=[cpu,a100]", "target_specs.a100.precision=auto"], "target_specs.a100.precision", "says nothing about a TensorRT engine"),
+        (["target_specs.cpu.precision=int8"], "target_specs.cpu.precision", "model.data is null"),
+        ([DATA, "targets=[cpu,a100]", "target_specs.a100.precision=int8", "int8.activation_type=uint8"], "int8.activation_type", "symmetric int8"),
+        ([DATA, "targets=[cpu,a100]", "target_specs.a100.precision=int8", "int8.mode=dynamic"], "int8.mode", "needs Q/DQ nodes"),
+        (["choose.candidates=[fp32,auto]"], "choose.candidates", "lists auto"),
+        (["choose.min_rounds=1"], "choose.min_rounds", ">= 2"),
+        (["int8.calibration.max_samples=4"], "int8.calibration.max_samples", ">= 8"),
+        (["int8.op_types=[]"], "int8.op_types", "at least one op type"),
+        (["parity.int8.quality.rank_agreement=1.5"], "parity.int8.quality.rank_agreement", "[-1, 1]"),
+        (["int8.calibration.method=kl"], "int8.calibration.method", "minmax, entropy, percentile"),
+    ],
+)
+def test_bad_precision_settings_fail_at_composition_naming_the_key(overrides: list[str], key: str, says: str) -> None:
+    lines = problems(*overrides)
+    assert any(ln.startswith(f"{key}=") and says in ln for ln in lines), lines
+
+
+def test_auto_and_int8_on_a_cpu_target_compose() -> None:
+    assert yaml.safe_load(compose([*TINY_MLP, "target_specs.cpu.precision=auto"]))["serving"]["precision"] == "auto"
+    assert yaml.safe_load(compose([*TINY_MLP, DATA, "target_specs.cpu.precision=int8"]))["serving"]["precision"] == "int8"
