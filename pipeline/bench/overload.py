@@ -60,7 +60,8 @@ def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, qu
                                stability_percentage=1000,  # past capacity nothing is stable: report what happened
                                max_trials=3, shapes=sw.shapes, request_rate=None if intervals else rate, request_intervals=intervals)  # fmt: skip
     before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()
-    run = pa_mod.run(sw.pa, cmd, 1, csv_path, timeout_s=b.perf_timeout_s)
+    # Three windows; one that cannot end (a schedule the client cannot keep) must not hold the bench for perf_timeout_s.
+    run = pa_mod.run(sw.pa, cmd, 1, csv_path, timeout_s=min(b.perf_timeout_s, 30 * (interval_ms or b.overload_interval_ms) / 1000 + 30))
     t1 = time.monotonic()
     drain(t)
     (sw.work_dir / f"overload_{tag}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
@@ -74,13 +75,17 @@ def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, qu
     return lvl
 
 
-def burst_intervals(path: Path, capacity: float, factor: float, burst_s: float) -> tuple[Path, float]:
-    """perf_analyzer's --request-intervals file: idle (2 requests 0.5 s apart), ``factor`` x capacity for ``burst_s``,
-    idle again. Returns the file and the pattern's length in seconds (one measurement window)."""
-    fast = 1e6 / (factor * capacity)
-    gaps = [500_000, 500_000] + [round(fast)] * max(1, round(burst_s * factor * capacity)) + [500_000]
+MAX_BURST_RATE = 5000.0  # requests/s a client on this kind of machine can schedule: a tiny model's 4x capacity is not
+
+
+def burst_intervals(path: Path, capacity: float, factor: float, burst_s: float) -> tuple[Path, float, float]:
+    """perf_analyzer's --request-intervals file: idle (2 requests 0.5 s apart), ``factor`` x capacity (at most
+    MAX_BURST_RATE) for ``burst_s``, idle again. Returns the file, the pattern's length in seconds (one measurement
+    window) and the burst's rate."""
+    rate = min(factor * capacity, MAX_BURST_RATE)
+    gaps = [500_000, 500_000] + [round(1e6 / rate)] * max(1, round(burst_s * rate)) + [500_000]
     write_text(path, "\n".join(str(g) for g in gaps) + "\n")
-    return path, sum(gaps) / 1e6
+    return path, sum(gaps) / 1e6, rate
 
 
 def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float, capacity: float, b: BenchConfig, log: Callable[[str], None],
@@ -136,7 +141,7 @@ def overload(mode: EmbeddedMode, sw: Sweeper, t: Target, rows: list[Feed], capac
     out = Overload(round(capacity, 1), capacity_from)
     for share in b.overload_levels:
         out.levels.append(perf_level(sw, t, f"{share:.0%}", share, share * capacity, queue))
-    path, period = burst_intervals(sw.work_dir / "burst_intervals.txt", capacity, b.burst_factor, b.burst_s)
-    out.levels.append(perf_level(sw, t, "burst", b.burst_factor, b.burst_factor * capacity, queue, path, round(period * 1000)))
+    path, period, rate = burst_intervals(sw.work_dir / "burst_intervals.txt", capacity, b.burst_factor, b.burst_s)
+    out.levels.append(perf_level(sw, t, "burst", rate / capacity, rate, queue, path, round(period * 1000)))
     out.levels.append(bounded_check(mode, t, rows, max(b.overload_levels), capacity, b, sw.log))
     return out

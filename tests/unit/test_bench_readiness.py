@@ -56,9 +56,10 @@ def test_parse_passes_reads_every_window() -> None:
 
 
 def test_burst_file_is_idle_burst_idle(tmp_path: Path) -> None:
-    path, period = burst_intervals(tmp_path / "b.txt", capacity=100.0, factor=4.0, burst_s=2.0)
+    path, period, rate = burst_intervals(tmp_path / "b.txt", capacity=100.0, factor=4.0, burst_s=2.0)
     gaps = [int(x) for x in path.read_text().split()]
-    assert gaps[:2] == [500_000, 500_000] and gaps[-1] == 500_000 and gaps.count(2500) == 800 and period == pytest.approx(3.5)
+    assert gaps[:2] == [500_000, 500_000] and gaps[-1] == 500_000 and gaps.count(2500) == 800 and period == pytest.approx(3.5) and rate == 400
+    assert burst_intervals(tmp_path / "c.txt", capacity=8000.0, factor=4.0, burst_s=0.5)[2] == 5000  # what a client can schedule
 
 
 def test_records_round_trip() -> None:
