@@ -9,6 +9,8 @@ from pipeline.bench.results import BenchResult, Finding
 # The top load level past capacity grows the queue without limit when the latency of its last window is this many
 # times the first's (three windows of bench.overload_interval_ms), or requests are still pending after it.
 GROWTH_LIMIT = 2.0
+# A bounded queue past capacity should still serve about its capacity; under this share of it, the queue starves the model.
+STARVED = 0.5
 
 
 def slow_first_request(res: BenchResult) -> list[Finding]:
@@ -94,6 +96,15 @@ def rejections_not_clean(res: BenchResult) -> Finding | None:
                        f"bounded queue (max_queue_size {x.queue_size}) at {x.offered_rate:.0f}/s: {x.timeouts:.0f} timed out or unanswered, "
                        f"{x.rejected:.0f} rejected{'; ' + x.reason if x.reason else ''}",
                        "a full queue must reject at once: check the server log; lower max_queue_size or the client timeout")  # fmt: skip
+    ok_rate = x.achieved_rate  # successes per second of sending
+    if x.rejected and ok_rate is not None and over is not None and ok_rate < STARVED * over.capacity_infer_s:
+        # Rejections alone are clean; a queue that turns work away while the model idles is not.
+        return Finding("rejections_not_clean", "warning", "throughput",
+                       f"bounded queue (max_queue_size {x.queue_size}) at {x.offered_rate:.0f}/s offered: {x.rejected:.0f} rejected (p99 "
+                       f"{x.rejected_p99_ms} ms), but only {ok_rate:.0f} requests/s served of a {over.capacity_infer_s:.0f}/s capacity, "
+                       f"p99 {x.p99_ms} ms: the scheduler starved the model while turning requests away",
+                       "keep max_queue_size 0 on this Triton build and bound the load before the server (a client-side limit or a "
+                       "proxy), or measure a newer Triton; see docs/benchmarking.md (bounded queues)")  # fmt: skip
     if not x.rejected:
         return Finding("rejections_not_clean", "info", "throughput",
                        f"bounded queue (max_queue_size {x.queue_size}) at {x.offered_rate:.0f}/s offered: no request was rejected "

@@ -64,7 +64,7 @@ class InServerOrt:
         """One burst's mean ms inside ORT per request (None: a request failed or the server's counters are missing)."""
         if self._send_for(0.0, least=WARM_RUNS) < WARM_RUNS:
             return None
-        if self._t.metrics_url:  # the python stand-in publishes its own timers there, once flushed
+        if self._t.standin_timers:  # the python stand-in publishes its own timers on /metrics, once flushed
             if not flush_standin(self._client, self._t.model, self._rows[0]):
                 return None
             before = standin_counters(self._t.metrics_url, self._t.model)

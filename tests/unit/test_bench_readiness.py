@@ -90,8 +90,11 @@ def test_readiness_rules() -> None:
     assert unbounded_queue(_res(overload=Overload(300.0, "x", [grew])), {"throughput": thr}) is None
     bounded = LoadLevel("150% bounded", 1.5, 450.0, "open-loop client (gRPC)", 16, True, success=300, rejected=150)
     assert rejections_not_clean(_res(overload=Overload(300.0, "x", [bounded]))) is None
-    bounded.timeouts = 3
-    assert rejections_not_clean(_res(overload=Overload(300.0, "x", [bounded]))).severity == "warning"
+    bounded.achieved_rate = 60.0  # rejecting while serving a fifth of the capacity: the queue starves the model
+    f = rejections_not_clean(_res(overload=Overload(300.0, "x", [bounded])))
+    assert f is not None and f.severity == "warning" and "starved" in f.message
+    bounded.timeouts, bounded.achieved_rate = 3, 290.0
+    assert "timed out" in rejections_not_clean(_res(overload=Overload(300.0, "x", [bounded]))).message
 
 
 @pytest.mark.parametrize(("override", "key"), [
