@@ -2,9 +2,11 @@
 
 ``int8.mode=static`` (the default for every built-in model) writes a QDQ model: weights quantized per output channel,
 activations quantized with ranges calibrated on the calibration set (MinMax, Entropy or Percentile). ONNX Runtime's
-CPU provider fuses the Q/DQ pairs into integer kernels, and TensorRT reads the same file (explicit quantization), so
-one artifact serves both kinds of target; activations are symmetric int8 by default because TensorRT reads nothing
-else. ``dynamic`` computes activation ranges per request instead (ONNX Runtime only).
+CPU provider fuses the Q/DQ pairs into integer kernels. Activations default to uint8 with a zero point, which that
+provider runs fastest and which fits one-sided activations best (measured on MiniLM: symmetric int8 activations were
+both slower there and less exact). TensorRT builds an engine from the same file when its activations are symmetric
+int8 (explicit quantization reads nothing else), so a fleet with a GPU int8 target sets that and gets one file for
+both. ``dynamic`` computes activation ranges per request instead (ONNX Runtime only).
 
 Only the op types in ``int8.op_types`` are quantized (MatMul, Gemm, Conv: the weight-heavy ops, where integer
 kernels pay); an op type ONNX Runtime has no quantizer for in the chosen mode is left FP32 and reported.
@@ -13,7 +15,11 @@ The automatic fallback: the quantized model runs on the calibration samples besi
 the same quality thresholds as the parity gate (``parity.int8.quality``, by ``model.output_kinds``). While it fails,
 the ``int8.fallback.nodes_per_attempt`` nodes that introduce the most error (pipeline/convert/int8_errors.py) stay
 FP32 and the model is quantized again, at most ``int8.fallback.max_attempts`` times; the ranges are calibrated once.
-A model that still fails is written anyway: the parity gate judges it on the parity samples and refuses to ship it.
+Which nodes: the ``int8.fallback.trials`` nodes that introduce the most error are each tried alone (re-quantized and
+judged), and those that raise the gate's worst margin most are kept FP32: per-layer error says where to look, the
+gate says what helps (on a transformer the error is spread thin, and the largest local error is not always what
+costs the worst row most). A model that still fails is written anyway: the parity gate judges it on the parity
+samples and refuses to ship it.
 """
 
 from __future__ import annotations
@@ -42,16 +48,20 @@ class _Reader:
     """ONNX Runtime's CalibrationDataReader protocol over the calibration samples."""
 
     def __init__(self, feeds: list[Feed]) -> None:
-        self._feeds, self._i = feeds, 0
+        self._feeds, self._i, self._end = feeds, 0, len(feeds)
 
     def get_next(self) -> Feed | None:
-        if self._i >= len(self._feeds):
+        if self._i >= self._end:
             return None
         self._i += 1
         return self._feeds[self._i - 1]
 
     def rewind(self) -> None:
         self._i = 0
+
+    def set_range(self, start_index: int, end_index: int) -> None:
+        """Serve only samples [start, end): ONNX Runtime calls it to calibrate in strides."""
+        self._i, self._end = start_index, min(end_index, len(self._feeds))
 
     def __len__(self) -> int:
         return len(self._feeds)
@@ -101,6 +111,10 @@ def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list
                 extra["OpTypesToExcludeOutputQuantization"] = ops
             if cfg.calibration.method == "percentile":
                 extra["CalibPercentile"] = cfg.calibration.percentile
+            if cfg.calibration.method != "minmax":
+                # The histogram calibrators stack every sample's activations into one array, which fails for samples of
+                # different shapes (sequences padded per batch); one sample per stride, merged histogram by histogram.
+                extra["CalibStridedMinMax"] = 1
             quantize_static(
                 str(src), str(out), _Reader(feeds), quant_format=QuantFormat.QDQ, op_types_to_quantize=ops, per_channel=cfg.per_channel,
                 reduce_range=cfg.reduce_range, activation_type=QuantType.QInt8 if cfg.activation_type == "int8" else QuantType.QUInt8,
@@ -120,6 +134,20 @@ def judge(fp32: Path, int8: Path, feeds: list[Feed], kinds: Mapping[str, OutputK
     ref = [onnx_tools.run(ref_sess, f, "FP32 model") for f in feeds]
     got = [onnx_tools.run(q_sess, f, "INT8 model") for f in feeds]
     return {o: quality.judge(k, quality.measure(k, [r[o] for r in ref], [g[o] for g in got]), limits) for o, k in kinds.items() if o in ref[0]}
+
+
+def judge_with(source: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list[str], exclude: list[str], cache: Path,
+               kinds: Mapping[str, OutputKind], limits: QualityConfig) -> dict[str, quality.QualityVerdict]:  # fmt: skip
+    """Quantize with ``exclude`` kept FP32 (ranges from ``cache``) and judge the result."""
+    quantize(source, out, cfg, feeds, ops, sorted(exclude), cache)
+    return judge(source, out, feeds, kinds, limits)
+
+
+def margin(verdicts: Mapping[str, quality.QualityVerdict], limits: QualityConfig) -> float:
+    """The gate's worst margin: min over judged outputs and set thresholds of (value - threshold); NaN counts as -1."""
+    gaps = [(v.metrics.get(m) if v.metrics.get(m) is not None and v.metrics.get(m) == v.metrics.get(m) else -1.0) - t
+            for v in verdicts.values() for m, t in v.thresholds.items()]
+    return round(min(gaps, default=0.0), 6)
 
 
 def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str],
@@ -172,14 +200,18 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
                 break
             quant = onnx_tools.load_model(out, "INT8 model")
             ranked = [e for e in int8_errors.node_errors(fp32, quant, feeds, int8_errors.quantized_nodes(fp32, quant, ops)) if e.node not in excluded]
-            worst = ranked[: q.fallback.nodes_per_attempt]
-            if not worst:
+            if not ranked:
                 break
-            for rank, e in enumerate(worst, 1):
+            trial = Path(tmp) / "trial.onnx"
+            margins = {e.node: margin(judge_with(source, trial, q, feeds, ops, [*excluded, e.node], cache, kinds, limits), limits)
+                       for e in ranked[: q.fallback.trials]}  # fmt: skip
+            order = sorted(ranked[: max(q.fallback.trials, q.fallback.nodes_per_attempt)], key=lambda e: -margins.get(e.node, -1e9))
+            for e in order[: q.fallback.nodes_per_attempt]:
+                tried = f"; alone it brings the gate's worst margin to {margins[e.node]:+.4f}" if e.node in margins else ""
                 why = (f"fallback (attempt {attempt}): introduces relative error {e.introduced:.3g} at '{e.output}' "
-                       f"(input {e.input_error:.3g} -> output {e.output_error:.3g}; #{rank} of {len(ranked)} quantized nodes)")  # fmt: skip
+                       f"(input {e.input_error:.3g} -> output {e.output_error:.3g}; #{ranked.index(e) + 1} of {len(ranked)} quantized nodes){tried}")  # fmt: skip
                 excluded[e.node] = why
-                blocked.append({"node": e.node, "op": e.op, "attempt": attempt, "introduced": round(e.introduced, 6),
+                blocked.append({"node": e.node, "op": e.op, "attempt": attempt, "introduced": round(e.introduced, 6), "margin_alone": margins.get(e.node),
                                 "output_error": round(e.output_error, 6), "input_error": round(e.input_error, 6), "reason": why})  # fmt: skip
         sess = onnx_tools.session(out, "INT8 model")  # a graph ONNX Runtime cannot open fails here, not in a later stage
         for i, feed in enumerate(feeds[:2]):
@@ -191,7 +223,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
     final = attempts[-1]
     return {
         "mode": str(q.mode), "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
-        "per_channel": q.per_channel, "reduce_range": q.reduce_range,
+        "per_channel": q.per_channel, "reduce_range": q.reduce_range, "quantize_outputs": q.quantize_outputs,
         "activations": {"type": str(q.activation_type), "symmetric": q.activation_symmetric} if q.mode == QuantMode.static else "dynamic",
         "calibration": {**calibration.record(calibration_path), "rows": sum(calibration.rows_of(f) for f in feeds), "samples": len(feeds),
                         "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",

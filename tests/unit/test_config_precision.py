@@ -14,6 +14,7 @@ from pipeline.params import compose
 from tests.conftest import TINY_MLP
 
 DATA = "+model.data={_target_: tests.helpers.tiny_models.mlp_samples}"
+TRT_INT8 = ["int8.activation_type=int8", "int8.activation_symmetric=true"]  # what an INT8 engine needs (uint8 is the CPU default)
 
 
 def problems(*overrides: str) -> list[str]:
@@ -23,7 +24,7 @@ def problems(*overrides: str) -> list[str]:
 
 
 def test_engine_precision_is_derived_per_fleet_target() -> None:
-    params = yaml.safe_load(compose([*TINY_MLP, DATA, "targets=[cpu,a100,h100]", "target_specs.h100.precision=int8"]))
+    params = yaml.safe_load(compose([*TINY_MLP, DATA, "targets=[cpu,a100,h100]", "target_specs.h100.precision=int8", *TRT_INT8]))
     # dvc.yaml runs engine@<target> per entry and reads model.<precision>.onnx; a cpu target builds nothing, reads FP32.
     assert params["engine_precision"] == {"cpu": "fp32", "a100": "fp16", "h100": "int8"}
 
@@ -40,8 +41,8 @@ def test_engine_precision_set_by_hand_is_refused(tmp_path: Path) -> None:
     [
         (["targets=[cpu,a100]", "target_specs.a100.precision=auto"], "target_specs.a100.precision", "says nothing about a TensorRT engine"),
         (["target_specs.cpu.precision=int8"], "target_specs.cpu.precision", "model.data is null"),
-        ([DATA, "targets=[cpu,a100]", "target_specs.a100.precision=int8", "int8.activation_type=uint8"], "int8.activation_type", "symmetric int8"),
-        ([DATA, "targets=[cpu,a100]", "target_specs.a100.precision=int8", "int8.mode=dynamic"], "int8.mode", "needs Q/DQ nodes"),
+        ([DATA, "targets=[cpu,a100]", "target_specs.a100.precision=int8"], "int8.activation_type", "symmetric int8"),
+        ([DATA, "targets=[cpu,a100]", "target_specs.a100.precision=int8", *TRT_INT8, "int8.mode=dynamic"], "int8.mode", "needs Q/DQ nodes"),
         (["choose.candidates=[fp32,auto]"], "choose.candidates", "lists auto"),
         (["choose.min_rounds=1"], "choose.min_rounds", ">= 2"),
         (["int8.calibration.max_samples=4"], "int8.calibration.max_samples", ">= 8"),

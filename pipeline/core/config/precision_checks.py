@@ -64,6 +64,7 @@ def check_int8(q: Int8Config, p: Problems) -> None:
         p.number("int8.calibration.max_samples", c.max_samples, c.min_samples)
     p.number("int8.fallback.max_attempts", q.fallback.max_attempts, 1, 50)
     p.number("int8.fallback.nodes_per_attempt", q.fallback.nodes_per_attempt, 1)
+    p.number("int8.fallback.trials", q.fallback.trials, 0, 200)
 
 
 def check_choose(c: ChooseConfig, p: Problems) -> None:
