@@ -15,6 +15,7 @@ unknown key, a wrong type or a value out of range fails with all problems listed
 
 from pipeline.core.config.enums import (
     GRAPH_LEVELS,
+    BenchPeer,
     BenchProfile,
     BenchServer,
     CalibrationMethod,
@@ -64,7 +65,7 @@ from pipeline.core.config.schema import (
 __all__ = [
     "CalibrationConfig", "CalibrationMethod", "ChooseConfig", "Int8Config", "Int8FallbackConfig", "OutputKind", "QualityConfig",
     "QuantMode", "QuantType",
-    "GRAPH_LEVELS", "BenchConfig", "BenchProfile", "BenchServer", "ConfigEnum", "ConfigProblems", "DType", "DynamicBatchingConfig",
+    "GRAPH_LEVELS", "BenchConfig", "BenchPeer", "BenchProfile", "BenchServer", "ConfigEnum", "ConfigProblems", "DType", "DynamicBatchingConfig",
     "EmbeddedBackend", "ErrorStat", "ExportConfig", "Fp16FallbackConfig", "HardwareCompatibility", "InputShapes",
     "ModelConfig", "OutputToleranceConfig", "ParityConfig", "PipelineConfig", "Precision", "PrecisionConfig",
     "Problem", "ProfileConfig", "Protocol", "ReleaseConfig", "RepositoryConfig", "ServingConfig", "SimplifyConfig",

@@ -59,6 +59,7 @@ def check_config(
     check_parity(cfg, p, outputs)
     check_choose(cfg.choose, p)
     check_bench(cfg.bench, p)
+    check_bench_peers(cfg, p)
     check_release(cfg, p)
 
 
@@ -333,6 +334,25 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
     for i, sizes in enumerate(b.tune_preferred_batch_sizes):
         p.each(f"bench.tune_preferred_batch_sizes[{i}]", sizes, 1)
     check_bench_production(b, p)
+
+
+_TORCHSERVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")  # torch-model-archiver's rule for a model name
+
+
+def check_bench_peers(cfg: PipelineConfig, p: Problems) -> None:
+    """bench.peers: servers measured beside Triton (the embedded one: the bench starts them all), and their rounds."""
+    b = cfg.bench
+    if len(set(b.peers)) != len(b.peers):
+        p.add("bench.peers", [str(x) for x in b.peers], "lists a server twice; give each once, e.g. [torchserve]")
+    if b.peers and b.server != BenchServer.embedded:
+        p.add("bench.peers", [str(x) for x in b.peers], f"the side by side starts its own Triton beside the peers: needs "
+              f"bench.server=embedded (not '{b.server}'), or set bench.peers=[]")
+    if "torchserve" in b.peers and not _TORCHSERVE_NAME.match(cfg.model.name or ""):
+        p.add("model.name", cfg.model.name, "TorchServe model names must start with a letter or digit and hold only letters, digits, "
+              "_ - . (torch-model-archiver's rule): rename the model, or set bench.peers=[]")
+    if p.number("bench.peer_rounds", b.peer_rounds, 2):
+        p.number("bench.peer_max_rounds", b.peer_max_rounds, b.peer_rounds)
+    p.number("bench.peer_budget_s", b.peer_budget_s, 0, low_open=True)
 
 
 def check_bench_production(b: BenchConfig, p: Problems) -> None:

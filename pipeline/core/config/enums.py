@@ -105,6 +105,12 @@ class EmbeddedBackend(ConfigEnum):
     python = "python"  # a python-backend model: ORT in the stub process
 
 
+class BenchPeer(ConfigEnum):
+    """Another server the bench measures beside Triton, on the same model, inputs and load (bench.peers)."""
+
+    torchserve = "torchserve"
+
+
 class BenchProfile(ConfigEnum):
     """default: every point measured inside interleaved rounds that stop once the headline intervals are narrow;
     full: also the whole sweep (bench.concurrency, each variant in its own server) and every round up to the max."""
