@@ -75,15 +75,17 @@ def overload(res: BenchResult) -> list[str]:
              f"one burst (idle, {res.settings.burst_factor:g}x capacity for {res.settings.burst_s:g} s, idle) by --request-intervals; "
              "perf_analyzer stops at the first failed request, so the bounded-queue check is the open-loop client, which keeps "
              "sending and counts rejections. Successes are Triton's count (/metrics); rejections the client's (Triton does not count "
-             "what its full queue turns away); latency per window shows a queue that grows.", "",
+             "what its full queue turns away); latency per window shows a queue that grows. The bounded check loads a copy of the "
+             "variant into the same server, so its RSS starts one model higher.", "",
              "| load | offered /s | tool | max_queue_size | achieved /s | p50 ms | p99 ms | error rate | rejected | timeouts | rejection p99 ms "
-             "| RSS peak MB | latency per window ms | status |",
+             "| RSS MB start -> end (peak) | latency per window ms | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for x in over.levels:
         status = "ok" if x.valid else ("INVALID: " + x.reason[-80:].replace("|", "\\|"))
         lines.append(f"| {x.label} | {x.offered_rate:.0f} | {x.tool} | {x.queue_size or 'unbounded'} | {_f(x.achieved_rate, '.1f')} | {_f(x.p50_ms)} | "
                      f"{_f(x.p99_ms)} | {_f(x.error_rate, '.1%')} | {x.rejected:.0f} | {x.timeouts:.0f} | {_f(x.rejected_p99_ms)} | "
-                     f"{_f(x.rss_peak_mb, '.0f')} | {' / '.join(f'{ms:.0f}' for ms in x.passes_ms) or '-'} | {status} |")  # fmt: skip
+                     f"{_f(x.rss_start_mb, '.0f')} -> {_f(x.rss_end_mb, '.0f')} ({_f(x.rss_peak_mb, '.0f')}) | "
+                     f"{' / '.join(f'{ms:.0f}' for ms in x.passes_ms) or '-'} | {status} |")  # fmt: skip
     return lines
 
 

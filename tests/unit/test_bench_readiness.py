@@ -45,6 +45,9 @@ def test_metrics_delta_and_cross_check() -> None:
     perf = {"server_queue_ms": 0.25, "server_compute_infer_ms": 1.0, "server_ms": 1.25}
     agree = tm.cross_check(d, perf, 4.0, floor_ms=0.1)
     assert agree["queue_ms"] == pytest.approx(0.2) and agree["compute_infer_ms"] == 0 and agree["avg_batch"] == 0
+    # A part of the server time is judged against a tenth of the whole at least: 0.2 vs 0.02 ms of queue in 20 ms is 9%.
+    small = tm.cross_check({**d, "queue_ms": 0.202}, {"server_queue_ms": 0.023, "server_ms": 20.0}, None, floor_ms=0.1)
+    assert small["queue_ms"] == pytest.approx(0.179 / 2.0)
     assert tm.cross_check(d, perf, 4.0, floor_ms=0.3)["queue_ms"] == 0  # below the floor: noise, not a disagreement
     assert tm.delta(None, after) == {} and tm.cross_check({}, perf, None, 0.1) == {}
 
