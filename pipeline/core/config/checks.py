@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from pipeline.core.config.enums import GRAPH_LEVELS, BenchProfile, BenchServer, HardwareCompatibility, TargetKind
+from pipeline.core.config.peer_checks import check_bench_peers
 from pipeline.core.config.precision_checks import check_choose, check_fleet_precision, check_int8
 from pipeline.core.config.problems import Problems, did_you_mean, show
 from pipeline.core.config.schema import (
@@ -334,25 +335,6 @@ def check_bench(b: BenchConfig, p: Problems) -> None:
     for i, sizes in enumerate(b.tune_preferred_batch_sizes):
         p.each(f"bench.tune_preferred_batch_sizes[{i}]", sizes, 1)
     check_bench_production(b, p)
-
-
-_TORCHSERVE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")  # torch-model-archiver's rule for a model name
-
-
-def check_bench_peers(cfg: PipelineConfig, p: Problems) -> None:
-    """bench.peers: servers measured beside Triton (the embedded one: the bench starts them all), and their rounds."""
-    b = cfg.bench
-    if len(set(b.peers)) != len(b.peers):
-        p.add("bench.peers", [str(x) for x in b.peers], "lists a server twice; give each once, e.g. [torchserve]")
-    if b.peers and b.server != BenchServer.embedded:
-        p.add("bench.peers", [str(x) for x in b.peers], f"the side by side starts its own Triton beside the peers: needs "
-              f"bench.server=embedded (not '{b.server}'), or set bench.peers=[]")
-    if "torchserve" in b.peers and not _TORCHSERVE_NAME.match(cfg.model.name or ""):
-        p.add("model.name", cfg.model.name, "TorchServe model names must start with a letter or digit and hold only letters, digits, "
-              "_ - . (torch-model-archiver's rule): rename the model, or set bench.peers=[]")
-    if p.number("bench.peer_rounds", b.peer_rounds, 2):
-        p.number("bench.peer_max_rounds", b.peer_max_rounds, b.peer_rounds)
-    p.number("bench.peer_budget_s", b.peer_budget_s, 0, low_open=True)
 
 
 def check_bench_production(b: BenchConfig, p: Problems) -> None:

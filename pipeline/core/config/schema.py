@@ -343,9 +343,7 @@ class BenchConfig:
     soak_s: float = 0.0  # 0: no soak
     soak_ramp_s: float = 60.0
     memory_growth_mb_per_h: float = 50.0
-    # Other servers on the same model, inputs and load (pipeline/bench/peers.py): [] or [torchserve]. Their rounds run
-    # every deployment back to back at each level; at least peer_rounds, at most peer_max_rounds, no new one after
-    # peer_budget_s once the minimum ran (the default profile; the full profile runs every round).
+    # The side by side (pipeline/bench/peers.py): [] or [torchserve]; its rounds as the headline's (conf/bench/default.yaml).
     peers: list[BenchPeer] = field(default_factory=list)
     peer_rounds: int = 3
     peer_max_rounds: int = 6
