@@ -194,9 +194,14 @@ def build_command(
     batch_size: int = 1,
     request_rate: float | None = None,
     request_intervals: Path | None = None,
+    service_kind: str = "triton",
 ) -> list[str]:
     """The perf_analyzer argv for one concurrency level, or one request rate (open loop, ``--request-rate-range``),
-    or one schedule of gaps between requests (``--request-intervals``, a file of microseconds per line)."""
+    or one schedule of gaps between requests (``--request-intervals``, a file of microseconds per line).
+
+    ``service_kind="torchserve"``: the same load against TorchServe's inference API; ``input_data`` then names, per
+    step, a file perf_analyzer sends as the request body (``TORCHSERVE_INPUT``), and the CSV has client columns only.
+    """
     # Open loop needs asynchronous requests: synchronous ones (the default) cap the rate at threads / latency,
     # which past capacity is a closed loop again.
     open_loop = ["--async", "--max-threads", "16"]
@@ -211,6 +216,7 @@ def build_command(
         "-m", model,
         "-u", url,
         "-i", protocol,
+        *(["--service-kind", service_kind] if service_kind != "triton" else []),
         "-b", str(batch_size),
         *load,
         "--measurement-mode", "time_windows",
@@ -228,8 +234,13 @@ def build_command(
     return cmd
 
 
-def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, timeout_s: float = 600.0) -> PerfRun:
-    """Run one perf_analyzer command; never raises for an unstable measurement (it is marked invalid)."""
+def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, timeout_s: float = 600.0,
+        required: tuple[str, ...] | None = None) -> PerfRun:  # fmt: skip
+    """Run one perf_analyzer command; never raises for an unstable measurement (it is marked invalid).
+
+    ``required``: the CSV columns the run must have (default :data:`REQUIRED`; :data:`CLIENT_REQUIRED` for a server
+    that reports no server-side split, as TorchServe).
+    """
     csv_path.unlink(missing_ok=True)
     try:
         # preexec: a SIGKILLed stage must not leave perf_analyzer running.
@@ -238,7 +249,7 @@ def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, time
     except subprocess.TimeoutExpired as e:
         rc, log = -1, f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}"
     text = csv_path.read_text() if csv_path.exists() else ""
-    rows = parse_csv(text) if text else []
+    rows = parse_csv(text, REQUIRED if required is None else required) if text else []
     return PerfRun(concurrency, cmd, rc, text, log, rows[0] if rows and rc == 0 else {})
 
 
@@ -263,6 +274,7 @@ _COLUMNS = {
     "response wait": ("response_wait_ms", _US),
 }
 REQUIRED = ("Inferences/Second", "p50 latency", "p99 latency", "Server Queue", "Server Compute Infer")
+CLIENT_REQUIRED = ("Inferences/Second", "p50 latency", "p99 latency")  # service kinds without Triton's server split
 
 
 _PASS = re.compile(r"Pass \[(\d+)\] throughput: ([0-9.eE+-]+) infer/sec\. Avg latency: (\d+) usec")
@@ -274,7 +286,7 @@ def parse_passes(log: str) -> list[tuple[float, float]]:
     return [(float(m.group(2)), int(m.group(3)) * _US) for m in _PASS.finditer(log)]
 
 
-def parse_csv(text: str) -> list[dict[str, float]]:
+def parse_csv(text: str, required: tuple[str, ...] = REQUIRED) -> list[dict[str, float]]:
     """Rows of perf_analyzer's ``-f`` CSV, keyed by our names, found by column *name*.
 
     Raises:
@@ -284,7 +296,7 @@ def parse_csv(text: str) -> list[dict[str, float]]:
     table = text.strip().split("\n\n")[0]
     reader = csv.DictReader(io.StringIO(table))
     header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in REQUIRED if c not in header] + ([] if {"Concurrency", "Request Rate"} & set(header) else ["Concurrency"])
+    missing = [c for c in required if c not in header] + ([] if {"Concurrency", "Request Rate"} & set(header) else ["Concurrency"])
     if missing:
         raise ToolError(
             f"perf_analyzer CSV lacks columns {missing}",
@@ -299,7 +311,8 @@ def parse_csv(text: str) -> list[dict[str, float]]:
             if raw.get(col) not in (None, ""):
                 row[key] = float(raw[col]) * scale
         server = sum(row.get(k, 0.0) for k in ("server_queue_ms", "server_compute_input_ms", "server_compute_infer_ms", "server_compute_output_ms"))
-        row["server_ms"] = server
-        row["queue_share"] = row["server_queue_ms"] / server if server > 0 else 0.0
+        if "server_queue_ms" in row:  # Triton's split (TorchServe's CSV has none)
+            row["server_ms"] = server
+            row["queue_share"] = row["server_queue_ms"] / server if server > 0 else 0.0
         rows.append(row)
     return rows

@@ -142,3 +142,25 @@ def qdq_onnx(src: str | Path, out: str | Path, features: int = 16) -> Path:
     finally:
         logging.disable(logging.NOTSET)
     return Path(out)
+
+
+class TinyTanh(nn.Module):
+    """y = tanh(x @ W + b): the PyTorch model of tests/tiny_triton.py's tiny ONNX file, with the same weights."""
+
+    def __init__(self, seed: int = 0, features: int = 16, out: int = 8) -> None:
+        super().__init__()
+        rng = np.random.default_rng(seed)  # drawn in tiny_onnx's order: W, then B
+        w = rng.standard_normal((features, out)).astype(np.float32)
+        b = rng.standard_normal(out).astype(np.float32)
+        self.fc = nn.Linear(features, out)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.from_numpy(w.T.copy()))
+            self.fc.bias.copy_(torch.from_numpy(b))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))
+
+
+def build_tiny_tanh(seed: int = 0) -> nn.Module:
+    """A factory for TinyTanh (the TorchServe native deployment of the tiny bench model)."""
+    return TinyTanh(seed).eval()
