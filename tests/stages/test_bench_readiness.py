@@ -93,8 +93,8 @@ def test_triton_metrics_agree_with_perf_analyzer(tmp_path: Path) -> None:
         sw = _sweeper(tmp_path, b)
         [p] = sw.run(_server_target(srv, "m", mem), [4], "xcheck")
     assert p.valid, p.reason
-    assert p.triton["success"] > 50 and p.triton["failed"] == 0 and p.triton["avg_batch"] == pytest.approx(p.avg_batch, rel=1e-6)
-    assert set(p.agree) == {"queue_ms", "compute_infer_ms", "server_ms", "avg_batch"} and p.agree["avg_batch"] == pytest.approx(0, abs=1e-9)
+    assert p.triton["success"] > 50 and p.triton["failed"] == 0 and p.triton["avg_batch"] == pytest.approx(p.avg_batch, rel=1e-4)
+    assert set(p.agree) == {"queue_ms", "compute_infer_ms", "server_ms", "avg_batch"} and p.agree["avg_batch"] == pytest.approx(0, abs=1e-4)
     assert p.agree["server_ms"] <= b.metrics_tolerance and p.agree["compute_infer_ms"] <= b.metrics_tolerance, (p.triton, p.metrics)
     assert p.memory["rss_peak_mb"] >= p.memory["rss_median_mb"] > 10
     # The rule fires on a disagreement over the tolerance, naming what and where.
