@@ -158,11 +158,16 @@ def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, s
     for n in fp32.graph.node:
         if n.op_type not in cfg.op_types:
             continue
-        if n.name in done:
+        if n.name in excluded:
+            # QDQ quantizes a tensor once for all its consumers: a node kept FP32 beside a quantized one reads the
+            # dequantized copy of their shared input, though its own weights and output stay float.
+            shared = " (its activation input stays quantized for another consumer)" if n.name in done else ""
+            out.append({"node": n.name, "op": n.op_type, "status": "fp32", "reason": excluded[n.name] + shared})
+        elif n.name in done:
             out.append({"node": n.name, "op": n.op_type, "status": "int8"})
-            continue
-        reason = excluded.get(n.name) or skipped_ops.get(n.op_type) or "ONNX Runtime's quantizer left it FP32 (e.g. no constant weight or no calibrated range)"
-        out.append({"node": n.name, "op": n.op_type, "status": "fp32", "reason": reason})
+        else:
+            reason = skipped_ops.get(n.op_type) or "ONNX Runtime's quantizer left it FP32 (e.g. no constant weight or no calibrated range)"
+            out.append({"node": n.name, "op": n.op_type, "status": "fp32", "reason": reason})
     return out
 
 
