@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeline import exit_with
-from pipeline.core.config import ReleaseConfig, load_config
-from pipeline.core.errors import PipelineError, print_error
+from pipeline.core.config import PipelineConfig, ReleaseConfig, load_config
+from pipeline.core.errors import CanaryRejected, PipelineError, ReleaseError, print_error
 
 _interrupt_said = False
 
@@ -115,15 +115,20 @@ ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="composed config 
 TagOpt = typer.Option(True, "--tag/--no-tag", help="record the operation as a GTO git tag in the current repository")
 
 
+def _config(params: Path) -> PipelineConfig:
+    """params.yaml when it exists, else the schema defaults."""
+    return load_config(params) if params.is_file() else PipelineConfig()
+
+
 def _release_config(params: Path) -> ReleaseConfig:
     """release.* from params.yaml when it exists, else the schema defaults."""
-    return load_config(params).release if params.is_file() else ReleaseConfig()
+    return _config(params).release
 
 
-def _store(store: Optional[str], params: Path):  # noqa: ANN202 - ReleaseStore, imported lazily
+def _store(store: Optional[str], params: Path, cfg: Optional[ReleaseConfig] = None):  # noqa: ANN202 - ReleaseStore, imported lazily
     from pipeline.release.store import ReleaseStore
 
-    cfg = _release_config(params)
+    cfg = cfg or _release_config(params)
     return ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s)
 
 
@@ -227,6 +232,72 @@ def rollback_cmd(
     _print_switch(rollback(_store(store, params), env, model, reload, str(public_key) if public_key else None, _git_repo(tag)), tag)
 
 
+def _seconds(text: Optional[str]) -> Optional[float]:
+    """``60s``, ``2m``, ``90`` (seconds) as seconds; None stays None (the config's value)."""
+    if text is None:
+        return None
+    t = text.strip().lower()
+    scale = 60.0 if t.endswith("m") else 1.0
+    try:
+        return float(t.removesuffix("m").removesuffix("s")) * scale
+    except ValueError:
+        raise ReleaseError(f"--duration {text!r} is not a duration", fix="give seconds or minutes: --duration 60s, --duration 2m, --duration 90") from None
+
+
+@release_app.command("canary")
+@_one_message
+def canary_cmd(
+    env: str = typer.Option(..., "--env", help="environment whose live version the candidate is judged against"),
+    version: Optional[int] = typer.Option(None, "--version", help="the candidate release"),
+    reload: Optional[list[str]] = typer.Option(
+        None, "--reload", help="Triton URL (host:port, HTTP, explicit model-control mode) serving the environment; the first one judges, all switch on a pass"
+    ),
+    traffic: Optional[str] = typer.Option(
+        None, "--traffic", help="replay (the samples to both versions) or real (a perf_analyzer load, --share of it to the candidate); default: release.canary.traffic"
+    ),
+    share: Optional[float] = typer.Option(None, "--share", help="the candidate's share of a real load (implies --traffic real; default: release.canary.share)"),
+    duration: Optional[str] = typer.Option(None, "--duration", help="traffic time, e.g. 60s or 2m (default: release.canary.duration_s)"),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="more rows to replay: a Polygraphy inputs JSON or .npz (the releases' own samples are always sent)"),
+    metrics: Optional[str] = typer.Option(None, "--metrics", help="Triton's metrics endpoint host:port for per-version numbers (default: the judging server's host, port 8002)"),
+    abort: bool = typer.Option(False, "--abort", help="clean up after a canary that died: unload its candidate, serve what the pointer names"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="config variant of the candidate (default: the one the live version was promoted with)"),
+    public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature on the candidate"),
+    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+) -> None:
+    """Serve a candidate beside the live version, judge outputs, p99 and errors, then promote it or unload it."""
+    from pipeline.release.canary import abort_canary, checked, run_canary
+
+    cfg = _config(params)
+    st = _store(store, params, cfg.release)
+    if abort:
+        for line in abort_canary(st, env, model, reload, cfg.release.canary.load_timeout_s):
+            out.print(f"abort: {line}")
+        return
+    if version is None:
+        raise ReleaseError("release canary needs the candidate's --version", fix="pass --version <N> (`release list` shows the releases), or --abort")
+    canary = checked(cfg.release.canary, traffic=traffic, share=share, duration_s=_seconds(duration))
+
+    def say(line: str) -> None:
+        out.print(line)
+        out.file.flush()  # a phase line is out before the phase starts, even in a pipe
+
+    say(f"canary: version {version} against the live version of '{env}' ({canary.traffic} traffic, {canary.duration_s:g} s)")
+    res = run_canary(st, env, version, reload or [], canary, cfg.parity, model, variant, inputs, metrics,
+                     str(public_key) if public_key else None, _git_repo(tag), say)  # fmt: skip
+    from pipeline.release.canary_report import markdown
+
+    out.print("")
+    out.print(markdown(res.report))
+    out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}" for k, v in res.timings.items()))
+    out.print(f"record: {res.record} (and .md)")
+    if res.promotion is not None:
+        _print_switch(res.promotion, tag)
+    if not res.passed:
+        raise CanaryRejected(f"the canary rejected version {version} of '{res.report['model']}' in '{env}'",
+                             fix="see the failed checks above; the bounds are release.canary.* (conf/release/default.yaml)",
+                             details={"failed": res.report["verdict"]["summary"]})  # fmt: skip
+
+
 @release_app.command("list")
 @_one_message
 def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt) -> None:
@@ -260,8 +331,13 @@ def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, p
 
             for u in unfinished(st, mdl):
                 out.print(f"  note: {mdl} {u.version}: {u.describe(st.lock_lease_s)}")
+        from pipeline.release.canary_report import read_record, summary_line
+
         for e in st.environments:
             out.print(f"  {e}: serve with tritonserver --model-repository={st.env_repository(e)} --model-control-mode=explicit --load-model={mdl}")
+            rec = read_record(st.fs, e, mdl)
+            if rec is not None:
+                out.print(f"  {e}: {summary_line(rec)}")
         if st.fs.s3 is not None:
             out.print("  (tritonserver reads S3 with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION from its environment)")
 

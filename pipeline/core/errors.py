@@ -88,6 +88,12 @@ class ReleaseError(PipelineError):
     """A release operation (build, promote, rollback, verify) was refused or failed."""
 
 
+class CanaryRejected(ReleaseError):
+    """``release canary`` ran and its verdict failed the candidate (exit 1: a verdict, not a breakdown)."""
+
+    exit_code = 1
+
+
 def print_error(e: PipelineError, where: str | None = None, stream: TextIO | None = None) -> int:
     """The one way every entry point (stages, ``pipeline.params``, the CLI, CI helpers) shows a failure.
 

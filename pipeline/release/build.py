@@ -42,6 +42,7 @@ class ReleasePlan:
     tag: bool
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    samples: Path | None = None  # the parity stage's inputs, shipped as files/samples/inputs.json
 
 
 def find_model_dir(repository: str | Path, model: str | None = None) -> Path:
@@ -134,6 +135,7 @@ def plan_release(
         "environment": mf.environment(),
         "gto": {"artifact": gto_tags.gto_name(model_dir.name)},
     }
+    samples, sections["samples"] = evidence.parity_samples(parity)
     notes = []
     if not dvc_state.get("checked"):
         notes.append(f"not checked against dvc.lock: {dvc_state.get('reason')}")
@@ -141,10 +143,12 @@ def plan_release(
         notes.append("the git work tree has uncommitted changes: the recorded commit does not fully describe this release")
     if sections["bench"]["status"] != "measured":
         notes.append(f"no bench summary: {sections['bench']['reason']}")
+    if samples is None:
+        notes.append(f"no samples for `release canary` to replay: {sections['samples']['reason']}")
     if tag:
         versions = store.versions(model_dir.name)
         gto_tags.check_register(sections["git"]["toplevel"], model_dir.name, (versions[-1] + 1) if versions else 1, sections["git"]["commit"])
-    return ReleasePlan(model_dir, sections, tag, notes, t0)
+    return ReleasePlan(model_dir, sections, tag, notes, t0, samples)
 
 
 def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path | None = None) -> BuildResult:
@@ -162,7 +166,8 @@ def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path
             signing.sign_path(local_release, key)
 
     name, git = plan.model_dir.name, plan.sections["git"]
-    version, manifest = store.add_release(name, plan.model_dir, plan.sections, sign=sign)
+    extra = [(plan.samples, evidence.SAMPLES_FILE)] if plan.samples is not None else []
+    version, manifest = store.add_release(name, plan.model_dir, plan.sections, sign=sign, extra=extra)
     tag_result = gto_tags.TagResult(None, "disabled (--no-tag)")
     if plan.tag:
         # The tag carries the manifest's digest, so git also pins what this release contained.

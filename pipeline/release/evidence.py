@@ -23,6 +23,7 @@ from pipeline.parity.report import artifact_passed, load_report
 
 ONNX_FILE = "model.onnx"
 PLAN_SUFFIX = ".plan"
+SAMPLES_FILE = "samples/inputs.json"  # inside a release's files/: the parity inputs a canary replays
 _TRT = "trt@"
 _PARITY_FIX = "rerun `dvc repro parity repository` so the parity report and the repository come from the same run, then build again"
 
@@ -82,6 +83,23 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
             details["report's model"] = report["model"]
         raise ReleaseError(f"the parity report does not vouch for the files this release ships ({version_dir})", fix=_PARITY_FIX, details=details)
     return {"pass": True, "report": str(path), "served": matched, "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
+
+
+def parity_samples(path: str | Path) -> tuple[Path | None, dict[str, Any]]:
+    """The real inputs parity compared on (its report names the file), to ship for ``release canary`` to replay.
+
+    Returns the file (None when there is none to ship) and the manifest's ``samples`` section.
+    """
+    try:
+        named = (load_report(path).get("reference") or {}).get("inputs")
+    except ParityError as e:
+        return None, {"status": "absent", "reason": e.what}
+    if not named:
+        return None, {"status": "absent", "reason": f"the parity report {path} names no inputs file"}
+    p = Path(named)
+    if not p.is_file():
+        return None, {"status": "absent", "reason": f"the parity inputs {p} are missing (run `dvc repro parity`, or `dvc pull` its outputs)"}
+    return p, {"status": "shipped", "file": SAMPLES_FILE, "from": str(p), "sha256": file_digest(p)[0]}
 
 
 def _artifact_summary(entry: dict[str, Any]) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def live_stack(history: list[dict[str, Any]]) -> list[int]:
     return stack
 
 
-def _variant_of(history: list[dict[str, Any]], version: int) -> str | None:
+def variant_of(history: list[dict[str, Any]], version: int) -> str | None:
     """The config variant ``version`` was last promoted with (None = the release's default)."""
     for e in reversed(history):
         if e.get("version") == version and e.get("action") == "promote":
@@ -87,10 +87,17 @@ def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str
     return versions[-1], "newest release"
 
 
-def _switch(
+def switch(
     store: ReleaseStore, env: str, model: str, target: int, state: EnvState, action: str,
     variant: str | None, reload_url: str | list[str] | None, public_key: str | None, git_repo: str | None, extra: dict[str, Any], guard: Lease | Any,
 ) -> SwitchResult:
+    """Steps 1-6 of the module docstring for ``target``, with ``state`` read under the lock ``guard`` holds.
+
+    ``extra`` goes into the history event (rollback: the version rolled back; canary: the canary's id).
+
+    Raises:
+        ReleaseError: see :func:`promote`; the pointer is unchanged unless the flip happened.
+    """
     t0 = time.perf_counter()
     res = SwitchResult(action, env, model, target, state.live, notes=list(guard.notes))
     if state.live is not None and not store.is_release(model, state.live):
@@ -186,7 +193,7 @@ def promote(
         return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
     with store.env_lock(env, model, f"promote {model} v{version} to {env}") as guard:
         state = store.env_state(env, model)  # re-read under the lock: its tags guard the flip
-        res = _switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {}, guard)
+        res = switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {}, guard)
     res.notes = notes + res.notes
     return res
 
@@ -227,7 +234,7 @@ def _rollback_locked(
             details={"live": state.live, "history": [f"{e['action']} {e['version']}" for e in state.history] or "(empty)"},
         )
     target = stack[-2]
-    return _switch(store, env, model, target, state, "rollback", _variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live}, guard)
+    return switch(store, env, model, target, state, "rollback", variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live}, guard)
 
 
 def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:

@@ -160,11 +160,13 @@ class ReleaseStore:
         return m
 
     def add_release(
-        self, model: str, source_dir: Path, sections: dict[str, Any], sign: Callable[[Path], None] | None = None
+        self, model: str, source_dir: Path, sections: dict[str, Any], sign: Callable[[Path], None] | None = None,
+        extra: list[tuple[Path, str]] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """Freeze ``source_dir`` (a shipped Triton model dir) as the next release of ``model``.
 
-        The version dir of the source is renumbered to the new version. Files are hashed at the
+        The version dir of the source is renumbered to the new version. ``extra`` files ride along
+        under ``files/<rel>`` (the parity samples a canary replays), checksummed like the rest. Files are hashed at the
         source, uploaded, re-hashed in the store, and only then published (:mod:`~pipeline.release.publish`).
         ``sign(dir)`` writes ``release.sig`` into a local copy of the complete release
         (manifest.json + files/) before anything is uploaded, so a signing failure writes nothing.
@@ -181,6 +183,7 @@ class ReleaseStore:
                 fix="re-run the repository stage (`dvc repro repository`), which writes one version",
             )
         sources = [(p, p.relative_to(source_dir).as_posix()) for p in sorted(source_dir.rglob("*")) if p.is_file()]
+        sources += [(p, rel) for p, rel in extra or [] if rel not in {r for _, r in sources}]
         digests = publish.expected_of(sources)  # hashed once at the source, whatever number the release gets
         source = {"repository": str(source_dir), "source_version": version_dirs[0]}
         made: dict[str, Any] = {}

@@ -12,6 +12,11 @@ A switch from version ``old`` to ``new`` is two loads of the same model:
    store now holds); Triton unloads ``old``, which finishes its in-flight requests first.
 
 If step 1 fails, Triton keeps serving ``old`` and the pointer was never flipped.
+
+A canary (:mod:`pipeline.release.canary`) also loads a candidate as a model of its own
+(:meth:`TritonReloader.load_beside`, from bytes through Triton's file override), because a
+second version of the served model would take every unversioned request: Triton sends those
+to the highest-numbered ready version.
 """
 
 from __future__ import annotations
@@ -57,18 +62,36 @@ class TritonReloader:
                 raise self._fail(f"cannot reach Triton at {self.url}", self.client.last_error)
             raise self._fail(f"Triton at {self.url} is not live", "is_server_live() returned False")
 
-    def ready(self, version: int) -> bool:
-        """Whether ``version`` of the model is loaded and ready (False when the server is unreachable)."""
-        return self.client.model_ready(self.model, str(version))
+    def check_explicit(self) -> None:
+        """Refuse a server that cannot load or unload models (model-control mode none or poll).
 
-    def _wait(self, version: int, want: bool, after_flip: bool = False) -> None:
+        Unloading a model that is not loaded changes nothing in explicit mode; the other modes refuse
+        every unload ("explicit model load / unload is not allowed if polling is enabled").
+
+        Raises:
+            ReleaseError: with Triton's answer.
+        """
+        try:
+            self.client.unload(_PROBE)
+        except ToolError as e:
+            raise ReleaseError(
+                f"Triton at {self.url} is not in explicit model-control mode, so it cannot load a version beside the live one",
+                fix="restart tritonserver with --model-control-mode=explicit --load-model=<model> (the repository stays the same); nothing was changed",
+                details={"server": self.url, "triton said": _reason(e)},
+            ) from None
+
+    def ready(self, version: int, name: str | None = None) -> bool:
+        """Whether ``version`` of the model (or of model ``name``) is loaded and ready (False when unreachable)."""
+        return self.client.model_ready(name or self.model, str(version))
+
+    def wait(self, version: int, want: bool, after_flip: bool = False, name: str | None = None) -> None:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
-            if self.ready(version) == want:
+            if self.ready(version, name) == want:
                 return
             time.sleep(0.1)
         state = "ready" if want else "unloaded"
-        raise self._fail(f"version {version} of '{self.model}' did not become {state} within {self.timeout_s:.0f} s", "timeout", after_flip)
+        raise self._fail(f"version {version} of '{name or self.model}' did not become {state} within {self.timeout_s:.0f} s", "timeout", after_flip)
 
     def stage(self, cfg: mc.ModelConfig, old: int | None, new: int) -> None:
         """Load ``new`` next to ``old`` (config override [old, new]) and wait until it is ready."""
@@ -77,7 +100,7 @@ class TritonReloader:
             self.client.load(self.model, pointer.to_json(pointer.with_policy(cfg, self.model, both)))
         except ToolError as e:
             raise self._fail(f"Triton could not load version {new} of '{self.model}'", _reason(e)) from None
-        self._wait(new, True)
+        self.wait(new, True)
 
     def retire(self, old: int | None, new: int, cfg: mc.ModelConfig | None = None) -> None:
         """Reload so ``old`` is unloaded and ``new`` stays ready.
@@ -93,12 +116,42 @@ class TritonReloader:
         except ToolError as e:
             raise self._fail(f"Triton could not reload '{self.model}' from the flipped config.pbtxt", _reason(e), after_flip=True) from None
         if old is not None and old != new:
-            self._wait(old, False, after_flip=True)
+            self.wait(old, False, after_flip=True)
         if not self.ready(new):
             raise self._fail(f"version {new} of '{self.model}' is not ready after the reload", "not ready", after_flip=True)
 
+    def load_beside(self, name: str, cfg: mc.ModelConfig, version: int, files: dict[str, bytes]) -> None:
+        """Load one version's files (``{"<version>/<file>": bytes}``) as model ``name`` and wait until it is ready.
+
+        The served model is not touched: its unversioned requests keep going to its own versions.
+
+        Raises:
+            ReleaseError: Triton refused the load, or the copy did not become ready in time.
+        """
+        override = {f"file:{rel}": data for rel, data in files.items()}
+        try:
+            self.client.load(name, pointer.to_json(pointer.with_policy(cfg, name, [version])), files=override)
+        except ToolError as e:
+            raise self._fail(f"Triton could not load version {version} of '{self.model}' as '{name}'", _reason(e)) from None
+        self.wait(version, True, name=name)
+
+    def unload_beside(self, name: str, version: int) -> None:
+        """Unload model ``name`` (a copy loaded with :meth:`load_beside`) and wait until it is gone.
+
+        Raises:
+            ReleaseError: Triton refused, or the copy was still ready after the timeout.
+        """
+        try:
+            self.client.unload(name)
+        except ToolError as e:
+            raise self._fail(f"Triton could not unload '{name}'", _reason(e)) from None
+        self.wait(version, False, name=name)
+
     def close(self) -> None:
         self.client.close()
+
+
+_PROBE = "__triton_pipeline_mode_probe__"  # a model name nobody loads: unloading it is a no-op in explicit mode
 
 
 def _reason(e: ToolError) -> str:

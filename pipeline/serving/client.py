@@ -161,13 +161,16 @@ class TritonClient:
         return json_format.ParseDict(got, mc.ModelConfig(), ignore_unknown_fields=True)
 
     # ------------------------------------------------------------ explicit model control
-    def load(self, name: str, config_json: str | None = None) -> None:
+    def load(self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None) -> None:
         """Load (or reload) ``name``, optionally with a JSON model config override.
+
+        ``files`` (``{"file:<version>/<name>": bytes}``, needs ``config_json``) are Triton's file override:
+        the model is loaded from these bytes instead of the repository, under any name.
 
         Raises:
             ToolError: the server refused (the message carries Triton's reason) or is unreachable.
         """
-        self._control("load_model", name, config=config_json)
+        self._control("load_model", name, config=config_json, **({"files": files} if files else {}))
 
     def unload(self, name: str) -> None:
         """Unload ``name``.

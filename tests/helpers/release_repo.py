@@ -74,12 +74,13 @@ def tiny_repository(root: Path, name: str = "tiny", version: str = "1", marker: 
 
 def parity_report(
     path: Path, ok: bool = True, failed: tuple[str, ...] = (), skipped: tuple[str, ...] = (),
-    onnx: bytes | Path = ONNX_BYTES, model: str = "tiny",
+    onnx: bytes | Path = ONNX_BYTES, model: str = "tiny", inputs: Path | None = None,
 ) -> Path:
     """A parity.json in the parity stage's format: schema, top-level ``passed``, per artifact status, sha256, outputs.
 
     The fp32 entry carries the sha256 of ``onnx`` (bytes or a file), so a repository holding
-    those bytes as model.onnx is vouched for; fp16 has its own bytes.
+    those bytes as model.onnx is vouched for; fp16 has its own bytes. ``inputs`` is the samples
+    file its ``reference`` names (``release build`` ships it for the canary).
     """
     shas = {"fp32": sha256(onnx), "fp16": sha256(b"fp16 " + (onnx if isinstance(onnx, bytes) else Path(onnx).read_bytes()))}
     arts: dict[str, dict] = {}
@@ -91,7 +92,20 @@ def parity_report(
         arts[a] = {"file": f"artifacts/onnx/model.{a}.onnx", "sha256": shas.get(a, sha256(a.encode())), "status": "passed" if good else "failed", "passed": good,
                    "outputs": {"y": {"passed": good, "max_abs": 1e-7 if good else 0.5, "max_rel": 1e-6, "atol": 1e-4, "rtol": 1e-3}}}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"schema": 1, "model": model, "passed": ok and not failed, "artifacts": arts}))
+    ref = {"reference": {"source": "onnx", "inputs": str(inputs)}} if inputs is not None else {}
+    path.write_text(json.dumps({"schema": 1, "model": model, "passed": ok and not failed, "artifacts": arts, **ref}))
+    return path
+
+
+def sample_inputs(path: Path, feeds: int = 4, batch: int = 2, seed: int = 7) -> Path:
+    """Polygraphy inputs JSON for the stand-in model (x[batch, 16]), as the parity stage saves its samples."""
+    import numpy as np
+    from polygraphy.json import save_json
+
+    from tests.tiny_triton import FEATURES
+
+    rng = np.random.default_rng(seed)
+    save_json([{"x": rng.standard_normal((batch, FEATURES)).astype(np.float32)} for _ in range(feeds)], str(path), description="parity inputs")
     return path
 
 
@@ -130,11 +144,28 @@ def retrain_onnx(path: Path) -> None:
     onnx.save(m, str(path))
 
 
-def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | None = None) -> Path:
+# Appended to a stand-in's model.py: every execute sleeps first (a candidate slow on purpose).
+SLOW = """
+import time as _time
+
+_run = TritonPythonModel.execute
+
+
+def _slow(self, requests):
+    _time.sleep({seconds})
+    return _run(self, requests)
+
+
+TritonPythonModel.execute = _slow
+"""
+
+
+def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | None = None, sleep_ms: float = 0.0) -> Path:
     """``root/<name>/`` serving a real ONNX model through the python-backend ONNX Runtime stand-in.
 
     The model is ``tests/tiny_triton.py``'s x[batch,16] -> y[batch,8] with weights from ``seed``
-    (or the ONNX file ``onnx``), so two seeds give two releases whose answers differ.
+    (or the ONNX file ``onnx``), so two seeds give two releases whose answers differ. ``sleep_ms``
+    makes every execute sleep that long first.
     """
     from pipeline.serving.embedded import MODEL_PY
     from tests.tiny_triton import FEATURES, OUT, tiny_onnx
@@ -147,7 +178,7 @@ def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | N
     else:
         (v / "model.onnx").write_bytes(onnx.read_bytes())
     (v / "python_standin.py").write_bytes(MODEL_PY.read_bytes())
-    (v / "model.py").write_text(VERSION_LOCAL_STANDIN)
+    (v / "model.py").write_text(VERSION_LOCAL_STANDIN + (SLOW.format(seconds=sleep_ms / 1e3) if sleep_ms else ""))
     (v / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
     cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
     cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[FEATURES])

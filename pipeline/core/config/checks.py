@@ -13,6 +13,7 @@ from pipeline.core.config.enums import GRAPH_LEVELS, BenchProfile, BenchServer, 
 from pipeline.core.config.peer_checks import check_bench_peers
 from pipeline.core.config.precision_checks import check_choose, check_fleet_precision, check_int8
 from pipeline.core.config.problems import Problems, did_you_mean, show
+from pipeline.core.config.release_checks import check_canary
 from pipeline.core.config.schema import (
     BenchConfig,
     ModelConfig,
@@ -82,6 +83,7 @@ def check_release(cfg: PipelineConfig, p: Problems) -> None:
         if bad:
             p.add("release.environments", envs, f"{show(bad)} not usable as directory names (letters, digits, _ . -)")
     p.number("release.lock_lease_s", r.lock_lease_s, 1, 3600)
+    check_canary(r.canary, p)
 
 
 # Triton's own grammar for an S3 repository (core/src/filesystem/implementations/s3.h): an optional

@@ -150,6 +150,13 @@ class DType(ConfigEnum):
     float64 = "float64"
 
 
+class CanaryTraffic(ConfigEnum):
+    """release canary traffic: replay = the samples to both versions; real = a perf_analyzer load, a share to the candidate."""
+
+    replay = "replay"
+    real = "real"
+
+
 class ErrorStat(ConfigEnum):
     """The error statistic Polygraphy's SimpleCompareFunc checks against atol/rtol."""
 

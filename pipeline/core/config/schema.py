@@ -27,6 +27,7 @@ from pipeline.core.config.enums import (
 )
 
 from pipeline.core.config.schema_int8 import ChooseConfig, Int8Config, QualityConfig
+from pipeline.core.config.schema_release import ReleaseConfig
 
 # ---------------------------------------------------------------- model
 @dataclass
@@ -348,17 +349,6 @@ class BenchConfig:
     peer_rounds: int = 3
     peer_max_rounds: int = 6
     peer_budget_s: float = 150.0
-
-
-@dataclass
-class ReleaseConfig:
-    """Release store settings."""
-
-    store: str = "release-store"  # path or fsspec URL; see conf/release/default.yaml
-    environments: list[str] = field(default_factory=lambda: ["dev", "staging", "production"])
-    # Object stores: a promote/rollback holds a lock object this long past its last heartbeat; a lock whose
-    # holder died is taken over after it (pipeline/release/lock.py).
-    lock_lease_s: float = 60.0
 
 
 # ---------------------------------------------------------------- root
