@@ -75,5 +75,7 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
     out = Soak(t.variant, concurrency, b.soak_s, round(t1 - t0, 1), run is None, round(ramp, 1), rss_slope(series, ramp),
                series[0][1] if series else None, series[-1][1] if series else None, row.get("throughput_infer_s"), row.get("p99_ms"),
                series=thin(series, t0), reason=reason)  # fmt: skip
-    log(f"[bench] soak: RSS {out.rss_start_mb} -> {out.rss_end_mb} MB; slope {out.slope_mb_per_h.text('.1f', ' MB/h')}" + (" (partial)" if out.partial else ""))
+    e = out.slope_mb_per_h
+    ci = f" (90% CI {e.low:.2f} to {e.high:.2f}, {e.n} block medians)" if e.has_interval else ""
+    log(f"[bench] soak: RSS {out.rss_start_mb} -> {out.rss_end_mb} MB; slope {e.value} MB/h{ci}" + (" (partial)" if out.partial else ""))
     return out

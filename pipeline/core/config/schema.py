@@ -337,9 +337,9 @@ class BenchConfig:
     metrics_url: Optional[str] = None  # external: /metrics host:port (null: bench.url's host, port 8002)
     overload: bool = True
     overload_levels: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5])  # shares of the throughput capacity
-    overload_interval_ms: int = 1500
+    overload_interval_ms: int = 1000
     burst_factor: float = 4.0
-    burst_s: float = 2.0
+    burst_s: float = 1.0
     overload_queue_size: int = 16  # the bounded-queue check's max_queue_size when the variant ships unbounded
     soak_s: float = 0.0  # 0: no soak
     soak_ramp_s: float = 60.0
