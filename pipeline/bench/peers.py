@@ -28,7 +28,7 @@ from pipeline.bench import peers_serve as serve
 from pipeline.bench.estimate import StopRule, estimate
 from pipeline.bench.inputs import BenchInputs
 from pipeline.bench.measured import OrtSettings, Point
-from pipeline.bench.peers_results import Deployment, PeerCold, PeerRound, PeersResult, Ratio
+from pipeline.bench.peers_results import Deployment, PeerRound, PeersResult, Ratio
 from pipeline.bench.production import ColdStart
 from pipeline.bench.progress import Progress
 from pipeline.bench.servers import EmbeddedMode, Target
@@ -47,7 +47,11 @@ SETTINGS = [
     "the model API on, so models are registered through the management API with the mirrored batch_size, max_batch_delay and workers",
     "logging at WARN with no access log (its default writes several lines per request; Triton's embedded server writes none)",
     "system metrics off (by default a Python collector process starts every minute); metrics in Prometheus form",
+    "OMP_WAIT_POLICY=PASSIVE for the workers: GNU OpenMP's default spin-wait made PyTorch eager MiniLM at 2 threads ~10x slower on a "
+    "busy 2-core machine (239 ms against 22 ms p50 at load 5.4); ONNX Runtime's own thread pool does not use OpenMP",
 ]
+# The workers' environment (see SETTINGS).
+WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def check() -> TorchServeInstall:
@@ -64,15 +68,12 @@ def _triton(variant: str, model: str, cold: list[ColdStart], cfg: mc.ModelConfig
     """A Triton variant as a row of the side by side; its cold start is the bench's own (a fresh server per variant)."""
     ours = [c for c in cold if c.variant == variant and not c.error]
     pick = next((c for c in ours if c.warmup), None) or next(iter(ours), None)  # as shipped: with its warmup when it has one
-    pc = None
-    if pick is not None:
-        pc = PeerCold(pick.server_start_s, pick.load_s, pick.first_ms, pick.warm_p50_ms, pick.requests, pick.rss_loaded_mb,
-                      f"the bench's cold start: a fresh tritonserver, the variant loaded {'with' if pick.warmup else 'without'} its model_warmup")  # fmt: skip
+    how = f"the bench's cold start: a fresh tritonserver, the variant loaded {'with' if pick.warmup else 'without'} its model_warmup" if pick else ""
     s = OrtSettings.from_config(cfg)
     standin = "pipeline_ort (C++, inside tritonserver)" if backend == "native" else "a python-backend model (ORT in the stub)"
     runtime = (f"ONNX Runtime via {standin} on the shipped file (intra-op {s.intra_op_threads or 'default'}, inter-op "
                f"{s.inter_op_threads or 'default'}, graph level {s.graph_level}; {deploy.instances(cfg)} instance(s))")  # fmt: skip
-    return Deployment(f"triton_{variant}", f"Triton {variant}", "triton", "triton", variant, model, runtime, "triton", cold=pc)
+    return Deployment(f"triton_{variant}", f"Triton {variant}", "triton", "triton", variant, model, runtime, "triton", cold=pick, cold_source=how)
 
 
 def ratios(res: PeersResult) -> list[Ratio]:
@@ -212,7 +213,7 @@ def _serve_kind(stack: contextlib.ExitStack, inst: TorchServeInstall, kind: str,
     label = f"torchserve_{kind}"
     progress.at(f"{label} start")
     paths = sorted({p for a in archives for p in a.pythonpath})
-    srv = stack.enter_context(TorchServeServer(inst, work / "store", logs, b.server_timeout_s, label=label, pythonpath=paths))
+    srv = stack.enter_context(TorchServeServer(inst, work / "store", logs, b.server_timeout_s, label=label, pythonpath=paths, env=WORKER_ENV))
     pid = srv.java_pid()
     mem = stack.enter_context(RssSampler(pid, b.memory_sample_ms / 1000)) if pid else None
     if mem is not None:
@@ -224,6 +225,7 @@ def _serve_kind(stack: contextlib.ExitStack, inst: TorchServeInstall, kind: str,
         res.deployments[key] = dep
         t = serve.TsTarget(srv, a.name, mem)
         progress.at(f"{key} registration")
+        dep.cold_source = serve.COLD_SOURCE
         try:
             dep.cold = serve.cold_start(t, f"{a.name}.mar", sched.batch_size, sched.max_batch_delay_ms, sched.workers, inp.rows[0],
                                         b.cold_start_requests, b.server_timeout_s)  # fmt: skip
@@ -241,17 +243,25 @@ def _serve_kind(stack: contextlib.ExitStack, inst: TorchServeInstall, kind: str,
                      f"{dep.cold.warm_p50_ms} ms; answers {'agree with' if dep.agreement.passed else 'DIFFER from'} Triton's")  # fmt: skip
 
 
+def window_ms(res: PeersResult, b: BenchConfig) -> int:
+    """One perf_analyzer window for every deployment: bench.paired_measurement_interval_ms, longer when the slowest
+    warm request (its cold start's warm p50) would leave fewer than 20 requests in it (at most 5 s)."""
+    slowest = max((d.cold.warm_p50_ms for d in res.deployments.values() if d.cold and d.cold.warm_p50_ms), default=0.0)
+    return int(min(max(b.paired_measurement_interval_ms, 20 * slowest), max(5000, b.paired_measurement_interval_ms)))
+
+
 def _rounds(res: PeersResult, targets: dict, sweeper: Sweeper, ts_input: Path, b: BenchConfig, logs: Path, progress: Progress) -> None:
     """Every deployment at every level, back to back, until the ratios' intervals are narrow (or the budget is spent)."""
     keys = list(targets)
+    res.window_ms = window_ms(res, b)
 
     def run(key: str, c: int, tag: str) -> Point:
         t = targets[key]
         if isinstance(t, serve.TsTarget):
-            p = serve.perf_run(sweeper.pa, t, c, ts_input, logs, tag, b)
+            p = serve.perf_run(sweeper.pa, t, c, ts_input, logs, tag, b, res.window_ms)
             progress.log(f"[bench] {tag} c={c}: " + (f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"))
             return p
-        return sweeper.run(t, [c], tag, b.paired_measurement_interval_ms, b.paired_stability_percentage)[0]
+        return sweeper.run(t, [c], tag, res.window_ms, b.paired_stability_percentage)[0]
 
     for k in keys:  # a fresh model's first run pays first-request costs (allocations for each batch shape): discarded
         run(k, max(res.concurrency), f"peers_warmup_{k}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.bench.estimate import Estimate
 from pipeline.bench.measured import Point
+from pipeline.bench.production import ColdStart
 from pipeline.bench.rounds import median_point
 
 Json = dict[str, Any]
@@ -28,32 +29,6 @@ class Scheduling:
     max_batch_delay_ms: int
     workers: int
     mirrors: str  # e.g. "dynamic_batching preferred [4, 8, 16] (largest 16), max_queue_delay 2000 us, 1 instance"
-
-
-@dataclass
-class PeerCold:
-    """One deployment's cold start: its server's start (spawn -> /ping healthy, or Triton's fresh server), the model's
-    registration or load until ready, then the first request against the p50 of the next ``requests`` sent the same way
-    (HTTP, one at a time, the connection open). ``source`` says where Triton's figures come from."""
-
-    server_start_s: float | None = None
-    load_s: float | None = None
-    first_ms: float | None = None
-    warm_p50_ms: float | None = None
-    requests: int = 0
-    rss_loaded_mb: float | None = None
-    source: str = ""
-
-    @property
-    def start_to_ready_s(self) -> float | None:
-        return self.server_start_s + self.load_s if self.server_start_s is not None and self.load_s is not None else None
-
-    @property
-    def first_vs_warm(self) -> float | None:
-        return self.first_ms / self.warm_p50_ms if self.first_ms and self.warm_p50_ms else None
-
-    def to_json(self) -> Json:
-        return asdict(self) | {"start_to_ready_s": self.start_to_ready_s, "first_vs_warm": self.first_vs_warm}
 
 
 @dataclass
@@ -84,13 +59,17 @@ class Deployment:
     runtime: str  # what runs the model, with its threads and graph level
     server_label: str  # the server process it runs in (RSS is per server)
     scheduling: Scheduling | None = None  # TorchServe only (Triton's is its config)
-    cold: PeerCold | None = None
+    # Its server's start, the model's load or registration until ready, then the first request against the p50 of the
+    # next ones sent the same way (HTTP, one at a time, the connection open); ``cold_source`` says how it was measured.
+    cold: ColdStart | None = None
+    cold_source: str = ""
     agreement: Agreement | None = None
     error: str = ""  # why it was not measured (its archive, registration or every answer failed)
     log_excerpt: list[str] = field(default_factory=list)  # the worker log when its handler failed
 
     def to_json(self) -> Json:
-        d = {k: getattr(self, k) for k in ("key", "label", "server", "kind", "variant", "model", "runtime", "server_label", "error", "log_excerpt")}
+        d = {k: getattr(self, k) for k in ("key", "label", "server", "kind", "variant", "model", "runtime", "server_label", "cold_source", "error",
+                                           "log_excerpt")}  # fmt: skip
         return d | {"scheduling": asdict(self.scheduling) if self.scheduling else None, "cold": self.cold.to_json() if self.cold else None,
                     "agreement": asdict(self.agreement) if self.agreement else None}  # fmt: skip
 
@@ -98,7 +77,7 @@ class Deployment:
     def from_json(cls, d: Json) -> Deployment:
         dep = _plain(cls, {k: v for k, v in d.items() if k not in ("scheduling", "cold", "agreement")})
         dep.scheduling = _plain(Scheduling, d["scheduling"]) if d.get("scheduling") else None
-        dep.cold = _plain(PeerCold, d["cold"]) if d.get("cold") else None
+        dep.cold = _plain(ColdStart, d["cold"]) if d.get("cold") else None
         dep.agreement = _plain(Agreement, d["agreement"]) if d.get("agreement") else None
         return dep
 
@@ -157,6 +136,7 @@ class PeersResult:
     notes: list[str] = field(default_factory=list)
     stopped: str = ""
     seconds: float = 0.0
+    window_ms: int = 0  # perf_analyzer's measurement window in the rounds (every deployment the same)
 
     def points(self, key: str) -> list[Point]:
         """``key``'s point per concurrency: the median-throughput measurement over the rounds."""
@@ -184,10 +164,12 @@ class PeersResult:
     def to_json(self) -> Json:
         return {"peers": self.peers, "concurrency": self.concurrency, "deployments": {k: d.to_json() for k, d in self.deployments.items()},
                 "rounds": [r.to_json() for r in self.rounds], "ratios": [r.to_json() for r in self.ratios], "rss": self.rss, "payload": self.payload,
-                "versions": self.versions, "settings": self.settings, "notes": self.notes, "stopped": self.stopped, "seconds": self.seconds}  # fmt: skip
+                "versions": self.versions, "settings": self.settings, "notes": self.notes, "stopped": self.stopped, "seconds": self.seconds,
+                "window_ms": self.window_ms}  # fmt: skip
 
     @classmethod
     def from_json(cls, d: Json) -> PeersResult:
         return cls(d["peers"], d["concurrency"], {k: Deployment.from_json(v) for k, v in d["deployments"].items()},
                    [PeerRound.from_json(r) for r in d["rounds"]], [Ratio.from_json(r) for r in d["ratios"]], d.get("rss", {}),
-                   d.get("payload", {}), d.get("versions", {}), d.get("settings", []), d.get("notes", []), d.get("stopped", ""), d.get("seconds", 0.0))  # fmt: skip
+                   d.get("payload", {}), d.get("versions", {}), d.get("settings", []), d.get("notes", []), d.get("stopped", ""), d.get("seconds", 0.0),
+                   d.get("window_ms", 0))  # fmt: skip

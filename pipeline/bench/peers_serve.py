@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.bench.measured import Point
-from pipeline.bench.peers_results import Agreement, PeerCold
+from pipeline.bench.peers_results import Agreement
+from pipeline.bench.production import ColdStart
 from pipeline.bench.servers import Target
 from pipeline.core.config import BenchConfig, ToleranceConfig
 from pipeline.parity.report import resolve
@@ -29,6 +30,7 @@ from pipeline.serving.torchserve_process import TorchServeServer
 
 Feed = dict[str, np.ndarray]
 _TIMER_NOISE = "Timer not set correctly"
+COLD_SOURCE = "a fresh TorchServe: spawn -> /ping healthy, then the registration through the management API until its workers are up"
 
 
 @dataclass
@@ -56,11 +58,11 @@ def split(before: dict[str, float], after: dict[str, float], model: str) -> dict
     return out
 
 
-def perf_run(pa: pa_mod.PerfAnalyzer, t: TsTarget, c: int, input_json: Path, work_dir: Path, tag: str, b: BenchConfig) -> Point:
-    """perf_analyzer against ``t`` at concurrency ``c``, with the rounds' windows; a failed answer makes the point invalid."""
+def perf_run(pa: pa_mod.PerfAnalyzer, t: TsTarget, c: int, input_json: Path, work_dir: Path, tag: str, b: BenchConfig, window_ms: int) -> Point:
+    """perf_analyzer against ``t`` at concurrency ``c`` in ``window_ms`` windows; a failed answer makes the point invalid."""
     csv_path = work_dir / f"{tag}_c{c}.csv"
     cmd = pa_mod.build_command(pa, t.model, t.server.inference_url, c, input_json, csv_path, protocol="http",
-                               measurement_interval_ms=b.paired_measurement_interval_ms, stability_percentage=b.paired_stability_percentage,
+                               measurement_interval_ms=window_ms, stability_percentage=b.paired_stability_percentage,
                                max_trials=b.max_trials, service_kind="torchserve")  # fmt: skip
     before, t0 = t.server.metrics(), time.monotonic()
     run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=b.perf_timeout_s, required=pa_mod.CLIENT_REQUIRED)
@@ -84,7 +86,7 @@ def body(row: Feed) -> bytes:
     return json.dumps({k: v.tolist() for k, v in row.items()}).encode()
 
 
-def cold_start(t: TsTarget, archive: str, batch_size: int, delay_ms: int, workers: int, row: Feed, requests: int, timeout_s: float) -> PeerCold:
+def cold_start(t: TsTarget, archive: str, batch_size: int, delay_ms: int, workers: int, row: Feed, requests: int, timeout_s: float) -> ColdStart:
     """Register ``archive`` (the cold load: workers start, the handler loads the model), then the first request and
     ``requests`` more the same way, on one open connection.
 
@@ -92,8 +94,7 @@ def cold_start(t: TsTarget, archive: str, batch_size: int, delay_ms: int, worker
         ToolError: the registration failed (TorchServe's answer and the worker log).
     """
     srv = t.server
-    out = PeerCold(server_start_s=round(srv.ready_at - srv.spawned_at, 3), requests=requests,
-                   source="fresh TorchServe: spawn -> /ping healthy, then registration through the management API until its workers are up")  # fmt: skip
+    out = ColdStart(t.model, False, server_start_s=round(srv.ready_at - srv.spawned_at, 3), requests=requests)  # TorchServe has no warmup
     out.load_s = round(srv.register(t.model, archive, batch_size, delay_ms, workers, timeout_s), 3)
     out.rss_loaded_mb = rss_mb([p for p in (srv.java_pid(), *srv.worker_pids(t.model)) if p])
     data = body(row)

@@ -62,7 +62,8 @@ def section(res: PeersResult) -> list[str]:
     lines += [f"| {d.label} | {d.runtime} | {_sched(d)} |" for d in deps]
     lines += ["", *boundary(res), "", "### Headline (paired rounds: neighbouring runs, median with 90% interval)", ""]
     lines += [f"- `{r.name}` = **{r.estimate.text()}**: {r.meaning}" for r in res.ratios] or ["- no ratio: no TorchServe deployment was measured"]
-    lines += ["", f"Rounds: {len({r.index for r in res.rounds})}, stopped: {res.stopped or 'n/a'}; {res.seconds:.0f} s in all.", ""]
+    lines += ["", f"Rounds: {len({r.index for r in res.rounds})}, stopped: {res.stopped or 'n/a'}; perf_analyzer windows of {res.window_ms} ms "
+                  f"for every deployment; {res.seconds:.0f} s in all.", ""]  # fmt: skip
     lines += table(res)
     lines += ["", "### Cold start", "",
               "| deployment | server start s | load / registration s | start to ready s | first request ms | warm p50 ms | first / warm | how |",
@@ -73,7 +74,7 @@ def section(res: PeersResult) -> list[str]:
             lines.append(f"| {d.label} | - | - | - | - | - | - | {d.error or 'not measured (bench.cold_start=false)'} |")
             continue
         lines.append(f"| {d.label} | {_f(c.server_start_s)} | {_f(c.load_s)} | {_f(c.start_to_ready_s)} | {_f(c.first_ms)} | "
-                     f"{_f(c.warm_p50_ms)} | {_f(c.first_vs_warm, unit='x')} | {c.source} |")  # fmt: skip
+                     f"{_f(c.warm_p50_ms)} | {_f(c.first_vs_warm, unit='x')} | {d.cold_source} |")  # fmt: skip
     lines += ["", "### Answers against Triton's (every sample row, the parity tolerance of the shipped file)", "",
               "| deployment | rows | failed | abs error | rel error | atol / rtol (stat) | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for d in deps:

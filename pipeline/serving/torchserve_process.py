@@ -74,9 +74,11 @@ class TorchServeServer:
     """
 
     def __init__(self, inst: TorchServeInstall, model_store: Path, log_dir: Path, timeout_s: float = 120.0,
-                 ports: dict[str, int] | None = None, label: str = "torchserve", pythonpath: list[str] | None = None) -> None:  # fmt: skip
+                 ports: dict[str, int] | None = None, label: str = "torchserve", pythonpath: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.inst, self.model_store, self.log_dir, self.timeout_s, self.label = inst, model_store.resolve(), log_dir, timeout_s, label
         self.pythonpath = list(pythonpath or [])  # where the workers import a handler's model code from (a native model's factory)
+        self.extra_env = dict(env or {})  # for the JVM and its workers (e.g. OpenMP's wait policy)
         self.requested_ports = dict(ports or {})
         self.ports: dict[str, int] = {}
         self.proc: subprocess.Popen | None = None
@@ -146,6 +148,7 @@ class TorchServeServer:
         logs = self.log_dir / self.label
         logs.mkdir(parents=True, exist_ok=True)
         env = self.inst.env() | {"TMPDIR": str(tmp), "TEMP": str(tmp), "LOG_LOCATION": str(logs), "METRICS_LOCATION": str(logs)}
+        env |= self.extra_env
         if self.pythonpath:
             env["PYTHONPATH"] = os.pathsep.join([*self.pythonpath, *filter(None, [env.get("PYTHONPATH")])])
         for _ in range(attempts):

@@ -84,8 +84,8 @@ def test_taken_ports_are_replaced_and_a_handler_error_counts_as_failed_requests(
             assert any("request lacks inputs ['z']" in ln for ln in excerpt), excerpt
             data = peers_deploy.input_data(peers_deploy.bodies(rows, tmp_path / "bodies"), tmp_path / "ts_input.json")
             b = PipelineConfig().bench
-            b.paired_measurement_interval_ms, b.max_trials = 300, 3
-            p = peers_serve.perf_run(pa_mod.locate_perf_analyzer(), t, 1, data, tmp_path, "broken", b)
+            b.max_trials = 3
+            p = peers_serve.perf_run(pa_mod.locate_perf_analyzer(), t, 1, data, tmp_path, "broken", b, 300)
             assert not p.valid and p.failed_requests >= 1 and "failed on TorchServe" in p.reason
     res = PeersResult(["torchserve"], [1], {"x": Deployment("x", "TorchServe same graph (latency)", "torchserve", "same_graph", "latency",
                                                           arch.name, arch.runtime, "ts", agreement=agree, log_excerpt=excerpt,

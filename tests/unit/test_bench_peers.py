@@ -15,7 +15,8 @@ import pytest
 from pipeline.bench import peers, render_peers
 from pipeline.bench.measured import Point
 from pipeline.bench.peers_deploy import mirror
-from pipeline.bench.peers_results import Agreement, Deployment, PeerCold, PeerRound, PeersResult, Scheduling
+from pipeline.bench.peers_results import Agreement, Deployment, PeerRound, PeersResult, Scheduling
+from pipeline.bench.production import ColdStart
 from pipeline.core.errors import ToolError
 from pipeline.serving import torchserve
 from pipeline.serving.torchserve_handler import SETTINGS_FILE, PipelineHandler
@@ -58,7 +59,7 @@ def _result(rounds: int = 3) -> PeersResult:
         kind = "triton" if k.startswith("triton") else k.split("_", 1)[1].rsplit("_", 1)[0]
         server = "triton" if kind == "triton" else f"torchserve_{kind}"
         res.deployments[k] = Deployment(k, k, "triton" if kind == "triton" else "torchserve", kind, k.rsplit("_", 1)[1], k, "ort", server,
-                                        None if kind == "triton" else Scheduling(1, 0, 1, "x"), PeerCold(1.0, 2.0, 30.0, 3.0, 5))  # fmt: skip
+                                        None if kind == "triton" else Scheduling(1, 0, 1, "x"), ColdStart(k, False, 1.0, 2.0, 30.0, 3.0, 5))  # fmt: skip
     speed = {"triton": 1.0, "same_graph": 2.0, "native": 4.0}  # p50 multiples; infer/s divides by them
     for i in range(rounds):
         for c in (1, 8):
