@@ -41,6 +41,16 @@ def _infer_ms(client: object, model: str, row: Feed) -> float:
     return (time.perf_counter() - t) * 1000
 
 
+def _stats_with(client: object, model: str, successes: float, wait_s: float = 1.0) -> dict[str, float]:
+    """Triton's statistics once they count ``successes`` requests: a backend reports a request just after its response."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        st = model_stats(client, model)  # type: ignore[arg-type]
+        if st.get("success_count", 0.0) >= successes or time.monotonic() > deadline:
+            return st
+        time.sleep(0.002)
+
+
 def measure(mode: EmbeddedMode, variant: str, warmup: bool, row: Feed, requests: int, log_dir: Path) -> ColdStart:
     """``variant`` in a fresh server: its shipped config (``warmup``) or the same without model_warmup."""
     out = ColdStart(variant, warmup)
@@ -62,9 +72,9 @@ def measure(mode: EmbeddedMode, variant: str, warmup: bool, row: Feed, requests:
             client.raw.is_server_ready()  # the client's connection is open before the first request: not in its time
             s0 = model_stats(client, model)  # Triton counts the warmup's inferences in its statistics
             out.first_ms = round(_infer_ms(client.raw, model, row), 3)
-            s1 = model_stats(client, model)
+            s1 = _stats_with(client, model, s0.get("success_count", 0.0) + 1)
             warm = [_infer_ms(client.raw, model, row) for _ in range(requests)]
-            s2 = model_stats(client, model)
+            s2 = _stats_with(client, model, s1.get("success_count", 0.0) + len(warm))
             out.warm_p50_ms, out.requests = round(statistics.median(warm), 3), len(warm)
             out.rss_peak_mb = max((mb for _, mb in mem.samples), default=None)
             out.warmup_inferences = s0.get("inference_count", 0.0)
