@@ -60,7 +60,7 @@ def measure(mode: EmbeddedMode, variant: str, warmup: bool, row: Feed, requests:
         cfg.ClearField("model_warmup")
     logs = log_dir / f"cold_start_{variant}_{'warmup' if warmup else 'no_warmup'}"  # a server log of its own
     try:
-        with EmbeddedServer(mode.repo, "", timeout_s=mode.timeout_s, log_dir=logs) as srv, mode.sampled(srv, f"cold start {variant}") as mem, \
+        with EmbeddedServer(mode.repo, "", timeout_s=mode.timeout_s, log_dir=logs) as srv, mode.sampled(srv, f"cold start {variant}" + (" (warmup)" if warmup else "")) as mem, \
                 srv.client() as client:  # fmt: skip
             out.server_start_s = round(srv.ready_at - srv.spawned_at, 3)
             t = time.monotonic()
