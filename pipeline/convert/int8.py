@@ -18,8 +18,11 @@ FP32 and the model is quantized again, at most ``int8.fallback.max_attempts`` ti
 Which nodes: the ``int8.fallback.trials`` nodes that introduce the most error are each tried alone (re-quantized and
 judged), and those that raise the gate's worst margin most are kept FP32: per-layer error says where to look, the
 gate says what helps (on a transformer the error is spread thin, and the largest local error is not always what
-costs the worst row most). A model that still fails is written anyway: the parity gate judges it on the parity
-samples and refuses to ship it.
+costs the worst row most). A model that still fails is written anyway: the parity gate judges it on the rows held
+out of calibration (pipeline/core/holdout.py), which neither the ranges nor the search have seen, and refuses to ship
+it. The search runs only when some target of the fleet serves int8 or auto (``int8_in_fleet``, derived from the fleet):
+it costs up to ``max_attempts`` quantizations, which a fleet that never serves INT8 should not pay for; otherwise the
+file is quantized once, for parity to report its quality, and the report says why the search did not run.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pipeline.convert.fp16_safety import name_nodes
 from pipeline.core import onnx_tools, quality
 from pipeline.core.config import Int8Config, OutputKind, PipelineConfig, QualityConfig, QuantMode
 from pipeline.core.errors import QuantizationError
+from pipeline.core.holdout import rows_of
 from pipeline.core.specs import graph_io
 
 Feed = dict[str, Any]
@@ -195,13 +199,14 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         if name_nodes(fp32):  # nodes_to_exclude works by name, as FP16's block list does: unnamed nodes get stable names
             source = Path(tmp) / "model.fp32.named.onnx"
             onnx_tools.save_model(fp32, source)
+        search = q.fallback.enabled and cfg.int8_in_fleet
         for attempt in range(1, q.fallback.max_attempts + 1):
             quantize(source, out, q, feeds, ops, sorted(excluded), cache)
             verdicts = judge(source, out, feeds, kinds, limits)
             passed = all(v.passed for v in verdicts.values())
             attempts.append({"attempt": attempt, "kept_fp32": len(excluded), "passed": passed,
                              "quality": {o: v.to_json() for o, v in verdicts.items()}})  # fmt: skip
-            if passed or not q.fallback.enabled or not verdicts or attempt == q.fallback.max_attempts:
+            if passed or not search or not verdicts or attempt == q.fallback.max_attempts:
                 break
             quant = onnx_tools.load_model(out, "INT8 model")
             ranked = [e for e in int8_errors.node_errors(fp32, quant, feeds, int8_errors.quantized_nodes(fp32, quant, ops)) if e.node not in excluded]
@@ -226,11 +231,12 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         quant = onnx_tools.load_model(out, "INT8 model")
     fates = node_fates(fp32, quant, q, skipped_ops, excluded)
     final = attempts[-1]
+    searched = len(attempts) > 1 or bool(blocked)
     return {
         "mode": str(q.mode), "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
         "per_channel": q.per_channel, "reduce_range": q.reduce_range, "quantize_outputs": q.quantize_outputs,
         "activations": {"type": str(q.activation_type), "symmetric": q.activation_symmetric} if q.mode == QuantMode.static else "dynamic",
-        "calibration": {**calibration.record(calibration_path), "rows": sum(calibration.rows_of(f) for f in feeds), "samples": len(feeds),
+        "calibration": {**calibration.record(calibration_path), "rows": sum(rows_of(f) for f in feeds), "samples": len(feeds),
                         "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
                         **({"percentile": q.calibration.percentile} if q.calibration.method == "percentile" else {})},
         "op_types": ops, "op_types_left_fp32": skipped_ops,
@@ -238,6 +244,8 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         "nodes": fates,
         "fallback": {"enabled": q.fallback.enabled, "max_attempts": q.fallback.max_attempts, "nodes_per_attempt": q.fallback.nodes_per_attempt,
                      "judged_outputs": {o: str(k) for o, k in kinds.items()}, "thresholds": "parity.int8.quality",
+                     "judged_on": "the calibration rows (never the rows parity holds out)", "in_fleet": cfg.int8_in_fleet,
+                     "searched": searched, "not_searched": None if searched else not_searched(cfg, final["passed"], bool(kinds)),
                      "blocked_nodes": blocked, "blocked_count": len(blocked), "attempts": attempts},
         "passed_on_calibration": final["passed"] if kinds else None,
         "quality_on_calibration": final["quality"],
@@ -245,6 +253,23 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         "size_bytes_int8": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
+    """Why the fallback's search did not run, as the report says it."""
+    if not judged:
+        return "no output is judged (model.output_kinds is empty): nothing to search for"
+    if passed:
+        return "the first quantization passes parity.int8.quality on the calibration rows"
+    if not cfg.int8.fallback.enabled:
+        return "int8.fallback.enabled=false"
+    if not cfg.int8_in_fleet:
+        return ("no target of the fleet serves int8 or auto (int8_in_fleet=false, derived from targets and "
+                "target_specs.<target>.precision): quantized once, for parity to report its quality; a fleet that serves "
+                "it runs the search (up to int8.fallback.max_attempts quantizations)")
+    if cfg.int8.fallback.max_attempts == 1:
+        return "int8.fallback.max_attempts=1"
+    return "no quantized node left to keep FP32"
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

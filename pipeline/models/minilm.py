@@ -75,19 +75,21 @@ def read_sentences(path: Path = SENTENCES) -> list[str]:
 
 
 def sample_inputs(seq_len: int = 128, batch_sizes: tuple[int, ...] = (1, 2, 4, 8), limit: int | None = None) -> list[dict[str, np.ndarray]]:
-    """Real tokenized sentences as feed dicts, in several batch sizes.
+    """Real tokenized sentences as feed dicts: every sentence of the file once, in its order, in batches whose sizes
+    cycle through ``batch_sizes`` (each twice); the last batch takes what is left. At most ``limit`` feeds.
 
-    Each batch is padded to its longest sentence (capped at ``seq_len``), so the
-    samples cover short and long sequences and real padding.
+    Each batch is padded to its longest sentence (capped at ``seq_len``), so the samples cover short and long
+    sequences and real padding. No sentence repeats: the calibration set and the rows the parity gate holds out
+    (pipeline/core/holdout.py) must not share one.
     """
     tok = tokenizer()
     sentences = read_sentences()
     feeds: list[dict[str, np.ndarray]] = []
-    start = 0
-    for bs in batch_sizes:
-        for _ in range(2):
-            chunk = [sentences[(start + i) % len(sentences)] for i in range(bs)]
-            start += bs
-            enc = tok(chunk, padding="longest", truncation=True, max_length=seq_len, return_tensors="np")
-            feeds.append({"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)})
-    return feeds[:limit] if limit else feeds
+    start, k = 0, 0
+    sizes = [b for b in batch_sizes for _ in range(2)]
+    while start < len(sentences) and (limit is None or len(feeds) < limit):
+        chunk = sentences[start : start + sizes[k % len(sizes)]]
+        start, k = start + len(chunk), k + 1
+        enc = tok(chunk, padding="longest", truncation=True, max_length=seq_len, return_tensors="np")
+        feeds.append({"input_ids": enc["input_ids"].astype(np.int64), "attention_mask": enc["attention_mask"].astype(np.int64)})
+    return feeds

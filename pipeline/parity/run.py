@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core import onnx_tools, quality
+from pipeline.core import atomic, holdout, onnx_tools, quality
 from pipeline.parity import polygraphy as pg
-from pipeline.core import atomic
-from pipeline.core.config import PipelineConfig, ToleranceConfig
+from pipeline.core.config import PipelineConfig, TensorSpec, ToleranceConfig
 from pipeline.core.errors import EngineError, ParityError
 from pipeline.parity.report import SCHEMA_VERSION, fmt, polygraphy_options, resolve, round_up, summarize_output, tolerance_key
 from pipeline.core.samples import input_specs, load_samples
@@ -34,8 +33,26 @@ from pipeline.engines.targets import gpu_targets
 
 
 
-def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[list[pg.Feed], Any, str]:
-    """Real samples and the reference's outputs on them: (feeds, RunResults, source name)."""
+def judged_samples(cfg: PipelineConfig, specs: list[TensorSpec]) -> tuple[list[pg.Feed], dict[str, Any]]:
+    """The samples every artifact is judged on, and how they were chosen: of real samples (model.data), the rows the
+    split holds out of calibration (pipeline/core/holdout.py, the calibrate stage's very rule), so INT8 is judged on
+    inputs neither its ranges nor its fallback have seen; synthetic samples as they are. At most parity.max_samples."""
+    feeds = load_samples(cfg.model, specs, batch_sizes=list(cfg.parity.synthetic_batch_sizes))
+    batched = holdout.batched(specs)
+    if cfg.model.data is None:
+        info: dict[str, Any] = {"split": "none: synthetic samples (model.data is null), the calibration set's too"}
+    else:
+        names = {s.name for s in specs}
+        s = holdout.split([{k: v for k, v in f.items() if k in names} for f in feeds], cfg.int8.calibration.holdout, batched)
+        feeds = s.holdout.feeds
+        info = {"split": f"held out of calibration: int8.calibration.holdout={s.share} ({holdout.RULE})",
+                "rows_available": s.calibration.rows + s.holdout.rows, "calibration_rows_left_out": s.calibration.rows}
+    feeds = feeds[: cfg.parity.max_samples]
+    return feeds, {**info, "rows": sum(holdout.rows_of(f) for f in feeds), "sha256": holdout.digest(feeds, batched)}
+
+
+def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[list[pg.Feed], Any, str, dict[str, Any]]:
+    """The judged samples and the reference's outputs on them: (feeds, RunResults, source name, how the samples were chosen)."""
     model = cfg.model
     if model.source == "onnx":
         if source_onnx is None:
@@ -48,13 +65,13 @@ def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[li
 
         specs, source = model.inputs, "torch"
         runner = pg.TorchCpuRunner(lambda: build_module(model), specs, list(model.outputs), name="reference")
-    feeds = load_samples(model, specs, batch_sizes=list(cfg.parity.synthetic_batch_sizes))[: cfg.parity.max_samples]
+    feeds, chosen = judged_samples(cfg, specs)
     results = pg.run(runner, feeds, f"reference ({source})")
     for i, out in enumerate(pg.outputs(results)):
         if bad := onnx_tools.nonfinite(out):
             raise ParityError(f"the reference itself produces NaN/Inf on sample {i}", details={"outputs": bad},
                               fix="check the model and the sample inputs (model.data); nothing can be compared against a non-finite reference")
-    return feeds, results, source
+    return feeds, results, source, chosen
 
 
 def compare_artifact(
@@ -151,8 +168,10 @@ def run_parity(
                 print("[parity] torch is not importable: comparing against the saved goldens instead of the PyTorch model")
             feeds, reference = pg.load_goldens(inputs_path, reference_path)
             source = "goldens"
+            chosen = {"split": f"the saved goldens {inputs_path} (held out of calibration when they were written)",
+                      "rows": sum(holdout.rows_of(f) for f in feeds), "sha256": holdout.digest(feeds)}  # fmt: skip
         else:
-            feeds, reference, source = reference_results(cfg, source_onnx)
+            feeds, reference, source, chosen = reference_results(cfg, source_onnx)
             pg.save_goldens(feeds, reference, inputs_path, reference_path)
         arts: dict[str, dict[str, Any]] = {}
         for kind, path in artifacts.items():
@@ -175,6 +194,7 @@ def run_parity(
         "reference": {
             "source": source,
             "samples": len(feeds),
+            **chosen,
             "batch_sizes": [int(next(iter(f.values())).shape[0]) if np.ndim(next(iter(f.values()))) else 1 for f in feeds],
             "inputs": str(inputs_path),
             "outputs": str(reference_path),
@@ -212,7 +232,7 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
                 arts[kind]["quality"] = q
         else:
             arts[kind] = {"status": art.get("status")}
-    return {"passed": report["passed"], "samples": report["reference"]["samples"], "artifacts": arts}
+    return {"passed": report["passed"], "samples": report["reference"]["samples"], "rows": report["reference"].get("rows"), "artifacts": arts}
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -228,7 +248,8 @@ def print_table(report: dict[str, Any]) -> None:
                          f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), "PASS" if o["passed"] else "FAIL"])
     head = ["artifact", "output", "stat", "max abs", "max rel", "mean abs", "atol", "rtol", "min atol", "result"]
     ref = report["reference"]
-    title = f"parity vs {ref['source']} reference, {ref['samples']} samples (batch sizes {ref['batch_sizes']}), {report['seconds']} s"
+    held = f", {ref['rows']} rows held out of calibration" if "calibration_rows_left_out" in ref else ""
+    title = f"parity vs {ref['source']} reference, {ref['samples']} samples (batch sizes {ref['batch_sizes']}){held}, {report['seconds']} s"
     try:
         from rich.console import Console
         from rich.table import Table

@@ -32,9 +32,11 @@ def _body(a: argparse.Namespace) -> None:
     for attempt in report["fallback"]["attempts"]:
         metrics = "; ".join(f"{o}: " + ", ".join(f"{m} {v:.4f}" for m, v in q["metrics"].items() if v is not None) for o, q in attempt["quality"].items())
         print(f"[int8]   attempt {attempt['attempt']}: {attempt['kept_fp32']} kept FP32, {'passes' if attempt['passed'] else 'fails'} "
-              f"parity.int8.quality on the calibration set ({metrics or 'no judged outputs: set model.output_kinds'})")
+              f"parity.int8.quality on the calibration rows ({metrics or 'no judged outputs: set model.output_kinds'})")
+    if not report["fallback"]["searched"]:
+        print(f"[int8]   fallback search not run: {report['fallback']['not_searched']}")
     if report["passed_on_calibration"] is False:
-        print("[int8] the INT8 model still misses parity.int8.quality on the calibration set: the parity stage will say by how much")
+        print("[int8] the INT8 model misses parity.int8.quality on the calibration rows: the parity stage judges it on the held-out rows")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,20 +1,27 @@
-"""INT8 end to end on a tiny embedding model with an outlier channel: calibration from real samples, the quality gate
-failing on a deliberately bad quantization (per-tensor weights), the automatic fallback repairing it, bad inputs."""
+"""INT8 end to end on a tiny embedding model with an outlier channel: calibration from real samples, the split between
+the calibration rows and the rows the gate judges on, the quality gate failing on a deliberately bad quantization
+(per-tensor weights), the automatic fallback repairing it, the search left out when no target serves INT8, bad inputs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pipeline.convert import export, simplify
 from pipeline.convert.int8 import run_int8
+from pipeline.convert import calibration
+from pipeline.core import holdout
 from pipeline.core.config import PipelineConfig, load_config
 from pipeline.core.errors import ParityError
+from pipeline.parity.polygraphy import load_goldens
 from pipeline.parity.report import gate
 from pipeline.parity.run import run_parity
 from pipeline.stages import calibrate
+from tests.helpers.dvc_project import DVC, commit, make_project, ran, sh
+from tests.helpers.tiny_models import export_tiny_onnx
 
 EMBEDDER = [
     "model=cnn", "model.name=tinyemb", "model.factory._target_=tests.helpers.tiny_models.build_embedder",
@@ -54,11 +61,13 @@ def gated(cfg: PipelineConfig, fp32: Path, int8: Path, d: Path) -> dict:
 def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32: Path, tmp_path: Path) -> None:
     cfg, _, samples = calibrated(make_params, fp32, tmp_path)
     cal = json.loads((tmp_path / "calibrate.json").read_text())
-    assert (cal["rows"], cal["samples"], cal["real"]) == (48, 3, True) and "embedder_samples" in cal["source"]
+    # Half of the hook's 48 rows calibrate; every other row is held out for the gate.
+    assert (cal["rows"], cal["rows_available"], cal["samples"], cal["real"]) == (24, 48, 3, True) and "embedder_samples" in cal["source"]
     rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
     # The report carries the calibration set's identity, the method and the row count; per-channel passes at once.
-    assert rep["calibration"]["sha256"] == cal["sha256"] and (rep["calibration"]["method"], rep["calibration"]["rows"]) == ("minmax", 48)
+    assert rep["calibration"]["sha256"] == cal["sha256"] and (rep["calibration"]["method"], rep["calibration"]["rows"]) == ("minmax", 24)
     assert rep["passed_on_calibration"] is True and len(rep["fallback"]["attempts"]) == 1 and rep["kept_fp32_count"] == 0
+    assert rep["fallback"]["searched"] is False and "first quantization passes" in rep["fallback"]["not_searched"]
     assert {n["node"]: n["status"] for n in rep["nodes"]} == {"/fc1/Gemm": "int8", "/fc2/MatMul": "int8"}
     assert rep["size_bytes_int8"] < rep["size_bytes_fp32"]
     report = gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)
@@ -98,10 +107,48 @@ def test_an_op_onnx_runtime_cannot_quantize_is_left_fp32_and_reported(make_param
     assert any(n["op"] == "ReduceL2" and n["status"] == "fp32" and "no static quantizer" in n["reason"] for n in rep["nodes"])
 
 
+def test_the_gate_judges_rows_that_calibration_never_saw(make_params, fp32: Path, tmp_path: Path) -> None:
+    """The split is visible in both reports: calibration and parity take disjoint halves of the hook's rows, by count,
+    by the hook's row indices and by content hash, and parity judges INT8 on the held-out half."""
+    cfg, _, samples = calibrated(make_params, fp32, tmp_path)
+    split = json.loads((tmp_path / "calibrate.json").read_text())["split"]
+    cal, held = split["calibration"], split["held_out"]
+    assert (cal["rows"], held["rows"], split["holdout"], split["unit"]) == (24, 24, 0.5, "row")
+    assert held["units"] == list(range(1, 48, 2)) and sorted(cal["units"] + held["units"]) == list(range(48))
+    run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    report = gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)
+    ref = report["reference"]
+    assert (ref["rows"], ref["sha256"], ref["calibration_rows_left_out"]) == (24, held["sha256"], 24)
+    # By content: no row of the calibration file is among the rows parity saved as its goldens and judged.
+    judged = holdout.row_digests(load_goldens(tmp_path / "inputs.json", tmp_path / "reference.json")[0])
+    calibrated_rows = holdout.row_digests(calibration.load(samples))
+    assert len(set(judged)) == 24 and len(set(calibrated_rows)) == 24 and not set(judged) & set(calibrated_rows)
+    assert holdout.digest(calibration.load(samples)) == cal["sha256"]
+    assert report["artifacts"]["int8"]["outputs"]["embedding"]["quality"]["passed"]
+
+
+def test_without_int8_in_the_fleet_the_fallback_search_does_not_run(make_params, fp32: Path, tmp_path: Path) -> None:
+    """The default fleet serves fp32: the INT8 file is quantized once, parity reports its quality without gating on it,
+    and the report says why no node was searched for."""
+    cfg, _, samples = calibrated(make_params, fp32, tmp_path, *PER_TENSOR, "target_specs.cpu.precision=fp32")
+    assert cfg.int8_in_fleet is False
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    fb = rep["fallback"]
+    assert len(fb["attempts"]) == 1 and fb["blocked_count"] == 0 and fb["searched"] is False and rep["passed_on_calibration"] is False
+    assert "int8_in_fleet=false" in fb["not_searched"]
+    report = gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)
+    assert report["passed"] is True and "int8" not in report["gating"]
+    assert report["artifacts"]["int8"]["outputs"]["embedding"]["quality"]["passed"] is False
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("int8.calibration.min_samples=100", "48 calibration sample rows, fewer than int8.calibration.min_samples=100"),
+        ("int8.calibration.min_samples=100", "48 sample rows from model.data: int8.calibration.holdout=0.5 leaves 24 to calibrate "
+         "(int8.calibration.min_samples=100) and 24 held out for the parity gate (int8.calibration.min_holdout=8)"),
+        ("int8.calibration.min_holdout=30", "leaves 24 to calibrate (int8.calibration.min_samples=8) and 24 held out for the parity "
+         "gate (int8.calibration.min_holdout=30)"),
+        ("+model.data.repeat=true", "24 held-out rows of model.data are exact copies of calibration rows"),
         ("+model.data.features=8", "does not fit the graph's ['batch', 16]"),
         ("+model.data.dtype=float64", "dtype float64, the graph takes float32"),
     ],
@@ -112,3 +159,42 @@ def test_calibration_samples_that_cannot_calibrate_fail_with_one_message(make_pa
     err = capsys.readouterr().err
     assert rc != 0 and message in err and "fix:" in err
     assert not (tmp_path / "samples.json").exists()
+
+
+@pytest.mark.slow
+def test_editing_held_out_rows_reruns_parity_but_never_int8(tmp_path: Path) -> None:
+    """Real `dvc repro`: new values in held-out rows of a data file rerun calibrate (it reads the data) and parity, but
+    calibrate writes the very same calibration set, so the int8 stage, which depends on that file alone, is skipped."""
+    from polygraphy.json import load_json, save_json
+
+    rng = np.random.default_rng(5)
+    data = [{"x": rng.normal(size=(8, 8)).astype(np.float32)} for _ in range(4)]  # 32 rows: 16 calibrate, 16 held out
+
+    def tiny(p: Path) -> None:
+        (p / "models").mkdir()
+        export_tiny_onnx(str(p / "models" / "tiny.onnx"))
+        (p / "data").mkdir()
+        save_json(data, str(p / "data" / "samples.json"))
+
+    overrides = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx", "model.data={path: data/samples.json}",
+                 "~model.output_kinds", "+model.output_kinds={y: classifier}"]  # fmt: skip
+    proj = make_project(tmp_path / "proj", overrides, prepare=tiny)
+    commit(proj, "init")
+    reports = proj / "artifacts" / "reports"
+    first = sh(proj, *DVC, "repro", "parity")
+    assert {"calibrate", "int8", "parity"} <= set(ran(first.stdout)), first.stdout
+    cal, par = (json.loads((reports / f"{n}.json").read_text()) for n in ("calibrate", "parity"))
+    calibration_set = (proj / "artifacts" / "calibration" / "samples.json").read_bytes()
+    assert par["reference"]["sha256"] == cal["split"]["held_out"]["sha256"] and par["reference"]["rows"] == 16
+
+    feeds = load_json(str(proj / "data" / "samples.json"))
+    for f in feeds:
+        f["x"][1::2] += 0.5  # rows 1, 3, 5, 7 of every sample of 8: held out
+    save_json(feeds, str(proj / "data" / "samples.json"))
+    second = sh(proj, *DVC, "repro", "parity")
+    stages = ran(second.stdout)
+    assert "calibrate" in stages and "parity" in stages and "int8" not in stages, second.stdout
+    cal2, par2 = (json.loads((reports / f"{n}.json").read_text()) for n in ("calibrate", "parity"))
+    assert (proj / "artifacts" / "calibration" / "samples.json").read_bytes() == calibration_set
+    assert cal2["split"]["calibration"]["sha256"] == cal["split"]["calibration"]["sha256"]
+    assert par2["reference"]["sha256"] == cal2["split"]["held_out"]["sha256"] != par["reference"]["sha256"]

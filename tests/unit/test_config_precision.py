@@ -1,5 +1,5 @@
 """Precision settings checked at composition: auto only where it can be timed, INT8 from real samples in a form
-TensorRT reads, the derived engine_precision, the int8 and choose sections' ranges."""
+TensorRT reads, the derived engine_precision and int8_in_fleet, the int8 and choose sections' ranges (the split included)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,29 @@ def test_engine_precision_is_derived_per_fleet_target() -> None:
     assert params["engine_precision"] == {"cpu": "fp32", "a100": "fp16", "h100": "int8"}
 
 
+@pytest.mark.parametrize(
+    ("overrides", "in_fleet"),
+    [
+        ([], False),  # the default fleet [cpu] serves fp32
+        (["targets=[cpu,a100,h100]"], False),  # GPU targets serve fp16 by default
+        (["target_specs.cpu.precision=auto"], True),  # auto may choose int8
+        ([DATA, "target_specs.cpu.precision=int8"], True),
+        ([DATA, "targets=[cpu,h100]", "target_specs.h100.precision=int8", *TRT_INT8], True),  # an engine built from the INT8 file
+        ([DATA, "target_specs.h100.precision=int8", *TRT_INT8], False),  # defined, but not in the fleet
+    ],
+)
+def test_int8_in_fleet_is_derived_from_the_fleet(overrides: list[str], in_fleet: bool) -> None:
+    """The int8 stage's one fleet key: it runs the fallback search only when a fleet target may serve INT8."""
+    assert yaml.safe_load(compose([*TINY_MLP, *overrides]))["int8_in_fleet"] is in_fleet
+
+
+def test_int8_in_fleet_set_by_hand_is_refused(tmp_path: Path) -> None:
+    assert any(ln.lower().startswith("int8_in_fleet=true") and "never set it" in ln for ln in problems("int8_in_fleet=true"))
+    (tmp_path / "params.yaml").write_text(compose(TINY_MLP).replace("int8_in_fleet: false", "int8_in_fleet: true"))
+    with pytest.raises(ConfigProblems, match="int8_in_fleet.*never set it"):
+        load_config(tmp_path / "params.yaml")
+
+
 def test_engine_precision_set_by_hand_is_refused(tmp_path: Path) -> None:
     text = compose(TINY_MLP).replace("engine_precision:\n  cpu: fp32", "engine_precision:\n  cpu: int8")
     (tmp_path / "params.yaml").write_text(text)
@@ -46,6 +69,9 @@ def test_engine_precision_set_by_hand_is_refused(tmp_path: Path) -> None:
         (["choose.candidates=[fp32,auto]"], "choose.candidates", "lists auto"),
         (["choose.min_rounds=1"], "choose.min_rounds", ">= 2"),
         (["int8.calibration.max_samples=4"], "int8.calibration.max_samples", ">= 8"),
+        (["int8.calibration.holdout=0"], "int8.calibration.holdout", "must be in (0, 1)"),
+        (["int8.calibration.holdout=1"], "int8.calibration.holdout", "must be in (0, 1)"),
+        (["int8.calibration.min_holdout=0"], "int8.calibration.min_holdout", ">= 1"),
         (["int8.op_types=[]"], "int8.op_types", "at least one op type"),
         (["parity.int8.quality.rank_agreement=1.5"], "parity.int8.quality.rank_agreement", "[-1, 1]"),
         (["int8.calibration.method=kl"], "int8.calibration.method", "minmax, entropy, percentile"),

@@ -66,8 +66,9 @@ def collect(
     if serving is not None and not (isinstance(serving, dict) and set(serving) <= {"target", "kind", "precision"}):
         p.add("serving", serving, "is derived from targets[0] and its target_specs entry: never set it")
         serving = None
-    # The same for `engine_precision` (conf/config.yaml derives it from the fleet: what each engine stage reads).
+    # The same for `engine_precision` (what each engine stage reads) and `int8_in_fleet`, both derived from the fleet.
     engine_precision = raw.pop("engine_precision", None)
+    int8_in_fleet = raw.pop("int8_in_fleet", None)
     _walk(PipelineConfig, raw, "", p)
     try:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PipelineConfig), raw))
@@ -79,13 +80,14 @@ def collect(
     graph = files.read_graph(cfg.model, base)
     outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else None)
     checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs,
-                        engine_precision=engine_precision)
+                        engine_precision=engine_precision, int8_in_fleet=int8_in_fleet)
     if check_source:
         files.check_source(cfg, graph, p, base)
     p.raise_if_any(origin)
     first = cfg.target_specs[cfg.targets[0]]  # the checks passed: the fleet is non-empty and defined
     cfg.serving = ServingConfig(target=cfg.targets[0], kind=first.kind, precision=first.precision)
     cfg.engine_precision = {t: Precision(v) for t, v in precision_checks.derived_engine_precision(cfg).items()}
+    cfg.int8_in_fleet = precision_checks.derived_int8_in_fleet(cfg)
     return cfg, graph
 
 

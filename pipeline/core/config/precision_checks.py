@@ -23,9 +23,19 @@ def derived_engine_precision(cfg: PipelineConfig) -> dict[str, str]:
     return {t: engine_onnx_precision(cfg.target_specs[t].kind, cfg.target_specs[t].precision) for t in cfg.targets if t in cfg.target_specs}
 
 
-def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: dict[str, Any] | None) -> None:
+def int8_in_fleet(precisions: list[str]) -> bool:
+    """``int8_in_fleet`` from the fleet targets' precisions: some target serves int8, or auto (which may choose it)."""
+    return any(str(p) in (str(Precision.int8), str(Precision.auto)) for p in precisions)
+
+
+def derived_int8_in_fleet(cfg: PipelineConfig) -> bool:
+    """``int8_in_fleet`` as conf/config.yaml derives it."""
+    return int8_in_fleet([cfg.target_specs[t].precision for t in cfg.targets if t in cfg.target_specs])
+
+
+def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: dict[str, Any] | None, in_fleet: Any = None) -> None:
     """What each target's precision needs: auto only where it can be timed, INT8 from real samples in a form TensorRT
-    reads, and the derived engine_precision as derived."""
+    reads, and the derived engine_precision and int8_in_fleet as derived."""
     q = cfg.int8
     for t in dict.fromkeys(cfg.targets):
         spec = cfg.target_specs.get(t)
@@ -44,11 +54,14 @@ def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: di
             if q.activation_type != QuantType.int8 or not q.activation_symmetric:
                 p.add("int8.activation_type", q.activation_type, f"target '{t}' builds a TensorRT engine from the INT8 ONNX: TensorRT reads "
                       "symmetric int8 only, set int8.activation_type=int8 and int8.activation_symmetric=true")
+    precision_problem = any(p.has(f"target_specs.{t}.precision") for t in cfg.targets)
+    if in_fleet is not None and in_fleet != derived_int8_in_fleet(cfg) and not precision_problem:
+        p.add("int8_in_fleet", in_fleet, f"is derived from targets and target_specs.<target>.precision ({derived_int8_in_fleet(cfg)}): never set it")
     if engine_precision is None:
         return
     want = derived_engine_precision(cfg)
     got = {str(k): str(v) for k, v in engine_precision.items()} if isinstance(engine_precision, dict) else engine_precision
-    if got != want and not any(p.has(f"target_specs.{t}.precision") for t in cfg.targets):
+    if got != want and not precision_problem:
         p.add("engine_precision", engine_precision, f"is derived from targets and target_specs.<target>.precision ({want}): never set it")
 
 
@@ -60,6 +73,8 @@ def check_int8(q: Int8Config, p: Problems) -> None:
     p.unique("int8.nodes_to_exclude", q.nodes_to_exclude)
     c = q.calibration
     p.number("int8.calibration.percentile", c.percentile, 50, 100, low_open=True)
+    p.number("int8.calibration.holdout", c.holdout, 0, 1, low_open=True, high_open=True)
+    p.number("int8.calibration.min_holdout", c.min_holdout, 1)
     if p.number("int8.calibration.min_samples", c.min_samples, 1):
         p.number("int8.calibration.max_samples", c.max_samples, c.min_samples)
     p.number("int8.fallback.max_attempts", q.fallback.max_attempts, 1, 50)

@@ -25,6 +25,7 @@ from pipeline.core.config.problems import Problems
 
 RESOLVER = "pipeline_checked"
 ENGINE_RESOLVER = "pipeline_engine_precision"
+INT8_RESOLVER = "pipeline_int8_in_fleet"
 CHECK_KEY = "config_check"
 PASSED = "passed (pipeline/core/config)"
 ORIGIN = "the config composed from conf/ (params.yaml not written)"
@@ -61,7 +62,7 @@ def check_composed(*, _root_: DictConfig) -> str:
         except OmegaConfBaseException as e:
             # `serving` is interpolated from targets[0]: when that fails, the fleet checks say why, and if they
             # do not, OmegaConf's own resolution of `serving` right after this resolver still fails loudly.
-            if key not in ("serving", "engine_precision"):
+            if key not in ("serving", "engine_precision", "int8_in_fleet"):
                 p.add(str(key), None, f"cannot resolve: {str(e).splitlines()[0]}")
     base = _BASE.get()
     cfg, graph = collect(raw, ORIGIN, p, check_source=True, base=base)
@@ -86,9 +87,22 @@ def engine_precision(*, _root_: DictConfig) -> DictConfig:
     return OmegaConf.create(out)  # a container: OmegaConf.resolve (DVC's compose) cannot put a plain dict in place
 
 
+def int8_in_fleet(*, _root_: DictConfig) -> bool:
+    """``int8_in_fleet: ${pipeline_int8_in_fleet:}``: whether some fleet target serves int8 or auto (which may choose it).
+
+    The int8 stage lists this key, not target_specs: it runs its costly fallback search only when INT8 may be served,
+    and a fleet change that leaves the answer as it was reruns nothing there.
+    """
+    specs = _root_.get("target_specs") or {}
+    found = [specs.get(t) for t in _root_.get("targets") or []] if isinstance(specs, DictConfig) else []
+    return precision_checks.int8_in_fleet([str(s.get("precision")) for s in found if s is not None])
+
+
 def register() -> None:
     """Register the resolvers once per process (Hydra's plugin scan may execute the plugin module again)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, check_composed)
     if not OmegaConf.has_resolver(ENGINE_RESOLVER):
         OmegaConf.register_new_resolver(ENGINE_RESOLVER, engine_precision)
+    if not OmegaConf.has_resolver(INT8_RESOLVER):
+        OmegaConf.register_new_resolver(INT8_RESOLVER, int8_in_fleet)

@@ -261,7 +261,7 @@ class ParityConfig:
     int8: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(
         atol=0.1, rtol=0.1, check_error_stat=ErrorStat.mean,
         quality=QualityConfig(cosine_min=0.98, cosine_mean=0.99, rank_agreement=0.98, top1_agreement=0.98)))
-    max_samples: int = 16  # real samples compared (and saved as goldens), at most
+    max_samples: int = 64  # samples compared (and saved as goldens), at most: of real ones, the rows held out of calibration
     # Batch sizes of the synthetic samples used when model.data is null (e.g. cnn).
     synthetic_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
 
@@ -366,6 +366,9 @@ class PipelineConfig:
     serving: ServingConfig = field(default_factory=ServingConfig)
     # Derived in conf/config.yaml from the fleet ({target: precision of the ONNX its engine stage reads}); never set.
     engine_precision: dict[str, Precision] = field(default_factory=dict)
+    # Derived in conf/config.yaml from the fleet (some target serves int8 or auto); never set. The int8 stage runs its
+    # automatic fallback search only when it is true.
+    int8_in_fleet: bool = False
     choose: ChooseConfig = field(default_factory=ChooseConfig)
     variants: VariantsConfig = field(default_factory=VariantsConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)

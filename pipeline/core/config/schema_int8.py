@@ -18,8 +18,12 @@ class CalibrationConfig:
 
     method: CalibrationMethod = CalibrationMethod.minmax
     percentile: float = 99.999  # method=percentile: the share of |activation| values the range keeps
-    min_samples: int = 8  # sample rows (batch entries); fewer is refused
-    max_samples: int = 512  # rows kept, in the hook's order
+    # The share of model.data's rows held out of calibration (and of the fallback's search) for the parity gate to judge
+    # INT8 on: every 1/holdout-th row, evenly spread over the hook's order (pipeline/core/holdout.py).
+    holdout: float = 0.5
+    min_samples: int = 8  # calibration rows (batch entries) after the split; fewer is refused
+    min_holdout: int = 8  # held-out rows the gate judges on; fewer is refused
+    max_samples: int = 512  # calibration rows kept, in the hook's order
 
 
 @dataclass
