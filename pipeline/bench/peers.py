@@ -59,6 +59,18 @@ def check() -> TorchServeInstall:
     return locate_torchserve()
 
 
+def tolerance(cfg: PipelineConfig) -> ToleranceConfig:
+    """The parity tolerance of the shipped file's precision (fp32 for a CPU target): answers are held to Triton's by it.
+    ``precision=auto`` is decided later, by the choose stage: its answers are judged by fp32's, the strictest."""
+    return getattr(cfg.parity, str(cfg.serving.precision), cfg.parity.fp32)
+
+
+def expected_seconds(b: BenchConfig) -> float:
+    """A first guess of the side by side's length for the ETA: archives and registrations, then the minimum rounds."""
+    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.5
+    return 60.0 + b.peer_rounds * len(levels(b)) * 6 * run
+
+
 def levels(b: BenchConfig) -> list[int]:
     """The bench's concurrency levels: the rounds' (1 and bench.paired_throughput_concurrency), or the full profile's sweep."""
     return sorted(set(b.concurrency)) if b.profile == BenchProfile.full else sorted({1, *b.paired_throughput_concurrency})

@@ -25,6 +25,12 @@ def _cold(d: Deployment) -> str:
     return _f(c.start_to_ready_s, ".2f", " s") if c else "n/a"
 
 
+def console(res: PeersResult) -> str:
+    """The stage's closing line's part: the server comparison at each level."""
+    same = [r for r in res.ratios if r.name.startswith("triton_vs_torchserve_same_graph")]
+    return "; Triton vs TorchServe same graph " + ("; ".join(f"c{r.concurrency} = {r.estimate.text()}" for r in same) or "not measured")
+
+
 def boundary(res: PeersResult) -> list[str]:
     """Where each measurement starts and ends, what travels, and whether the two are comparable."""
     p = res.payload
