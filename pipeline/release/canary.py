@@ -7,14 +7,16 @@ Order, all under the environment's lock (so no promote or rollback runs meanwhil
    a server is unreachable, not in explicit model-control mode or not serving the live version, or a
    candidate of an earlier canary is still loaded there;
 2. write the canary's record (``running``) and start its guard (:mod:`pipeline.release.canary_guard`);
-3. load the candidate on the judging server (the first ``--reload``) as a model of its own,
-   ``<model>__canary_<id>``, from the verified bytes of the release (Triton's file override). Not as a
-   second version of ``<model>``: Triton gives unversioned requests to the highest-numbered ready version,
-   so ``version_policy [live, candidate]`` would hand every production request to the candidate
-   (read in Triton's model_lifecycle.cc, ``GetModel``; and seen on the tiny model). Production traffic
-   keeps going to ``<model>``, which serves only the live version, throughout;
+3. load two copies on the judging server (the first ``--reload``), models of their own beside the served
+   one, from the verified bytes of their releases (Triton's file override): ``<model>__canary_<id>-baseline``
+   (the live version) and ``<model>__canary_<id>-candidate``. Not the candidate as a second version of
+   ``<model>``: Triton gives unversioned requests to the highest-numbered ready version, so
+   ``version_policy [live, candidate]`` would hand every production request to the candidate (read in
+   Triton's model_lifecycle.cc, ``GetModel``; and seen on the tiny model). And not the served model as the
+   candidate's comparison: it also serves production, so its queue is not the candidate's (see
+   :mod:`pipeline.release.canary_traffic`). Production keeps going to ``<model>``, untouched, throughout;
 4. traffic (:mod:`pipeline.release.canary_traffic`), then the verdict (:mod:`pipeline.release.canary_report`);
-5. unload the candidate's copy; on a pass, promote exactly as ``release promote --reload`` does
+5. unload the copies; on a pass, promote exactly as ``release promote --reload`` does
    (load beside the live version, flip the pointer, retire the old version) on every server;
 6. the record gets the verdict (JSON and a markdown table in ``history/<env>/<model>.canary/``).
 
@@ -143,16 +145,18 @@ def _rows(store: ReleaseStore, model: str, versions: list[int], cfg: mc.ModelCon
     return rows, sources
 
 
-def _candidate_files(store: ReleaseStore, model: str, version: int, m: dict[str, Any]) -> dict[str, bytes]:
-    """The candidate's version directory, read once and checked byte for byte against its manifest."""
-    rel = f"{store.release_rel(model, version)}/files/{version}"
+def _model_files(store: ReleaseStore, model: str, version: int, m: dict[str, Any]) -> dict[str, bytes]:
+    """What Triton needs of a release's model directory (its version directory, and warmup/ data its config
+    names), read once and checked byte for byte against its manifest; the configs and samples are not sent."""
+    rel = f"{store.release_rel(model, version)}/files"
     out = {}
     for f in store.fs.walk_files(rel):
+        if f == "config.pbtxt" or f.startswith(("configs/", "samples/")):
+            continue
         data = store.fs.read_bytes(f"{rel}/{f}")
-        want = m["files"].get(f"{version}/{f}", {}).get("sha256")
-        if hashlib.sha256(data).hexdigest() != want:
-            raise ReleaseError(f"{version}/{f} of release {version} changed while it was read", fix="do not promote it; check the store")
-        out[f"{version}/{f}"] = data
+        if hashlib.sha256(data).hexdigest() != m["files"].get(f, {}).get("sha256"):
+            raise ReleaseError(f"{f} of release {version} changed while it was read", fix="do not promote it; check the store")
+        out[f] = data
     return out
 
 
@@ -216,14 +220,14 @@ def run_canary(
             signing.verify_dir(store.fs, store.release_rel(model, version), public_key)
         gto_tags.check_assignable(git_repo, model, version, (m.get("git") or {}).get("commit"))
         rows, sources = _rows(store, model, [version, live], cand_cfg, inputs)
-        files = _candidate_files(store, model, version, m)
+        files = {live: _model_files(store, model, live, store.verify_release(model, live)), version: _model_files(store, model, version, m)}
         _check_servers(urls, model, live, cfg.load_timeout_s)
         rid = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-v{version}"
-        copy = sibling_name(model, rid)
-        sides = [ct.Endpoint(ct.LIVE, model, live), ct.Endpoint(ct.CANDIDATE, copy, version)]
+        sides = [ct.Endpoint(ct.LIVE, sibling_name(model, rid, "baseline"), live), ct.Endpoint(ct.CANDIDATE, sibling_name(model, rid, "candidate"), version)]
+        configs = {live: live_cfg, version: cand_cfg}
         report: dict[str, Any] = {
             "schema": cr.SCHEMA_VERSION, "id": rid, "model": model, "env": env, "live": live, "candidate": version, "variant": variant_name,
-            "status": "running", "started_at": mf.now(), "server": urls[0], "servers": urls, "candidate_model": copy,
+            "status": "running", "started_at": mf.now(), "server": urls[0], "servers": urls, "copies": {ep.side: ep.model for ep in sides},
             "traffic": {"kind": str(cfg.traffic), "duration_s": cfg.duration_s, "share": cfg.share, "request_rate": cfg.request_rate,
                         "rounds": cfg.rounds, "rows": len(rows), "samples_from": sources},
             "bounds": {"max_p99_ratio": cfg.max_p99_ratio, "max_error_rate": cfg.max_error_rate, "min_round_requests": cfg.min_round_requests},
@@ -237,16 +241,19 @@ def run_canary(
         switching = False
         judge = TritonReloader(urls[0], model, cfg.load_timeout_s)
         try:
-            say(f"  loading: the candidate as '{copy}' version {version} on {judge.url} ({len(files)} files, "
-                f"{sum(map(len, files.values())) / 1e6:.1f} MB); '{model}' keeps serving version {live}")  # fmt: skip
+            say(f"  loading: a baseline of version {live} and the candidate version {version} on {judge.url} as {[ep.model for ep in sides]} "
+                f"({sum(len(b) for f in files.values() for b in f.values()) / 1e6:.1f} MB); '{model}' keeps serving production")  # fmt: skip
             t = time.perf_counter()
-            judge.load_beside(copy, cand_cfg, version, files)
-            timings["load_candidate_s"] = time.perf_counter() - t
+            for ep in sides:
+                judge.load_beside(ep.model, configs[ep.version], ep.version, files[ep.version])
+            timings["load_copies_s"] = time.perf_counter() - t
             say(f"  traffic: {cfg.traffic} for {cfg.duration_s:g} s ({len(rows)} sample rows from {', '.join(sources)})")
             t = time.perf_counter()
-            _judge(report, judge, sides, rows, cand_cfg, cfg, *_tolerance(m, parity), metrics or f"{judge.url.rsplit(':', 1)[0]}:8002")
+            production = ct.Endpoint(ct.PRODUCTION, model, live, pinned=False)
+            _judge(report, judge, [*sides, production], rows, cand_cfg, cfg, *_tolerance(m, parity), metrics or f"{judge.url.rsplit(':', 1)[0]}:8002")
             timings["traffic_s"] = time.perf_counter() - t
-            judge.unload_beside(copy, version)
+            for ep in sides:
+                judge.unload_beside(ep.model, ep.version)
             promotion = None
             if report["verdict"]["passed"]:
                 say(f"  switch: promoting version {version} on {', '.join(urls)} (load beside {live}, flip the pointer, retire {live})")
@@ -284,44 +291,46 @@ def _judge(
     report: dict[str, Any], judge: TritonReloader, sides: list[ct.Endpoint], rows: list[ct.Feed], cand_cfg: mc.ModelConfig,
     cfg: CanaryConfig, kind: str, tol: Any, metrics_url: str,
 ) -> None:
-    """Send the traffic, measure both sides, and fill the report's checks and verdict."""
-    live, cand = sides
+    """Send the traffic, measure the baseline, the candidate and the served model, and fill the report's checks and verdict."""
+    live, cand, production = sides
     pairs = ct.OutputPairs([o.name for o in cand_cfg.output])
     before = {ep.side: ct.version_counts(judge.client, ep) for ep in sides}
     m_before = ct.version_metrics(metrics_url, sides)
-    if cfg.traffic == CanaryTraffic.replay:
-        sent, errors = ct.replay(judge.url, live, cand, rows, pairs, cfg.duration_s)
-    else:
-        first, errors = ct.replay(judge.url, live, cand, rows, pairs, 0.0)  # every row once to both: the output comparison
+    first, errors = ct.replay(judge.url, live, cand, rows, pairs, cfg.duration_s if cfg.traffic == CanaryTraffic.replay else 0.0)
+    sent = first
+    if cfg.traffic == CanaryTraffic.real:  # after one pass of every row to both (the output comparison, and a warm-up)
         from pipeline.serving.perf_analyzer import locate_perf_analyzer
 
         with tempfile.TemporaryDirectory(prefix="canary-") as tmp:
-            sent, notes = ct.share_load(locate_perf_analyzer(), judge.url, live, cand, rows, cand_cfg.max_batch_size > 0,
+            sent, notes = ct.share_load(locate_perf_analyzer(), judge.url, sides, rows, cand_cfg.max_batch_size > 0,
                                         cfg.request_rate, cfg.share, cfg.duration_s, Path(tmp))  # fmt: skip
         errors += notes
     after = {ep.side: ct.version_counts(judge.client, ep) for ep in sides}
     delta = {s: {k: after[s][k] - before[s][k] for k in after[s]} for s in after}
     latency = ct.paired_rounds(sent, cfg.rounds, cfg.min_round_requests)
-    if cfg.traffic != CanaryTraffic.replay:
+    if sent is not first:
         sent = first + sent  # every request counts for the error rates, the comparison pass too
     agree = cr.agreement(pairs, tol, kind, live.label, cand.label)
-    client_fail = sum(1 for s in sent if s.side == ct.CANDIDATE and s.ms is None)
-    rate, failed, requests = cr.error_rate(delta[ct.CANDIDATE], client_fail, sum(1 for s in sent if s.side == ct.CANDIDATE))
-    live_fail = sum(1 for s in sent if s.side == ct.LIVE and s.ms is None)
-    errs = {"rate": rate, "failed": failed, "requests": requests, "live_failed": live_fail, "live_requests": sum(1 for s in sent if s.side == ct.LIVE),
+
+    def count(side: str, failed: bool = False) -> int:
+        return sum(1 for x in sent if x.side == side and (x.ms is None or not failed))
+
+    rate, failed, requests = cr.error_rate(delta[ct.CANDIDATE], count(ct.CANDIDATE, True), count(ct.CANDIDATE))
+    errs = {"rate": rate, "failed": failed, "requests": requests, "live_failed": count(ct.LIVE, True), "live_requests": count(ct.LIVE),
+            "production": {"failed_during_canary": delta[ct.PRODUCTION]["fail"], "answered_during_canary": delta[ct.PRODUCTION]["success"],
+                           "sent_by_canary": count(ct.PRODUCTION)},
             "triton": delta, "messages": errors}  # fmt: skip
     checks = cr.verdict(agree, latency, errs, cfg)
-    passed = all(c.passed for c in checks)
     bad = [f"{c.name}: {c.detail}" for c in checks if not c.passed]
     report.update(outputs=agree, latency=latency.to_json(), errors=errs, metrics=ct.metrics_delta(m_before, ct.version_metrics(metrics_url, sides)),
                   checks=[asdict(c) for c in checks],
-                  verdict={"passed": passed, "summary": "; ".join(bad) + f"; the candidate was unloaded, the pointer still names {live.version}" if bad else ""})  # fmt: skip
+                  verdict={"passed": not bad, "summary": "; ".join(bad) + f"; the copies were unloaded, the pointer still names {live.version}" if bad else ""})  # fmt: skip
     if errors:
         report["notes"] += errors
 
 
 def abort_canary(store: ReleaseStore, env: str, model: str | None = None, servers: str | list[str] | None = None, timeout_s: float = 120.0) -> list[str]:
-    """Clean up after a canary that died with its guard: unload the candidate's copy and reload the model from the pointer.
+    """Clean up after a canary that died with its guard: unload its copies and reload the model from the pointer.
 
     The servers are ``servers`` or, when none are given, those the last canary recorded.
 

@@ -1,7 +1,7 @@
 """Putting the servers back to what the pointer says, and the process that does it when a canary dies.
 
 :func:`restore` makes every server of an environment serve exactly what the store's pointer names:
-it unloads the candidate's copy (a model ``<model>__canary_<id>``) and, when a switch may have been cut
+it unloads the canary's copies (models ``<model>__canary_<id>-baseline`` and ``-candidate``) and, when a switch may have been cut
 short, reloads the environment's model with the pointer's config, so a version loaded beside the
 live one for the switch is retired. It is idempotent; the canary calls it on its own failure or
 Ctrl-C, ``release canary --abort`` calls it, and so does the guard.
@@ -43,24 +43,24 @@ from pipeline.release.triton_control import TritonReloader
 SIBLING_PREFIX = "__canary_"
 
 
-def sibling_name(model: str, rid: str) -> str:
-    """The name the candidate of canary ``rid`` is served under, beside the live model.
+def sibling_name(model: str, rid: str, side: str) -> str:
+    """The name under which canary ``rid`` serves ``side`` (``baseline``: the live version; ``candidate``) beside the model.
 
-    One name per canary: Triton 2.51 crashed (SIGSEGV, seen twice on the tiny model) when a model was loaded
+    Names are per canary: Triton 2.51 crashed (SIGSEGV, seen twice on the tiny model) when a model was loaded
     from override files under a name whose previous copy was still being torn down, which takes a second
     or two after the unload call returns and shows in no API.
     """
-    return f"{model}{SIBLING_PREFIX}{rid}"
+    return f"{model}{SIBLING_PREFIX}{rid}-{side}"
 
 
 def loaded_copies(r: TritonReloader, model: str) -> list[str]:
-    """Candidate copies of ``model`` loaded on the server (override-file models are in no repository index, but in the statistics)."""
+    """Canary copies of ``model`` loaded on the server (override-file models are in no repository index, but in the statistics)."""
     stats = r.client.model_statistics("").get("model_stats", [])
     return sorted({str(st.get("name")) for st in stats if str(st.get("name", "")).startswith(f"{model}{SIBLING_PREFIX}")})
 
 
 def _unload_copies(r: TritonReloader, model: str) -> str:
-    """Unload every candidate copy and wait until they are gone; look again once for a load still in flight."""
+    """Unload every canary copy and wait until they are gone; look again once for a load still in flight."""
     gone: list[str] = []
     try:
         for _ in range(2):
@@ -75,8 +75,8 @@ def _unload_copies(r: TritonReloader, model: str) -> str:
             gone += names
             time.sleep(0.5)  # a load the canary sent just before it died completes after our unload: look again
     except PipelineError as e:
-        return f"{r.url}: could not unload the candidate's copy: {e.what}"
-    return f"{r.url}: unloaded the candidate's copy {sorted(set(gone))}" if gone else f"{r.url}: no candidate copy was loaded"
+        return f"{r.url}: could not unload the canary's copies: {e.what}"
+    return f"{r.url}: unloaded the canary's copies {sorted(set(gone))}" if gone else f"{r.url}: no canary copy was loaded"
 
 
 def _retire_others(r: TritonReloader, live: int, cfg: Any) -> list[int]:

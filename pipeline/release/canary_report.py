@@ -102,7 +102,7 @@ def _ms(x: float | None) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The short table: one row per check, the live and candidate numbers side by side, the bound, the result."""
-    live, cand = f"live v{report['live']}", f"candidate v{report['candidate']}"
+    live, cand = f"live v{report['live']} (baseline copy)", f"candidate v{report['candidate']}"
     t = report.get("traffic", {})
     head = (f"canary of {report['model']} v{report['candidate']} against live v{report['live']} in '{report['env']}' on {report.get('server')}: "
             f"{t.get('kind')} traffic, {t.get('duration_s', 0):g} s{(', share %g' % t['share']) if t.get('kind') == 'real' else ''}, {report.get('started_at', '')}")  # fmt: skip
@@ -125,6 +125,10 @@ def markdown(report: dict[str, Any]) -> str:
     m = report.get("metrics") or {}
     if m.get("available"):
         rows.append(f"| Triton /metrics | {_metrics_cell(m.get('live'))} | {_metrics_cell(m.get('candidate'))} | - | - |")
+    prod = (err or {}).get("production")
+    if prod:
+        rows.append(f"| production on '{report['model']}' v{report['live']} | {prod['answered_during_canary']} answered, {prod['failed_during_canary']} failed "
+                    f"({_metrics_cell(m.get('production')) if m.get('available') else 'no /metrics'}) | - | - | - |")  # fmt: skip
     v = report.get("verdict") or {}
     tail = f"verdict: {report['status'].upper()}" + (f": {v['summary']}" if v.get("summary") else "")
     return "\n".join([head, "", *rows, "", tail]) + "\n"

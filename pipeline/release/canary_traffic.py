@@ -1,12 +1,20 @@
 """Canary traffic: requests to the live version and to the candidate, each timed, and the rounds they make.
 
+The two sides are fresh copies loaded for the canary beside the served model: the candidate, and a
+baseline of the live version (its release's bytes, the pointer's config). Comparing the candidate with
+the served model itself would compare a model serving production traffic with one serving only the
+canary's: their queues differ, and so do their latencies, whatever the candidate is like (measured on
+MiniLM with a 10% share: candidate/live p99 0.36x for identical bytes). A baseline of the same size as
+the canary, under the same traffic, is how Kayenta and Flagger judge canaries too.
+
 Two kinds of traffic (``release.canary.traffic``, ``--traffic``):
 
-- ``replay``: every sample row goes to both versions, one request at a time, which version first
+- ``replay``: every sample row goes to both sides, one request at a time, which side first
   alternating row by row, for ``duration_s``; every answer is kept for the output comparison.
 - ``real``: a perf_analyzer load standing in for production traffic: ``request_rate`` requests per
-  second, ``share`` of them to the candidate. Two perf_analyzer processes run together at the two
-  rates and write every request's timestamps (``--profile-export-file``).
+  second, ``share`` of them to the candidate, as many to the baseline, the rest to the served model
+  unversioned (as production clients send them). One perf_analyzer process per part, all at once,
+  each writing every request's timestamps (``--profile-export-file``).
 
 Latency is compared as the bench compares it (:mod:`pipeline.bench.estimate`): the time both versions
 were served side by side is cut into ``rounds`` equal slices; within a slice both saw the same machine,
@@ -36,16 +44,17 @@ from pipeline.serving.perf_analyzer import PerfAnalyzer, write_input_data
 from pipeline.serving.process import set_pdeathsig
 
 Feed = dict[str, np.ndarray]
-LIVE, CANDIDATE = "live", "candidate"
+LIVE, CANDIDATE, PRODUCTION = "live", "candidate", "production"
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One side of the canary: a model name on the server and the version it serves."""
+    """One side of the canary: a model name on the server and the version it serves (``pinned`` False: sent unversioned)."""
 
     side: str
     model: str
     version: int
+    pinned: bool = True
 
     @property
     def label(self) -> str:
@@ -191,20 +200,24 @@ def replay(url: str, live: Endpoint, cand: Endpoint, rows: list[Feed], pairs: Ou
 
 
 def share_load(
-    pa: PerfAnalyzer, url: str, live: Endpoint, cand: Endpoint, rows: list[Feed], batched: bool,
+    pa: PerfAnalyzer, url: str, sides: list[Endpoint], rows: list[Feed], batched: bool,
     rate: float, share: float, seconds: float, workdir: Path,
 ) -> tuple[list[Sent], list[str]]:
-    """``rate`` req/s for ``seconds`` from perf_analyzer, ``share`` of them to the candidate, the rest to the live version.
+    """``rate`` req/s for ``seconds`` from perf_analyzer: ``share`` to the baseline, ``share`` to the candidate, the rest to production.
 
-    Returns every request both processes exported and a note per process that did not exit cleanly.
+    ``sides`` are the baseline, the candidate and (optionally) the served model. Returns every request the
+    processes exported and a note per process that did not exit cleanly.
     """
     data = write_input_data(workdir / "inputs.json", rows, batched)
     one_shape = len({tuple((k, v.shape) for k, v in sorted(r.items())) for r in rows}) == 1
     shapes = [f"{k}:{','.join(map(str, v.shape[1:] if batched else v.shape))}" for k, v in rows[0].items()] if one_shape else []
     procs = {}
-    for ep, r in ((live, rate * (1 - share)), (cand, rate * share)):
+    for ep in sides:
+        r = rate * (share if ep.side != PRODUCTION else 1 - 2 * share)
+        if r <= 0:
+            continue
         export = workdir / f"{ep.side}.profile.json"
-        cmd = [str(pa.binary), "-m", ep.model, "-x", str(ep.version), "-u", url, "-i", "http", "--input-data", str(data),
+        cmd = [str(pa.binary), "-m", ep.model, *(["-x", str(ep.version)] if ep.pinned else []), "-u", url, "-i", "http", "--input-data", str(data),
                "--request-rate-range", f"{r:g}", "--request-count", str(max(1, round(r * seconds))),
                "--profile-export-file", str(export), "-f", str(workdir / f"{ep.side}.csv")]  # fmt: skip
         for s in shapes:
@@ -217,10 +230,14 @@ def share_load(
     try:
         for side, (proc, log, export) in procs.items():
             try:
-                rc = proc.wait(timeout=seconds + 120)
+                # Production's part is background: once both copies are done, it gets a moment to finish, then it stops,
+                # so a rate the served model cannot keep up with does not stretch the canary (Triton counts its answers).
+                rc = proc.wait(timeout=seconds + 120 if side != PRODUCTION else 2.0)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                rc = proc.wait()
+                rc = proc.wait() if side != PRODUCTION else 0
+                if side == PRODUCTION:
+                    notes.append("the production part of the load was stopped 2 s after the copies' parts: the served model fell behind its rate")
             log.seek(0)
             if rc != 0:
                 tail = " | ".join(ln.strip() for ln in log.read().splitlines() if ln.strip())[-400:]

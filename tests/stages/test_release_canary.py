@@ -141,8 +141,10 @@ def copies(url: str) -> list[str]:
 
 
 def assert_untouched_by_production(report: dict, url: str) -> None:
-    """The candidate's copy answered exactly the canary's own requests: production stayed on ``tiny``."""
-    assert report["errors"]["triton"]["candidate"]["success"] == report["errors"]["requests"], report["errors"]
+    """The copies answered exactly the canary's own requests, and production on ``tiny`` failed none."""
+    e = report["errors"]
+    assert e["triton"]["candidate"]["success"] == e["requests"] and e["triton"]["live"]["success"] == e["live_requests"], e
+    assert e["production"]["failed_during_canary"] == 0 and e["production"]["answered_during_canary"] > 0, e
 
 
 def test_identical_weights_pass_and_are_promoted(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
@@ -173,7 +175,8 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
                                  "--store", str(store.url), "--params", str(params), "--no-tag"])  # fmt: skip
     production.finish()
     assert r.exit_code == 1, r.output
-    assert "| outputs: y | reference |" in r.output and "FAIL |" in r.output and "passes with parity.fp32.per_output.y.atol=" in r.output, r.output
+    assert "| outputs: y | reference |" in r.output and "FAIL |" in r.output and "| production on 'tiny' v1 |" in r.output, r.output
+    assert "passes with parity.fp32.per_output.y.atol=" in r.output, r.output
     rep = read_record(store.fs, "dev", "tiny")
     assert rep["status"] == "failed" and [c["name"] for c in rep["checks"] if not c["passed"]] == ["outputs"], rep["checks"]
     assert_untouched_by_production(rep, srv.http_url)
@@ -192,8 +195,10 @@ def test_slow_candidate_fails_on_latency_under_a_share_of_real_traffic(served: t
     rep = res.report
     failed = [c["name"] for c in rep["checks"] if not c["passed"]]
     assert failed == ["latency"] and rep["latency"]["p99_ratio"]["value"] > cfg.max_p99_ratio, rep["checks"]
-    share = rep["latency"]["candidate"]["requests"] / (rep["latency"]["candidate"]["requests"] + rep["latency"]["live"]["requests"])
-    assert abs(share - cfg.share) < 0.05, rep["latency"]
+    lat, prod = rep["latency"], rep["errors"]["production"]["sent_by_canary"]
+    assert lat["candidate"]["requests"] == lat["live"]["requests"], lat  # the baseline got as much as the candidate
+    share = lat["candidate"]["requests"] / (2 * lat["candidate"]["requests"] + prod)
+    assert abs(share - cfg.share) < 0.05, (lat, prod)
     assert_untouched_by_production(rep, srv.http_url)
     assert store.env_state("dev", "tiny").live == 1 and served_versions(srv.http_url) == [1]
     print(f"\nslow candidate: {rep['checks']}")
@@ -268,12 +273,12 @@ def test_abort_cleans_up_a_candidate_whose_guard_died_too(served: tuple[ReleaseS
     proc.communicate(timeout=60)
     time.sleep(1)
     left = copies(srv.http_url)
-    assert len(left) == 1 and store.env_state("dev", "tiny").live == 1
+    assert len(left) == 2 and store.env_state("dev", "tiny").live == 1  # the baseline and the candidate
     with pytest.raises(ReleaseError, match="still loaded") as e:  # a new canary refuses before it loads anything
         run_canary(store, "dev", 2, srv.http_url, FAST, ParityConfig())
     assert "--abort" in e.value.render()
     r = CliRunner().invoke(app, ["release", "canary", "--env", "dev", "--abort", "--store", str(store.url), "--params", str(params)])
-    assert r.exit_code == 0 and f"unloaded the candidate's copy {left}" in r.output, r.output
+    assert r.exit_code == 0 and f"unloaded the canary's copies {left}" in r.output, r.output
     assert settled(srv.http_url, store) == [1] and read_record(store.fs, "dev", "tiny")["status"] == "aborted"
     print(r.output)
 

@@ -108,8 +108,8 @@ def test_impossible_thresholds_fail_at_composition_and_on_the_command_line() -> 
         with pytest.raises(ConfigError) as e:
             compose([override])
         assert isinstance(e.value, ConfigProblems) and [p.key for p in e.value.problems] == [key], e.value.render()
-    with pytest.raises(ConfigProblems, match=r"release.canary.share=1.5: must be in \(0, 1\)"):
-        checked(CanaryConfig(), traffic="real", share=1.5)
+    with pytest.raises(ConfigProblems, match=r"release.canary.share=0.6: must be in \(0, 0.5\]"):
+        checked(CanaryConfig(), traffic="real", share=0.6)
     with pytest.raises(ConfigProblems, match="requests per round") as e:
         checked(CanaryConfig(), traffic="real", share=0.01, duration_s=10)
     assert "raise release.canary.duration_s to 500" in e.value.render()

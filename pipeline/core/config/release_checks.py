@@ -20,7 +20,8 @@ def check_canary(c: CanaryConfig, p: Problems, key: str = "release.canary") -> N
     p.number(f"{key}.max_p99_ratio", c.max_p99_ratio, 0, low_open=True)
     p.number(f"{key}.max_error_rate", c.max_error_rate, 0, 1)
     p.number(f"{key}.load_timeout_s", c.load_timeout_s, 0, low_open=True)
-    share_ok = p.number(f"{key}.share", c.share, 0, 1, low_open=True, high_open=True)  # 0: no candidate traffic; 1: no live side to pair with
+    # The baseline gets as much as the candidate: 0 leaves both without traffic, above 0.5 they would need more than all of it.
+    share_ok = p.number(f"{key}.share", c.share, 0, 0.5, low_open=True)
     rate_ok = p.number(f"{key}.request_rate", c.request_rate, 0, low_open=True)
     if c.traffic == CanaryTraffic.real and share_ok and rate_ok and not p.has(key):
         per_round = c.share * c.request_rate * c.duration_s / c.rounds

@@ -17,7 +17,7 @@ class CanaryConfig:
 
     traffic: CanaryTraffic = CanaryTraffic.replay
     duration_s: float = 60.0  # seconds of traffic (after one pass of every sample row to both versions)
-    share: float = 0.1  # traffic=real: the candidate's share of the load
+    share: float = 0.1  # traffic=real: the candidate's share of the load (the baseline gets as much, production the rest)
     request_rate: float = 40.0  # traffic=real: requests per second of the perf_analyzer load, both versions together
     rounds: int = 10  # time slices of the paired p99 ratio (its 90% interval is over them)
     min_round_requests: int = 20  # a slice gives a ratio only with at least this many answers per version
