@@ -1,13 +1,13 @@
 """``release canary`` on a real tritonserver under a real perf_analyzer load.
 
 The store holds the ONNX Runtime python-backend stand-in (tests/helpers/release_repo.py) serving
-tests/tiny_triton.py's model; every execute sleeps 5 ms, so a latency is that sleep plus noise and a
+tests/tiny_triton.py's model; every execute sleeps 8 ms, so a latency is that sleep plus noise and a
 ratio of two of them is stable on a busy machine. The releases:
 
     1  seed 1          the live version
     2  seed 1          identical weights: passes and is promoted
     3  seed 2          perturbed weights: fails on outputs
-    4  seed 1, +25 ms  slow on purpose: fails on latency
+    4  seed 1, 40 ms   slow on purpose: fails on latency
 
 A perf_analyzer process stands in for production traffic: unversioned requests to ``tiny`` at a fixed
 rate throughout, and it must see zero failed requests (a negative control shows it does see one). Every test also checks that
@@ -50,9 +50,10 @@ from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, s
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-RELEASES = [(1, 5.0), (1, 5.0), (2, 5.0), (1, 30.0)]  # (weights seed, sleep per execute in ms) of releases 1-4
-FAST = CanaryConfig(duration_s=3, rounds=5, min_round_requests=10)
-KNOBS = ["release.canary.duration_s=3", "release.canary.rounds=5", "release.canary.min_round_requests=10"]
+RELEASES = [(1, 8.0), (1, 8.0), (2, 8.0), (1, 40.0)]  # (weights seed, sleep per execute in ms) of releases 1-4
+# 4 rounds of about a second: some 40 answers per side each, so a round's p99 is not one stall of a busy machine.
+FAST = CanaryConfig(duration_s=4, rounds=4, min_round_requests=20)
+KNOBS = ["release.canary.duration_s=4", "release.canary.rounds=4", "release.canary.min_round_requests=20"]
 
 
 def make_store(tmp: Path) -> ReleaseStore:
@@ -178,7 +179,8 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
     assert "| outputs: y | reference |" in r.output and "FAIL |" in r.output and "| production on 'tiny' v1 |" in r.output, r.output
     assert "passes with parity.fp32.per_output.y.atol=" in r.output, r.output
     rep = read_record(store.fs, "dev", "tiny")
-    assert rep["status"] == "failed" and [c["name"] for c in rep["checks"] if not c["passed"]] == ["outputs"], rep["checks"]
+    # Outputs fail; latency is not this test's subject (both sleep 8 ms), so it may go either way on a loaded machine.
+    assert rep["status"] == "failed" and "outputs" in [c["name"] for c in rep["checks"] if not c["passed"]], rep["checks"]
     assert_untouched_by_production(rep, srv.http_url)
     assert store.env_state("dev", "tiny").live == 1 and served_versions(srv.http_url) == [1]
     assert 3 not in store.env_state("dev", "tiny").present  # never installed into the environment
@@ -189,7 +191,7 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
 def test_slow_candidate_fails_on_latency_under_a_share_of_real_traffic(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
     store, srv = served
     production = load()
-    cfg = CanaryConfig(traffic=CanaryTraffic.real, duration_s=4, share=0.25, request_rate=60, rounds=4, min_round_requests=10)
+    cfg = CanaryConfig(traffic=CanaryTraffic.real, duration_s=4, share=0.25, request_rate=40, rounds=4, min_round_requests=10)
     res = run_canary(store, "dev", 4, srv.http_url, cfg, ParityConfig(), metrics=f"127.0.0.1:{srv.metrics_port}")
     production.finish()
     rep = res.report
