@@ -306,6 +306,7 @@ def _judge(
                                         cfg.request_rate, cfg.share, cfg.duration_s, Path(tmp))  # fmt: skip
         errors += notes
     after = {ep.side: ct.version_counts(judge.client, ep) for ep in sides}
+    m_after = ct.version_metrics(metrics_url, sides)  # right after the statistics, so both count the same span
     delta = {s: {k: after[s][k] - before[s][k] for k in after[s]} for s in after}
     latency = ct.paired_rounds(sent, cfg.rounds, cfg.min_round_requests)
     if sent is not first:
@@ -322,7 +323,7 @@ def _judge(
             "triton": delta, "messages": errors}  # fmt: skip
     checks = cr.verdict(agree, latency, errs, cfg)
     bad = [f"{c.name}: {c.detail}" for c in checks if not c.passed]
-    report.update(outputs=agree, latency=latency.to_json(), errors=errs, metrics=ct.metrics_delta(m_before, ct.version_metrics(metrics_url, sides)),
+    report.update(outputs=agree, latency=latency.to_json(), errors=errs, metrics=ct.metrics_delta(m_before, m_after),
                   checks=[asdict(c) for c in checks],
                   verdict={"passed": not bad, "summary": "; ".join(bad) + f"; the copies were unloaded, the pointer still names {live.version}" if bad else ""})  # fmt: skip
     if errors:
