@@ -4,8 +4,8 @@ Order, all under the environment's lock (so no promote or rollback runs meanwhil
 
 1. refuse before anything loads: the candidate is not a release, is already live, nothing is live, its
    inputs/outputs differ from the live version's, its files or signature fail, no samples to replay,
-   a server is unreachable, not in explicit model-control mode or not serving the live version, or a
-   candidate of an earlier canary is still loaded there;
+   a server is unreachable, not in explicit model-control mode or not serving the live version, or
+   copies of an earlier canary are still loaded there;
 2. write the canary's record (``running``) and start its guard (:mod:`pipeline.release.canary_guard`);
 3. load two copies on the judging server (the first ``--reload``), models of their own beside the served
    one, from the verified bytes of their releases (Triton's file override): ``<model>__canary_<id>-baseline``
@@ -57,7 +57,6 @@ from pipeline.release.promote import SwitchResult, reload_urls, switch, variant_
 from pipeline.release.store import ReleaseStore
 from pipeline.release.triton_control import TritonReloader
 
-SAMPLES = evidence.SAMPLES_FILE  # inside a release's files/: the parity stage's real inputs (release build adds them)
 Say = Callable[[str], None]
 
 
@@ -116,7 +115,7 @@ def _rows(store: ReleaseStore, model: str, versions: list[int], cfg: mc.ModelCon
 
     feeds, sources = [], []
     for v in versions:
-        rel = f"{store.release_rel(model, v)}/files/{SAMPLES}"
+        rel = f"{store.release_rel(model, v)}/files/{evidence.SAMPLES_FILE}"
         if store.fs.exists(rel):
             with tempfile.TemporaryDirectory() as tmp, pg.quiet():
                 (Path(tmp) / "inputs.json").write_bytes(store.fs.read_bytes(rel))
@@ -179,7 +178,7 @@ def _check_servers(urls: list[str], model: str, live: int, timeout_s: float) -> 
                                    fix="start it on the environment (`release list` prints the command) and --load-model the model")  # fmt: skip
             left = loaded_copies(r, model)
             if left:
-                raise ReleaseError(f"a candidate of an earlier canary ({', '.join(left)}) is still loaded on {r.url}",
+                raise ReleaseError(f"copies of an earlier canary ({', '.join(left)}) are still loaded on {r.url}",
                                    fix="run `release canary --env <env> --abort` first")  # fmt: skip
 
 

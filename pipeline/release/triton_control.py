@@ -121,7 +121,7 @@ class TritonReloader:
             raise self._fail(f"version {new} of '{self.model}' is not ready after the reload", "not ready", after_flip=True)
 
     def load_beside(self, name: str, cfg: mc.ModelConfig, version: int, files: dict[str, bytes]) -> None:
-        """Load one version's files (``{"<version>/<file>": bytes}``) as model ``name`` and wait until it is ready.
+        """Load a model directory's files (``{"<version>/<file>": bytes, "warmup/<file>": ...}``) as model ``name``; wait until ready.
 
         The served model is not touched: its unversioned requests keep going to its own versions.
 
