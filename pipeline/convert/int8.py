@@ -277,5 +277,6 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     out = {k: report[k] for k in ("quantized_count", "kept_fp32_count", "size_bytes_fp32", "size_bytes_int8", "passed_on_calibration")}
     out["fallback_blocked_count"] = report["fallback"]["blocked_count"]
     out["attempts"] = len(report["fallback"]["attempts"])
+    out["fallback_searched"] = report["fallback"]["searched"]
     out["quality_on_calibration"] = {o: v["metrics"] for o, v in report["quality_on_calibration"].items()}
     return out

@@ -189,8 +189,8 @@ def run_parity(
         "model": cfg.model.name,
         "passed": bool(compared) and all(a.get("passed") is True for a in compared),
         "gating": sorted(gates),
-        "not_gating": {k: "int8 is a candidate of precision auto, not configured for any target: its verdict decides whether "
-                       "auto may choose it" for k in arts if k not in gates},
+        "not_gating": {k: "no target serves int8 as configured: its verdict is reported, and under precision auto it decides "
+                       "whether auto may choose it" for k in arts if k not in gates},
         "reference": {
             "source": source,
             "samples": len(feeds),

@@ -38,7 +38,7 @@ def _body(a: argparse.Namespace) -> None:
     write_report(a, report, headline(report))  # written even on failure: the numbers are what the user needs
     print_table(report)
     for line in failures(report, set(report["not_gating"])):
-        print(f"[parity] not gating (a candidate of precision auto, not served as is): {line}")
+        print(f"[parity] not gating (no target serves it as configured; under precision auto, a candidate): {line}")
     gate(report, a.report)
 
 
