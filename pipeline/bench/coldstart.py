@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import json_format
 
+from pipeline.bench.inputs import http_inputs
 from pipeline.bench.production import ColdStart
 from pipeline.bench.servers import EmbeddedMode
 from pipeline.bench.sweep import model_stats
@@ -28,14 +29,7 @@ Feed = dict[str, np.ndarray]
 
 def _infer_ms(client: object, model: str, row: Feed) -> float:
     """One request's latency (ms) over HTTP, as a client sends it."""
-    import tritonclient.http as httpclient
-    from tritonclient.utils import np_to_triton_dtype
-
-    inputs = []
-    for name, arr in row.items():
-        x = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-        x.set_data_from_numpy(arr)
-        inputs.append(x)
+    inputs = http_inputs(row)
     t = time.perf_counter()
     client.infer(model, inputs)  # type: ignore[attr-defined]
     return (time.perf_counter() - t) * 1000

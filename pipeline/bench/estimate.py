@@ -138,6 +138,7 @@ class StopRule:
     target: float | None
     budget_s: float | None = None
     max_key: str = "bench.paired_max_rounds"  # the setting that caps them, for the reason given
+    budget_key: str = "bench.rounds_budget_s"  # the setting that is their time budget
 
     def reason(self, ran: int, estimates: Sequence[Estimate], elapsed_s: float) -> str | None:
         """Why the group stops now, or None to run another round."""
@@ -150,5 +151,5 @@ class StopRule:
             worst = max(w for w in widths if w is not None)
             return f"interval within +-{worst:.1%} (target +-{self.target:.0%}) after {ran} rounds"
         if self.budget_s is not None and elapsed_s >= self.budget_s:
-            return f"time budget of {self.budget_s:.0f} s spent after {ran} rounds (bench.rounds_budget_s)"
+            return f"time budget of {self.budget_s:.0f} s spent after {ran} rounds ({self.budget_key})"
         return None

@@ -30,6 +30,19 @@ def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
     return out
 
 
+def http_inputs(row: Feed) -> list:
+    """A request row as tritonclient HTTP inputs (binary tensors), what every Python-side request to Triton sends."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    out = []
+    for name, arr in row.items():
+        x = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+        x.set_data_from_numpy(arr)
+        out.append(x)
+    return out
+
+
 @dataclass
 class BenchInputs:
     """The request rows and what perf_analyzer and the diagnosis need to know about them."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from pipeline.bench.inputs import Feed
+from pipeline.bench.inputs import Feed, http_inputs
 from pipeline.bench.servers import Target
 from pipeline.bench.sweep import flush_standin, model_stats, standin_counters, standin_split
 from pipeline.serving.client import TritonClient
@@ -31,19 +31,9 @@ class InServerOrt:
     """
 
     def __init__(self, target: Target, rows: list[Feed], burst_s: float) -> None:
-        import tritonclient.http as httpclient
-        from tritonclient.utils import np_to_triton_dtype
-
         self._t, self._rows, self._burst_s = target, rows, burst_s
         self._client = TritonClient(target.http_url)  # embedded servers always have HTTP
-        self._inputs = []
-        for row in rows:
-            ins = []
-            for name, arr in row.items():
-                i = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-                i.set_data_from_numpy(arr)
-                ins.append(i)
-            self._inputs.append(ins)
+        self._inputs = [http_inputs(row) for row in rows]
         self._next = 0
 
     def _send_for(self, seconds: float, least: int = 3) -> int:

@@ -48,7 +48,8 @@ SETTINGS = [
     "logging at WARN with no access log (its default writes several lines per request; Triton's embedded server writes none)",
     "system metrics off (by default a Python collector process starts every minute); metrics in Prometheus form",
     "OMP_WAIT_POLICY=PASSIVE for the workers: GNU OpenMP's default spin-wait made PyTorch eager MiniLM at 2 threads ~10x slower on a "
-    "busy 2-core machine (239 ms against 22 ms p50 at load 5.4); ONNX Runtime's own thread pool does not use OpenMP",
+    "busy 2-core machine (239 ms against 22 ms p50 at load 5.4). ONNX Runtime's own thread pools (Triton's and the same graph's) "
+    "keep their default spinning, which also costs more on a busy machine: there the runtime comparison leans towards PyTorch",
 ]
 # The workers' environment (see SETTINGS).
 WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -277,8 +278,8 @@ def _rounds(res: PeersResult, targets: dict, sweeper: Sweeper, ts_input: Path, b
 
     for k in keys:  # a fresh model's first run pays first-request costs (allocations for each batch shape): discarded
         run(k, max(res.concurrency), f"peers_warmup_{k}")
-    rule = StopRule(b.peer_rounds, b.peer_max_rounds, b.target_half_width if b.profile == BenchProfile.default else None, b.peer_budget_s,
-                    "bench.peer_max_rounds")  # fmt: skip
+    rule = StopRule(b.peer_rounds, b.peer_max_rounds, b.target_half_width if b.profile == BenchProfile.default else None,
+                    b.peer_budget_s if b.profile == BenchProfile.default else None, "bench.peer_max_rounds", "bench.peer_budget_s")  # fmt: skip
     t0, i = time.monotonic(), 0
     while True:
         ests = [r.estimate for r in ratios(res)]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.bench.inputs import http_inputs
 from pipeline.bench.measured import Point
 from pipeline.bench.peers_results import Agreement
 from pipeline.bench.production import ColdStart
@@ -128,18 +129,10 @@ def rss_mb(pids: list[int]) -> float | None:
 
 def triton_answers(t: Target, rows: list[Feed], outputs: list[str]) -> list[dict[str, np.ndarray]]:
     """Triton's answer to every row (HTTP, the same client path a user takes)."""
-    import tritonclient.http as httpclient
-    from tritonclient.utils import np_to_triton_dtype
-
     out = []
     with t.client() as client:
         for row in rows:
-            inputs = []
-            for name, arr in row.items():
-                x = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-                x.set_data_from_numpy(arr)
-                inputs.append(x)
-            r = client.raw.infer(t.model, inputs)
+            r = client.raw.infer(t.model, http_inputs(row))
             out.append({n: r.as_numpy(n) for n in outputs})
     return out
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.bench import render_readiness, render_rounds
+from pipeline.bench import render_peers, render_readiness, render_rounds
 from pipeline.bench.render_rounds import _f, _invalid
 from pipeline.bench.results import BenchResult
 from pipeline.core.atomic import write_text
@@ -165,6 +165,7 @@ def markdown(res: BenchResult) -> str:
         *render_rounds.c1_table(res),
         *render_rounds.throughput_table(res),
         *render_readiness.sections(res),
+        *(render_peers.section(res.peers) if res.peers else []),
         "",
         "## Diagnosis",
         "",
@@ -180,6 +181,8 @@ def write_outputs(res: BenchResult, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_text(out_dir / "report.md", markdown(res))
     plot_png(res, out_dir / "bench.png")
+    if res.peers:
+        render_peers.plot_png(res.peers, out_dir / "peers.png", f"{res.model.name}: Triton and TorchServe, throughput against p99")
 
 
 def console_line(res: BenchResult, seconds: float) -> str:
@@ -190,4 +193,4 @@ def console_line(res: BenchResult, seconds: float) -> str:
     best = "; ".join(f"c{x.concurrency} = {x.vs_ort_best.text()}" for x in r.compared) or "not compared"
     return (f"[bench] {res.server.mode} mode, profile {res.settings.profile}; latency c=1 p50 / in-process ORT p50 = {r.latency_c1.text()}; "
             f"throughput/latency {compared}; throughput/in-process best batch {best}; batching tax c=1 "
-            f"{r.batching_tax_c1.text('.2f', ' ms')} ({seconds:.0f} s)")  # fmt: skip
+            f"{r.batching_tax_c1.text('.2f', ' ms')}{render_peers.console(res.peers) if res.peers else ''} ({seconds:.0f} s)")  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.bench.estimate import Estimate
 from pipeline.bench.measured import Baseline, Json, Point, Sweep, Tuning
+from pipeline.bench.peers_results import PeersResult
 from pipeline.bench.production import Production
 from pipeline.bench.rounds import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig
@@ -224,6 +225,7 @@ class BenchResult:
     diagnosis: list[Finding] = field(default_factory=list)
     schema: int = SCHEMA
     production: Production | None = None
+    peers: PeersResult | None = None  # bench.peers: the side by side with TorchServe
 
     def point(self, variant: str, c: int) -> Point | None:
         """The valid measurement of ``variant`` at concurrency ``c``, or None."""
@@ -287,7 +289,7 @@ class BenchResult:
             "ort_best_infer_s": _r4(self.baseline.throughput.best_infer_s),
             "ratios": {k: _r4(v) for k, v in ratios.items() if self._in_summary(k)},
             "variants": variants,
-        } | ({"production": self._production_summary()} if self.production else {})
+        } | ({"production": self._production_summary()} if self.production else {}) | ({"peers": self.peers.summary()} if self.peers else {})
 
     def to_json(self) -> Json:
         """bench.json: every measurement, the ratios, the summary and the diagnosis."""
@@ -304,6 +306,8 @@ class BenchResult:
             d |= {"ratios": self.ratios.to_json(), "summary": self.summary()}
         if self.production is not None:
             d["production"] = self.production.to_json()
+        if self.peers is not None:
+            d["peers"] = self.peers.to_json()
         return d | {"diagnosis": [asdict(f) for f in self.diagnosis]}
 
     @classmethod
@@ -325,4 +329,5 @@ class BenchResult:
             diagnosis=[Finding(**f) for f in d.get("diagnosis", [])],
             schema=d.get("schema", SCHEMA),
             production=Production.from_json(d["production"]) if d.get("production") else None,
+            peers=PeersResult.from_json(d["peers"]) if d.get("peers") else None,
         )

@@ -23,6 +23,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench import inputs as inputs_mod
+from pipeline.bench import peers as peers_mod
 from pipeline.bench import readiness, render, tune
 from pipeline.bench.baseline import Gauges, baseline_latency, baseline_throughput
 from pipeline.bench.diagnose import diagnose
@@ -59,6 +60,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     b = cfg.bench
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
+    ts_inst = peers_mod.check() if b.peers else None  # so do TorchServe and its Java (bench.peers)
     shipped, configs = shipped_configs(repository / cfg.model.name, b.tune)
     main_cfg = configs.get("latency") or next(iter(configs.values()))
     inp = inputs_mod.prepare(cfg.model, shipped.onnx, main_cfg, b.input_shapes)
@@ -80,6 +82,8 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             logs = Path(work_s) / "logs"
             logs.mkdir()
             input_json = pa_mod.write_input_data(Path(work_s) / "perf_input.json", inp.rows, inp.batched)
+            # The peers' archives before any server: an archive that does not build stops the stage here.
+            prep = peers_mod.prepare(cfg, ts_inst, shipped, configs, inp, Path(work_s) / "peers", progress.log) if ts_inst else None
             sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
             mode: Mode = (
                 EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.memory_sample_ms / 1000)
@@ -104,6 +108,8 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 if b.tune:
                     progress.phase("tuning")
                 tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s) if b.tune else None  # type: ignore[arg-type]
+                # bench.peers composes only with bench.server=embedded too.
+                side = peers_mod.measure(cfg, prep, mode, sweeper, configs, inp, prod.cold_start, peers_mod.tolerance(cfg), logs, progress) if prep else None  # type: ignore[arg-type]
             except PipelineError as e:
                 raise _keeping_logs(e, logs) from None
             finally:
@@ -112,7 +118,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             progress.phase("report")
             baseline_again(base, shipped.onnx, lat_s, inp, b)
             mach.loadavg_end = loadavg()
-            res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning, production=prod)
+            res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning, production=prod, peers=side)
             res.ratios = ratios(res)
             res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
             write_outputs(res, shipped, configs, logs, out_dir, curves_dir, tuned_config)
@@ -163,8 +169,9 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan) -> dict[str, float]:
     embedded = b.server == BenchServer.embedded
     cold = 4 * 5.0 * (embedded and b.cold_start)  # two variants, with and without warmup, a fresh server each
     overload = (len(b.overload_levels) * (3 * b.overload_interval_ms / 1000 + 2) + 3 * (b.burst_s + 1.5) + 8) * (embedded and b.overload)
+    peers = peers_mod.expected_seconds(b) if b.peers else 0.0
     return {"baseline": baseline, "cold start": cold, "sweep": sweep, "rounds": rounds + 5.0 * (plan.c1 or bool(plan.concurrency)),
-            "overload": overload, "soak": b.soak_s * embedded, "tuning": tuning, "report": 8.0}  # fmt: skip
+            "overload": overload, "soak": b.soak_s * embedded, "tuning": tuning, "peers": peers, "report": 8.0}  # fmt: skip
 
 
 # ---------------------------------------------------------------- inputs

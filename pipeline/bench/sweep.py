@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.bench import tritonmetrics as tm
-from pipeline.bench.inputs import Feed
+from pipeline.bench.inputs import Feed, http_inputs
 from pipeline.bench.measured import Point
 from pipeline.bench.servers import Target
 from pipeline.core.config import BenchConfig
@@ -78,15 +78,10 @@ def flush_standin(client: TritonClient, model: str, row: Feed) -> bool:
     passed, so a request sent that long after a run flushes everything up to and including
     itself. Returns False if the request failed (the counters are then not lined up).
     """
-    import tritonclient.http as httpclient
-    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+    from tritonclient.utils import InferenceServerException
 
     time.sleep(STANDIN_FLUSH_S + 0.05)
-    inputs = []
-    for name, arr in row.items():
-        inp = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-        inp.set_data_from_numpy(arr)
-        inputs.append(inp)
+    inputs = http_inputs(row)
     try:
         client.raw.infer(model, inputs)
     except (InferenceServerException, OSError):

@@ -96,6 +96,60 @@ class _Interrupted(KeyboardInterrupt):
     """Raised from the SIGTERM handler so ``with`` blocks unwind and stop the server."""
 
 
+class Watchdog:
+    """A separate process that SIGKILLs process group ``pgid`` when this process dies, however it dies.
+
+    PR_SET_PDEATHSIG covers a server's first process only; its children (python-backend stubs, TorchServe's JVM and
+    workers) are reparented when it dies and do not always exit. The watchdog holds the read end of a pipe whose write
+    end only we hold (non-inheritable): our death, even by SIGKILL, closes it; it reads EOF and kills the whole group.
+    """
+
+    def __init__(self, pgid: int) -> None:
+        r, w = os.pipe()
+        self.proc: subprocess.Popen | None = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=r, start_new_session=True, close_fds=True
+        )
+        os.close(r)
+        self._fd: int | None = w
+
+    def stop(self) -> None:
+        """Stop it before the group is reaped, so it can never signal a recycled group id (safe to call twice)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class SignalGuard:
+    """While installed (main thread only), SIGTERM and SIGHUP raise :class:`_Interrupted`.
+
+    SIGTERM (e.g. `dvc` or CI cancelling) would end Python without running ``__exit__``; as an exception it unwinds the
+    ``with`` blocks, which stop the servers.
+    """
+
+    def __init__(self) -> None:
+        self._old: dict[int, object] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self._old[sig] = signal.signal(sig, self._raise)
+
+    @staticmethod
+    def _raise(signum: int, frame: FrameType | None) -> None:
+        raise _Interrupted(f"received signal {signum}")
+
+    def restore(self) -> None:
+        for sig, old in self._old.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, old)  # type: ignore[arg-type]
+        self._old.clear()
+
+
 class EmbeddedServer:
     """A tritonserver on free loopback ports, serving one model; always stopped on exit.
 
@@ -129,10 +183,9 @@ class EmbeddedServer:
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
-        self._old_handlers: dict[int, object] = {}
+        self._signals = SignalGuard()
         self._tmp: tempfile.TemporaryDirectory | None = None
-        self._watchdog: subprocess.Popen | None = None
-        self._watch_fd: int | None = None
+        self._watchdog: Watchdog | None = None
         # time.monotonic() at the spawn of the server that came up, and when it (and its models) answered ready
         self.spawned_at = self.ready_at = 0.0
 
@@ -189,7 +242,7 @@ class EmbeddedServer:
 
     def __enter__(self) -> EmbeddedServer:
         inst = locate_tritonserver()
-        self._install_signal_handlers()
+        self._signals.install()
         try:
             self._start(inst, attempts=3)
         except BaseException:
@@ -217,7 +270,7 @@ class EmbeddedServer:
                     start_new_session=True,  # its own process group: stubs die with it in stop()
                     preexec_fn=set_pdeathsig,  # noqa: PLW1509 - needed so a SIGKILLed stage leaves no server
                 )
-            self._start_watchdog()
+            self._watchdog = Watchdog(self.proc.pid)
             ready = self._wait_ready()
             if ready:
                 self.ready_at = time.monotonic()
@@ -254,38 +307,17 @@ class EmbeddedServer:
         with TritonClient(self.http_url, "http", timeout_s=_POLL_TIMEOUT_S) as client:
             return client.wait_ready(self.models, self.timeout_s, is_alive=lambda: proc.poll() is None, poll_s=0.05)
 
-    def _start_watchdog(self) -> None:
-        """A separate process that SIGKILLs the server's group when this process dies.
-
-        PR_SET_PDEATHSIG covers tritonserver itself, but its python-backend stubs are
-        its children, reparented to init when it dies, and do not always exit. The
-        watchdog holds the read end of a pipe; our death (even SIGKILL) closes the
-        write end, it reads EOF and kills the whole group.
-        """
-        assert self.proc is not None
-        r, w = os.pipe()
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(self.proc.pid)], stdin=r, start_new_session=True, close_fds=True
-        )
-        os.close(r)
-        self._watch_fd = w  # non-inheritable: only this process holds it
-
     def _stop_watchdog(self) -> None:
         if self._watchdog is not None:
-            # Stop it before the group is reaped, so it can never signal a recycled group id.
-            self._watchdog.kill()
-            self._watchdog.wait()
+            self._watchdog.stop()
             self._watchdog = None
-        if self._watch_fd is not None:
-            os.close(self._watch_fd)
-            self._watch_fd = None
 
     def stop(self) -> None:
         """Stop the server and its stubs; safe to call twice."""
         self._stop_watchdog()
         if self.proc is not None:
             kill_group(self.proc)
-        self._restore_signal_handlers()
+        self._signals.restore()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -294,20 +326,3 @@ class EmbeddedServer:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-    # SIGTERM (e.g. `dvc` or CI cancelling) would end Python without running __exit__;
-    # turn it into an exception so the `with` block unwinds and the server is stopped.
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        raise _Interrupted(f"received signal {signum}")
-
-    def _restore_signal_handlers(self) -> None:
-        for sig, old in self._old_handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, old)  # type: ignore[arg-type]
-        self._old_handlers.clear()

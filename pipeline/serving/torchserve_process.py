@@ -13,44 +13,21 @@ import contextlib
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 import uuid
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 
 from pipeline.core.errors import ToolError
-from pipeline.serving.process import free_port, kill_group, port_free, set_pdeathsig
+from pipeline.serving.process import SignalGuard, Watchdog, free_port, kill_group, port_free, set_pdeathsig
 from pipeline.serving.torchserve import LOG4J2, TorchServeInstall, config_properties
 
 PORTS = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
 _ERROR_WORDS = ("error", "exception", "traceback", "failed", "raise ")
-
-
-_WATCHDOG = (
-    "import os, signal, sys\n"
-    "sys.stdin.buffer.read()  # EOF when the bench process exits, however it exits\n"
-    "try:\n    os.killpg(int(sys.argv[1]), signal.SIGKILL)\nexcept OSError:\n    pass\n"
-)
-
-
-def start_watchdog(pgid: int) -> tuple[subprocess.Popen, int]:
-    """A process that SIGKILLs process group ``pgid`` when this process dies (even by SIGKILL): it reads EOF on a pipe
-    whose write end only we hold. Returns it and the write end (close both to stop it)."""
-    r, w = os.pipe()
-    dog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=r, start_new_session=True, close_fds=True)
-    os.close(r)
-    return dog, w
-
-
-class _Interrupted(KeyboardInterrupt):
-    """Raised from the SIGTERM handler so ``with`` blocks unwind and stop the server."""
 
 
 def multipart(body: bytes, name: str = "data") -> tuple[bytes, str]:
@@ -83,9 +60,8 @@ class TorchServeServer:
         self.ports: dict[str, int] = {}
         self.proc: subprocess.Popen | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
-        self._watchdog: subprocess.Popen | None = None
-        self._watch_fd: int | None = None
-        self._old_handlers: dict[int, object] = {}
+        self._watchdog: Watchdog | None = None
+        self._signals = SignalGuard()
         self._conns: dict[str, http.client.HTTPConnection] = {}
         self.spawned_at = self.ready_at = 0.0
 
@@ -131,7 +107,7 @@ class TorchServeServer:
         return chosen
 
     def __enter__(self) -> TorchServeServer:
-        self._install_signal_handlers()
+        self._signals.install()
         try:
             self._start(attempts=3)
         except BaseException:
@@ -161,7 +137,7 @@ class TorchServeServer:
                 self.spawned_at = time.monotonic()
                 self.proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                              preexec_fn=set_pdeathsig)  # noqa: PLW1509 - a SIGKILLed stage must leave no server
-            self._watchdog, self._watch_fd = start_watchdog(self.proc.pid)
+            self._watchdog = Watchdog(self.proc.pid)
             if self._wait_ready():
                 self.ready_at = time.monotonic()
                 return
@@ -192,12 +168,8 @@ class TorchServeServer:
 
     def _stop_process(self) -> None:
         if self._watchdog is not None:
-            self._watchdog.kill()  # before the group is reaped, so it never signals a recycled group id
-            self._watchdog.wait()
+            self._watchdog.stop()
             self._watchdog = None
-        if self._watch_fd is not None:
-            os.close(self._watch_fd)
-            self._watch_fd = None
         if self.proc is not None:
             kill_group(self.proc)
 
@@ -207,28 +179,13 @@ class TorchServeServer:
             c.close()
         self._conns.clear()
         self._stop_process()
-        self._restore_signal_handlers()
+        self._signals.restore()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-    def _install_signal_handlers(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            self._old_handlers[sig] = signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        raise _Interrupted(f"received signal {signum}")
-
-    def _restore_signal_handlers(self) -> None:
-        for sig, old in self._old_handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, old)  # type: ignore[arg-type]
-        self._old_handlers.clear()
 
     # ------------------------------------------------------------ HTTP: management, inference, metrics
     def _request(self, api: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,

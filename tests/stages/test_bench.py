@@ -49,8 +49,8 @@ def tiny_cfg() -> PipelineConfig:
     return cfg
 
 
-def procs_mentioning(text: str) -> list[str]:
-    """Live tritonserver / stub processes whose command line contains ``text``."""
+def procs_mentioning(text: str, names: tuple[str, ...] = SERVER_PROCS) -> list[str]:
+    """Live processes of ``names`` (default: tritonserver and its stubs) whose command line contains ``text``."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -60,7 +60,7 @@ def procs_mentioning(text: str) -> list[str]:
             state = next((ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")), "")
         except OSError:
             continue
-        if text in cmd and any(p in cmd for p in SERVER_PROCS) and "zombie" not in state:
+        if text in cmd and any(p in cmd for p in names) and "zombie" not in state:
             found.append(f"{d.name}: {cmd[:120]}")
     return found
 

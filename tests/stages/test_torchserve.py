@@ -23,6 +23,7 @@ from pipeline.core.errors import ToolError
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.torchserve import build_mar, locate_torchserve
 from pipeline.serving.torchserve_process import TorchServeServer
+from tests.stages.test_bench import procs_mentioning
 from tests.tiny_triton import tiny_onnx, variant_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,18 +32,7 @@ TS_PROCS = ("/java ", "model_service_worker.py", "torchserve --start")  # the JV
 
 def ts_procs(text: str) -> list[str]:
     """Live TorchServe processes (launcher, JVM, workers) whose command line contains ``text``."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next((ln for ln in (d / "status").read_text().splitlines() if ln.startswith("State:")), "")
-        except OSError:
-            continue
-        if text in cmd and any(p in cmd for p in TS_PROCS) and "zombie" not in state:
-            found.append(f"{d.name}: {cmd[:120]}")
-    return found
+    return procs_mentioning(text, TS_PROCS)
 
 
 def test_mar_build_failure_gives_the_archivers_message_and_the_fix(tmp_path: Path) -> None:
@@ -54,6 +44,7 @@ def test_mar_build_failure_gives_the_archivers_message_and_the_fix(tmp_path: Pat
     assert "rename model.name" in msg and not (tmp_path / "store" / "not a name!.mar").exists()
 
 
+@pytest.mark.slow
 def test_taken_ports_are_replaced_and_a_handler_error_counts_as_failed_requests(tmp_path: Path) -> None:
     """An archive whose handler fails at inference (its settings name an input the model lacks) registers, answers 503,
     and every such answer is a failed request, in the agreement check and in perf_analyzer's run, with the worker log."""
@@ -101,6 +92,7 @@ from pathlib import Path
 sys.path.insert(0, {root!r})
 from pipeline.serving.torchserve import build_mar, locate_torchserve
 from pipeline.serving.torchserve_process import TorchServeServer
+from tests.stages.test_bench import procs_mentioning
 from tests.tiny_triton import tiny_onnx, variant_config
 from pipeline.bench import peers_deploy
 tmp = Path({tmp!r})
@@ -113,8 +105,10 @@ with TorchServeServer(inst, tmp / "store", tmp / "logs", 120) as srv:
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_a_stopped_or_killed_owner_leaves_no_jvm_or_worker(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.slow
+def test_a_terminated_owner_leaves_no_jvm_or_worker(tmp_path: Path) -> None:
+    """SIGTERM unwinds the owner's ``with`` block, which stops the launcher, the JVM and the workers (SIGKILL, which runs no
+    handler, is the watchdog's case: test_bench_peers.py kills the whole stage)."""
     env = dict(os.environ, TMPDIR=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=str(ROOT), tmp=str(tmp_path))], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -123,7 +117,7 @@ def test_a_stopped_or_killed_owner_leaves_no_jvm_or_worker(tmp_path: Path, sig: 
     assert "READY" in line, line + proc.stdout.read()[-2000:]
     alive = ts_procs(str(tmp_path))
     assert any("java" in p for p in alive) and any("model_service_worker" in p for p in alive), alive
-    proc.send_signal(sig)
+    proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     deadline = time.monotonic() + 30
     while ts_procs(str(tmp_path)) and time.monotonic() < deadline:

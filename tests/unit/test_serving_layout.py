@@ -26,6 +26,9 @@ ALLOWED = {
     "python_standin": set(),
     "memory": set(),  # the server's RSS (psutil)
     "loadgen": set(),  # the open-loop client
+    "torchserve": set(),  # TorchServe's install, Java, archives, config (bench.peers)
+    "torchserve_process": {"process", "torchserve"},  # a running TorchServe, guarded as tritonserver is
+    "torchserve_handler": set(),  # runs inside TorchServe's Python worker
 }
 
 
@@ -67,6 +70,13 @@ def test_python_standin_imports_nothing_from_the_package() -> None:
     mods = imports(SERVING / "python_standin.py")
     assert not [m for m in mods if m == "pipeline" or m.startswith("pipeline.")]
     assert {m.split(".")[0] for m in mods} <= {"__future__", "json", "os", "sys", "time", "numpy", "onnxruntime", "triton_python_backend_utils"}
+
+
+def test_torchserve_handler_imports_nothing_from_the_package() -> None:
+    """It runs inside TorchServe's Python worker from the .mar; only the model's own factory (native) is imported there."""
+    mods = imports(SERVING / "torchserve_handler.py")
+    assert not [m for m in mods if m == "pipeline" or m.startswith("pipeline.")]
+    assert {m.split(".")[0] for m in mods} <= {"__future__", "collections", "typing", "json", "os", "numpy", "onnxruntime", "torch", "hydra", "safetensors"}
 
 
 def test_standin_graph_level_tables_agree_with_the_repository_table() -> None:
