@@ -19,6 +19,7 @@ from pipeline.core.errors import ReleaseError
 from pipeline.release import dvc_check, evidence, gto_tags, pointer, signing
 from pipeline.release import manifest as mf
 from pipeline.release.store import ReleaseStore
+from pipeline.repository.warmup import WARMUP_DIR
 
 
 @dataclass
@@ -95,6 +96,22 @@ def version_dir(model_dir: Path) -> Path:
     return found[0]
 
 
+def _check_warmup_files(model_dir: Path, where: Path, cfg: Any) -> None:
+    """Every model_warmup file a config names is in ``<model>/warmup/`` (Triton refuses to load the model otherwise).
+
+    Raises:
+        ReleaseError: naming the config and the missing files.
+    """
+    named = sorted({i.input_data_file for s in cfg.model_warmup for i in s.inputs.values() if i.WhichOneof("input_data_type") == "input_data_file"})
+    missing = [n for n in named if not (model_dir / WARMUP_DIR / n).is_file()]
+    if missing:
+        raise ReleaseError(
+            f"{where} has a model_warmup whose data files are not in {model_dir / WARMUP_DIR}, so Triton could not load it",
+            fix="re-run the repository stage (`dvc repro repository`), which writes the warmup rows beside the configs",
+            details={"missing": ", ".join(f"{WARMUP_DIR}/{n}" for n in missing)},
+        )
+
+
 def plan_release(
     store: ReleaseStore,
     repository: str | Path,
@@ -124,6 +141,7 @@ def plan_release(
         # Triton's schema, before anything is written.
         fix = "re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"
         parsed.append(pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix=fix))
+        _check_warmup_files(model_dir, cfg, parsed[-1])
     dvc_state = dvc if dvc is not None else dvc_check.check(repository)
     outputs = [o.name for o in parsed[0].output]
     sections = {

@@ -50,7 +50,7 @@ from pipeline.core.samples import load_feed_file, request_rows
 from pipeline.parity import polygraphy as pg
 from pipeline.release import canary_report as cr
 from pipeline.release import canary_traffic as ct
-from pipeline.release import evidence, gto_tags, pointer, signing
+from pipeline.release import env_copy, evidence, gto_tags, pointer, signing
 from pipeline.release import manifest as mf
 from pipeline.release.canary_guard import Guard, loaded_copies, restore, sibling_name
 from pipeline.release.promote import SwitchResult, reload_urls, switch, variant_of
@@ -145,8 +145,9 @@ def _rows(store: ReleaseStore, model: str, versions: list[int], cfg: mc.ModelCon
 
 
 def _model_files(store: ReleaseStore, model: str, version: int, m: dict[str, Any]) -> dict[str, bytes]:
-    """What Triton needs of a release's model directory (its version directory, and warmup/ data its config
-    names), read once and checked byte for byte against its manifest; the configs and samples are not sent."""
+    """What Triton needs of a release's model directory (its version directory, and the warmup rows its config
+    names, at ``warmup/<N>/`` as in an environment), read once and checked byte for byte against its manifest;
+    the configs and samples are not sent."""
     rel = f"{store.release_rel(model, version)}/files"
     out = {}
     for f in store.fs.walk_files(rel):
@@ -155,7 +156,7 @@ def _model_files(store: ReleaseStore, model: str, version: int, m: dict[str, Any
         data = store.fs.read_bytes(f"{rel}/{f}")
         if hashlib.sha256(data).hexdigest() != m["files"].get(f, {}).get("sha256"):
             raise ReleaseError(f"{f} of release {version} changed while it was read", fix="do not promote it; check the store")
-        out[f] = data
+        out[env_copy.env_file(f, version)] = data
     return out
 
 
@@ -211,7 +212,8 @@ def run_canary(
             raise ReleaseError(f"version {version} is already live in '{env}'", fix="canary another version")
         live = state.live
         variant = variant or variant_of(state.history, live)
-        live_cfg = pointer.parse_config(store.fs.read_text(f"{store.model_rel(env, model)}/config.pbtxt"), "the pointer")
+        # The pointer's config, its warmup reading the live release's rows (a pointer written before it did, too).
+        live_cfg = pointer.for_version(pointer.parse_config(store.fs.read_text(f"{store.model_rel(env, model)}/config.pbtxt"), "the pointer"), live)
         cand_cfg, variant_name = store.release_config(model, version, variant)
         _check_signatures(live_cfg, cand_cfg, live, version)
         m = store.verify_release(model, version)

@@ -10,9 +10,17 @@ and every tool here reads the live version back from that same file.
 The environment serves one config (the release's default variant unless ``--variant``
 chooses another); it carries no ``configs/`` directory, because Triton's
 ``--model-config-name`` would load a variant file that has no version_policy of ours.
+
+Its ``model_warmup`` reads the live version's own data: one ``<model>/`` holds every version
+promoted there, so each release's warmup files are installed under ``<model>/warmup/<N>/``
+(:mod:`pipeline.release.env_copy`) and the config's ``input_data_file`` entries name
+``<N>/<file>`` (:func:`for_version`). A live switch's handover config carries no warmup
+(:func:`handover` says why).
 """
 
 from __future__ import annotations
+
+import re
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
@@ -40,13 +48,46 @@ def live_versions(cfg: mc.ModelConfig) -> list[int]:
     return []
 
 
+def for_version(cfg: mc.ModelConfig, version: int) -> mc.ModelConfig:
+    """A copy of ``cfg`` whose ``model_warmup`` reads ``<model>/warmup/<version>/``, where an environment keeps that release's rows.
+
+    Idempotent (a name already under a version is moved to ``version``); zero_data / random_data inputs and
+    configs without warmup are unchanged.
+    """
+    out = mc.ModelConfig()
+    out.CopyFrom(cfg)
+    for sample in out.model_warmup:
+        for inp in sample.inputs.values():
+            if inp.WhichOneof("input_data_type") == "input_data_file":
+                inp.input_data_file = f"{version}/{_VERSIONED.sub('', inp.input_data_file)}"
+    return out
+
+
+_VERSIONED = re.compile(r"^\d+/")  # release files are flat (repository.warmup.file_names): a '/' is our version prefix
+
+
 def with_policy(cfg: mc.ModelConfig, model: str, versions: list[int]) -> mc.ModelConfig:
     """A copy of ``cfg`` named ``model`` that serves exactly ``versions``."""
     out = mc.ModelConfig()
     out.CopyFrom(cfg)
     out.name = model
     out.ClearField("version_policy")
-    out.version_policy.specific.versions.extend(sorted(versions))
+    out.version_policy.specific.versions.extend(sorted(set(versions)))
+    return out
+
+
+def handover(cfg: mc.ModelConfig, model: str, old: int | None, new: int) -> mc.ModelConfig:
+    """The config a live switch loads first: ``cfg`` (the new release's) serving ``[old, new]``, without model_warmup.
+
+    Why without: Triton reloads every version of the policy with this one config, so the old version would warm
+    up with the new release's rows, and a row the old model cannot take (a token id past its vocabulary) fails the
+    whole load, which refuses the switch although the new version is fine. The new version serves cold until the
+    reload after the flip (the pointer's config, its own rows) replaces it with a warmed instance. With nothing
+    serving, or the same version again (a repair), only rows of the version itself are run, so warmup stays.
+    """
+    out = with_policy(cfg, model, [v for v in (old, new) if v is not None])
+    if old is not None and old != new:
+        out.ClearField("model_warmup")
     return out
 
 

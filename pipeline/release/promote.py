@@ -5,7 +5,8 @@ Order of a switch (promote or rollback) to version N in environment E:
 0. take the environment's lock (local: flock; object stores: a lease object created with a
    conditional write, see :mod:`pipeline.release.lock`) and read pointer and history under it;
 1. verify release N in the store (every sha256; the signature too with a public key);
-2. copy its version directory into ``envs/E/<model>/N/`` under a staging name, verify
+2. copy its version directory into ``envs/E/<model>/N/`` and its warmup rows into
+   ``envs/E/<model>/warmup/N/`` (:mod:`pipeline.release.env_copy`), each under a staging name, verify
    every copied file, then rename it into place (Triton ignores non-numeric names);
 3. with ``--reload`` (one server, or each server of a fleet): load N next to the serving version
    and wait until it is ready; if any server fails, the ones already loaded go back to the old one;
@@ -15,7 +16,10 @@ Order of a switch (promote or rollback) to version N in environment E:
 6. move the GTO stage in git when a repository is given (unassign the old version, assign
    N); a version without a GTO registration tag is refused at step 1 instead.
 
-Nothing before step 4 changes what anyone serves; rollback never deletes a version.
+Nothing before step 4 changes what anyone serves; rollback never deletes a version. Promoting
+the live version again is a no-op, unless its copy lacks the warmup rows or the pointer is not
+what the release renders now (an environment promoted before environments carried warmup data,
+whose config names files Triton cannot open): then the same steps repair it in place.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import gto_tags, pointer, publish, signing
+from pipeline.release import env_copy, gto_tags, pointer, publish, signing
 from pipeline.release import manifest as mf
 from pipeline.release.lock import Lease
 from pipeline.release.store import EnvState, ReleaseStore
@@ -113,6 +117,11 @@ def switch(
     res.copy = store.install_version(env, model, target, m)
     res.timings["install_s"] = time.perf_counter() - t
     cfg, variant_name = store.release_config(model, target, variant)
+    missing = env_copy.missing_warmup(store, env, model, cfg)
+    if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
+        raise ReleaseError(f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
+                           fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
+                           details={"missing": ", ".join(missing)})  # fmt: skip
     data = pointer.render(cfg, env, model, target, variant_name)
 
     reloaders = [TritonReloader(u, model) for u in reload_urls(reload_url)]
@@ -185,17 +194,36 @@ def promote(
         store.manifest(model, version)  # a clear "does not exist" before anything else
     state = store.env_state(env, model)
     if state.live == version:
-        mf.raise_on_mismatch(
-            store.verify_env_copy(env, model, version, store.verify_release(model, version)),
-            f"version {version} is live in '{env}' but its files changed", store.fs.path(store.model_rel(env, model), str(version)),
-            "promote another version, then promote this one again to rewrite the copy",
-        )
-        return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
+        repair = _repair(store, env, model, version, state)
+        if repair is None:
+            return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
+        notes.append(repair)
+        variant = variant_of(state.history, version)  # a repair keeps the live config's variant
     with store.env_lock(env, model, f"promote {model} v{version} to {env}") as guard:
         state = store.env_state(env, model)  # re-read under the lock: its tags guard the flip
         res = switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {}, guard)
     res.notes = notes + res.notes
     return res
+
+
+def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvState) -> str | None:
+    """Why the live ``version`` must be installed and flipped to again (None: it is as the release renders it).
+
+    Raises:
+        ReleaseError: its served files changed (a repair would hide that; promote another version first).
+    """
+    problems = store.verify_env_copy(env, model, version, store.verify_release(model, version))
+    if problems and not env_copy.only_warmup_missing(problems):
+        mf.raise_on_mismatch(
+            problems, f"version {version} is live in '{env}' but its files changed", store.fs.path(store.model_rel(env, model), str(version)),
+            "promote another version, then promote this one again to rewrite the copy",
+        )
+    cfg, variant_name = store.release_config(model, version, variant_of(state.history, version))
+    stale = store.fs.read_bytes(f"{store.model_rel(env, model)}/config.pbtxt") != pointer.render(cfg, env, model, version, variant_name)
+    why = ([f"{len(problems)} warmup file(s) are missing"] if problems else []) + (["its config.pbtxt is not what the release renders"] if stale else [])
+    if not why:
+        return None
+    return f"version {version} is live in '{env}' but {' and '.join(why)} (promoted before environments carried warmup data?): repaired in place"
 
 
 def rollback(
@@ -281,12 +309,26 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
                 if bad:
                     hint = (" (bytecode caches written by the python-backend stub; a planted .pyc would run at the next load, so they count:"
                             " promote/rollback remove them from versions that are not live)") if any("__pycache__/" in b.path for b in bad) else ""
+                    if env_copy.only_warmup_missing(bad):
+                        hint = f" (copied before environments carried warmup data: `release promote --to {env} --version {v}` adds them)"
                     problems.append(f"env {env}: copy of version {v} differs from its release: " + "; ".join(map(str, bad)) + hint)
+            if st.live is not None:
+                problems += _pointer_warmup(store, env, mdl, st.live)
             checked.append(f"env {env}: live {st.live}, present {st.present}")
     if problems:
         raise ReleaseError(f"release store {store.url} failed verification ({len(problems)} problem(s))",
                            fix="do not promote from it until fixed; see each problem", details={"problems": "\n    " + "\n    ".join(problems)})
     return checked
+
+
+def _pointer_warmup(store: ReleaseStore, env: str, model: str, live: int) -> list[str]:
+    """A problem when the pointer's model_warmup names files the environment lacks: Triton fails to load the model then."""
+    rel = f"{store.model_rel(env, model)}/config.pbtxt"
+    missing = env_copy.missing_warmup(store, env, model, pointer.parse_config(store.fs.read_text(rel), store.fs.path(rel)))
+    if not missing:
+        return []
+    return [f"env {env}: config.pbtxt's model_warmup names {', '.join(missing)}, which the environment does not hold, so Triton cannot load it"
+            f" (fix: `release promote --to {env} --version {live}` installs version {live}'s warmup rows and points the config at them)"]
 
 
 def _user() -> str:

@@ -8,6 +8,7 @@ Layout (under any fsspec URL)::
     envs/<env>/                             a Triton --model-repository
     envs/<env>/<model>/config.pbtxt         the pointer: version_policy { specific { versions: [live] } }
     envs/<env>/<model>/<N>/                 every version ever promoted to <env> (rollback targets)
+    envs/<env>/<model>/warmup/<N>/          release N's model_warmup rows (files/warmup/); the config names the live one's
     history/<env>/<model>.json              the promote/rollback log (kept out of the Triton repository)
 
 Releases are written so that a reader sees all of one or none of it (local: staging name,
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import lock, pointer, publish
+from pipeline.release import env_copy, lock, pointer, publish
 from pipeline.release import manifest as mf
 from pipeline.release.fs import StoreFS
 from pipeline.release.s3 import Conflict
@@ -230,59 +231,15 @@ class ReleaseStore:
         return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None)
 
     def verify_env_copy(self, env: str, model: str, version: int, m: dict[str, Any]) -> list[mf.Mismatch]:
-        """Differences between ``envs/<env>/<model>/<version>/`` and the release manifest."""
-        rel = f"{self.model_rel(env, model)}/{version}"
-        prefix = f"{version}/"
-        expected = {k[len(prefix):]: v for k, v in m["files"].items() if k.startswith(prefix)}
-        return mf.compare(expected, self.fs.walk_files(rel), lambda f: self.fs.sha256(f"{rel}/{f}"))
+        """Differences between the environment's copy of ``version`` (``<N>/`` and ``warmup/<N>/``) and the release manifest."""
+        return env_copy.verify(self, env, model, version, m)
 
     def install_version(self, env: str, model: str, version: int, m: dict[str, Any]) -> str:
-        """Make ``envs/<env>/<model>/<version>/`` a complete, verified copy of the release's version dir.
+        """Make ``envs/<env>/<model>/<version>/`` and its warmup data a complete, verified copy of the release.
 
-        Returns what was done: "copied", "present" (already there and verified) or
-        "replaced" (a damaged, non-live copy was rewritten from the verified release).
+        Returns "copied", "present", "replaced" or "completed" (see :func:`pipeline.release.env_copy.install`).
         """
-        self.fs.probe_writable(self.model_rel(env, model))
-        final = f"{self.model_rel(env, model)}/{version}"
-        action = "copied"
-        live = self.env_state(env, model).live
-        if self.fs.exists(final):
-            if live != version:
-                # A python-backend stub writes __pycache__/ next to model.py. A planted .pyc would
-                # run instead of the verified source, so caches are removed (never ignored) before
-                # the strict check; Python rebuilds them from the verified source.
-                self.drop_bytecode(final)
-            problems = self.verify_env_copy(env, model, version, m)
-            if not problems:
-                return "present"
-            if live == version:
-                mf.raise_on_mismatch(
-                    problems, f"the live copy of version {version} in '{env}' was modified",
-                    self.fs.path(final), "roll back or promote another version first, then promote this one again to rewrite it",
-                )
-            self.fs.remove_tree(final)
-            action = "replaced"
-        # Object stores: copy straight to the final name (a rename would be one more copy of every object).
-        # Triton only loads the version the pointer names, and the flip comes after this copy verified;
-        # a copy left half done by a killed process fails that check next time and is rewritten ("replaced").
-        staged = self.fs.staging_name(final) if self.fs.s3 is None else final
-        src = f"{self.release_rel(model, version)}/files/{version}"
-        try:
-            for f in self.fs.walk_files(src):
-                self.fs.copy_file(f"{src}/{f}", f"{staged}/{f}")
-            prefix = f"{version}/"
-            expected = {k[len(prefix):]: v for k, v in m["files"].items() if k.startswith(prefix)}
-            mf.raise_on_mismatch(
-                mf.compare(expected, self.fs.walk_files(staged), lambda f: self.fs.sha256(f"{staged}/{f}")),
-                f"copying version {version} into '{env}' produced different bytes", self.fs.path(staged), "check the store's storage and retry",
-            )
-            if staged != final:
-                self.fs.publish_dir(staged, final)
-        except BaseException:
-            with contextlib.suppress(Exception):  # the original error is the one to report
-                self.fs.remove_tree(staged)
-            raise
-        return action
+        return env_copy.install(self, env, model, version, m)
 
     def drop_bytecode(self, rel: str) -> None:
         """Remove every ``__pycache__`` directory under ``rel``."""
@@ -290,16 +247,19 @@ class ReleaseStore:
             self.fs.remove_tree(f"{rel}/{d}")
 
     def release_config(self, model: str, version: int, variant: str | None) -> tuple[Any, str]:
-        """The release's config (``config.pbtxt`` or ``configs/<variant>.pbtxt``) and the variant name."""
+        """The release's config (``config.pbtxt`` or ``configs/<variant>.pbtxt``) as an environment serves it, and the variant name.
+
+        As an environment serves it: its ``model_warmup`` reads ``warmup/<version>/`` (:func:`pointer.for_version`).
+        """
         base = f"{self.release_rel(model, version)}/files"
         if variant:
             rel = f"{base}/configs/{variant}.pbtxt"
             if not self.fs.exists(rel):
                 have = [posixpath.splitext(n)[0] for n in self.fs.listdir(f"{base}/configs")]
                 raise ReleaseError(f"release {version} has no config variant '{variant}'", fix=f"use --variant with one of {have}")
-            return pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), variant
+            return pointer.for_version(pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), version), variant
         rel = f"{base}/config.pbtxt"
-        return pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), "default"
+        return pointer.for_version(pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), version), "default"
 
     @contextlib.contextmanager
     def env_lock(self, env: str, model: str, command: str = "promote/rollback") -> Iterator[lock.Lease | Any]:

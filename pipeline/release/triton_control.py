@@ -3,13 +3,16 @@
 A switch from version ``old`` to ``new`` is two loads of the same model:
 
 1. ``stage``: load with a config *override* whose version_policy lists both
-   ``[old, new]``. Triton loads ``new`` beside the serving ``old`` (an unchanged
-   version is not reloaded) and we wait until ``new`` reports ready. Unversioned
-   requests keep going to a ready version throughout. The override never touches the
-   store, so nobody reading the store sees this transitional state.
+   ``[old, new]`` (:func:`pipeline.release.pointer.handover`: the new release's config without
+   its model_warmup). Triton loads ``new`` beside the serving ``old`` (it reloads ``old`` too,
+   with this config, in the background: the serving instance answers until the new one is
+   ready) and we wait until ``new`` reports ready. Unversioned requests keep going to a ready
+   version throughout. The override never touches the store, so nobody reading the store sees
+   this transitional state.
 2. (the caller flips the environment's config.pbtxt to ``[new]``)
 3. ``retire``: load again with the flipped config (override ``[new]``, the same bytes the
-   store now holds); Triton unloads ``old``, which finishes its in-flight requests first.
+   store now holds); Triton unloads ``old``, which finishes its in-flight requests first, and
+   reloads ``new`` with the pointer's model_warmup (its own rows) before that instance serves.
 
 If step 1 fails, Triton keeps serving ``old`` and the pointer was never flipped.
 
@@ -94,10 +97,9 @@ class TritonReloader:
         raise self._fail(f"version {version} of '{name or self.model}' did not become {state} within {self.timeout_s:.0f} s", "timeout", after_flip)
 
     def stage(self, cfg: mc.ModelConfig, old: int | None, new: int) -> None:
-        """Load ``new`` next to ``old`` (config override [old, new]) and wait until it is ready."""
-        both = [v for v in (old, new) if v is not None]
+        """Load ``new`` next to ``old`` (config override [old, new], no warmup: :func:`pointer.handover`); wait until it is ready."""
         try:
-            self.client.load(self.model, pointer.to_json(pointer.with_policy(cfg, self.model, both)))
+            self.client.load(self.model, pointer.to_json(pointer.handover(cfg, self.model, old, new)))
         except ToolError as e:
             raise self._fail(f"Triton could not load version {new} of '{self.model}'", _reason(e)) from None
         self.wait(new, True)

@@ -58,17 +58,38 @@ def tiny_config(name: str = "tiny", batching: bool = False) -> mc.ModelConfig:
     return cfg
 
 
-def tiny_repository(root: Path, name: str = "tiny", version: str = "1", marker: str = "", onnx: bytes = ONNX_BYTES) -> Path:
-    """``root/<name>/`` like the repository stage writes it; ``marker`` changes model.py's bytes, ``onnx`` model.onnx's."""
+# What tiny_repository's model_warmup runs (the repository stage's own renderer and file writer): 2 x batch 1 and
+# 2 x batch 4, so Triton's statistics count 10 inferences for a version that warmed up and served nothing else.
+WARMUP_SIZES, WARMUP_COUNT = [1, 4], 2
+WARMUP_INFERENCES = WARMUP_COUNT * sum(WARMUP_SIZES)
+
+
+def tiny_repository(
+    root: Path, name: str = "tiny", version: str = "1", marker: str = "", onnx: bytes = ONNX_BYTES, warmup: float | None = None,
+) -> Path:
+    """``root/<name>/`` like the repository stage writes it; ``marker`` changes model.py's bytes, ``onnx`` model.onnx's.
+
+    ``warmup``: every config gets a model_warmup fed one row of that value, written under ``<name>/warmup/``.
+    """
     d = root / name
     (d / version).mkdir(parents=True, exist_ok=True)
     (d / version / "model.py").write_text(MODEL_PY + (f"# {marker}\n" if marker else ""))
     (d / version / "model.onnx").write_bytes(onnx)
     (d / version / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
     (d / "configs").mkdir(exist_ok=True)
-    (d / "configs" / "latency.pbtxt").write_text(text_format.MessageToString(tiny_config(name)))
-    (d / "configs" / "throughput.pbtxt").write_text(text_format.MessageToString(tiny_config(name, batching=True)))
-    (d / "config.pbtxt").write_text(text_format.MessageToString(tiny_config(name)))
+    configs = {"configs/latency.pbtxt": tiny_config(name), "configs/throughput.pbtxt": tiny_config(name, batching=True), "config.pbtxt": tiny_config(name)}
+    if warmup is not None:
+        import numpy as np
+
+        from pipeline.core.config import WarmupConfig
+        from pipeline.repository.warmup import add_warmup, write_files
+
+        row = {"x": np.full((1, 4), warmup, np.float32)}
+        write_files(d, row, batched=True)
+        for cfg in configs.values():
+            add_warmup(cfg, WarmupConfig(WARMUP_SIZES, WARMUP_COUNT), row, {"x": mc.TYPE_FP32})
+    for rel, cfg in configs.items():
+        (d / rel).write_text(text_format.MessageToString(cfg))
     return root
 
 
