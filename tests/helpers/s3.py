@@ -88,3 +88,18 @@ def s3_server(timeout_s: float = 60.0) -> Iterator[S3Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def s3_triton_server(repository_url: str, model: str, **kwargs: Any) -> Any:
+    """The embedded tritonserver (pipeline.serving.process.EmbeddedServer) reading ``s3://http://host:port/bucket/prefix``.
+
+    tritonserver resolves the S3 URL itself, with AWS_* from this process's environment.
+    """
+    from pipeline.serving.process import EmbeddedServer
+
+    class S3TritonServer(EmbeddedServer):
+        def __init__(self) -> None:
+            super().__init__(".", model, **kwargs)
+            self.repo_dir = repository_url  # type: ignore[assignment] - not a local path
+
+    return S3TritonServer()

@@ -25,9 +25,8 @@ import tritonclient.http as th
 from pipeline.release.build import build_release
 from pipeline.release.promote import promote
 from pipeline.release.store import ReleaseStore
-from pipeline.serving.process import EmbeddedServer
 from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository
-from tests.helpers.s3 import S3Server
+from tests.helpers.s3 import S3Server, s3_triton_server
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,14 +131,6 @@ def test_contending_processes_lose_no_history_entry(tmp_path: Path, s3: S3Server
 
 
 # ---------------------------------------------------------------- Triton serving the store
-class S3TritonServer(EmbeddedServer):
-    """The embedded tritonserver with an S3 URL as its repository (AWS_* come from this process's environment)."""
-
-    def __init__(self, repository_url: str, model: str, **kwargs: object) -> None:
-        super().__init__(".", model, **kwargs)  # type: ignore[arg-type]
-        self.repo_dir = repository_url  # type: ignore[assignment] - tritonserver reads s3://http://host:port/bucket/prefix itself
-
-
 def _infer(url: str, x: np.ndarray) -> tuple[str, np.ndarray]:
     client = th.InferenceServerClient(url)
     inp = th.InferInput("x", list(x.shape), "FP32")
@@ -165,7 +156,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
 
     repository = store.env_repository("production")
     assert repository == f"s3://{s3.endpoint}/{bucket}/team/store/envs/production"
-    with S3TritonServer(repository, "tiny", timeout_s=120, log_dir=tmp_path / "a") as a, S3TritonServer(repository, "tiny", timeout_s=120, log_dir=tmp_path / "b") as b:
+    with s3_triton_server(repository, "tiny", timeout_s=120, log_dir=tmp_path / "a") as a, s3_triton_server(repository, "tiny", timeout_s=120, log_dir=tmp_path / "b") as b:
         fleet = [a.http_url, b.http_url]
         for srv in fleet:
             version, y = _infer(srv, x)
