@@ -181,12 +181,15 @@ TritonPythonModel.execute = _slow
 """
 
 
-def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | None = None, sleep_ms: float = 0.0) -> Path:
+def standin_repository(
+    root: Path, seed: int, name: str = "tiny", onnx: Path | None = None, sleep_ms: float = 0.0, warmup: bool = False,
+) -> Path:
     """``root/<name>/`` serving a real ONNX model through the python-backend ONNX Runtime stand-in.
 
     The model is ``tests/tiny_triton.py``'s x[batch,16] -> y[batch,8] with weights from ``seed``
     (or the ONNX file ``onnx``), so two seeds give two releases whose answers differ. ``sleep_ms``
-    makes every execute sleep that long first.
+    makes every execute sleep that long first. ``warmup``: its configs have a model_warmup (as the
+    repository stage renders it) fed a row drawn from ``seed``, written under ``<name>/warmup/``.
     """
     from pipeline.serving.embedded import MODEL_PY
     from tests.tiny_triton import FEATURES, OUT, tiny_onnx
@@ -206,6 +209,15 @@ def standin_repository(root: Path, seed: int, name: str = "tiny", onnx: Path | N
     cfg.output.add(name="y", data_type=mc.TYPE_FP32, dims=[OUT])
     cfg.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
     cfg.parameters["intra_op_thread_count"].string_value = "1"
+    if warmup:
+        import numpy as np
+
+        from pipeline.core.config import WarmupConfig
+        from pipeline.repository.warmup import add_warmup, write_files
+
+        row = {"x": np.random.default_rng(seed).standard_normal((1, FEATURES)).astype(np.float32)}
+        write_files(d, row, batched=True)
+        add_warmup(cfg, WarmupConfig(WARMUP_SIZES, WARMUP_COUNT), row, {"x": mc.TYPE_FP32})
     (d / "configs").mkdir(exist_ok=True)
     (d / "configs" / "latency.pbtxt").write_text(text_format.MessageToString(cfg))
     (d / "config.pbtxt").write_text(text_format.MessageToString(cfg))

@@ -2,7 +2,8 @@
 
 The store holds the ONNX Runtime python-backend stand-in (tests/helpers/release_repo.py) serving
 tests/tiny_triton.py's model; every execute sleeps 8 ms, so a latency is that sleep plus noise and a
-ratio of two of them is stable on a busy machine. The releases:
+ratio of two of them is stable on a busy machine. Each ships a model_warmup as the repository stage renders
+it, so the copies, the promotion and the environment all load with their warmup rows. The releases:
 
     1  seed 1          the live version
     2  seed 1          identical weights: passes and is promoted
@@ -60,7 +61,7 @@ def make_store(tmp: Path) -> ReleaseStore:
     store = ReleaseStore(tmp / "store")
     lock, inputs = dvc_lock(tmp / "dvc.lock"), sample_inputs(tmp / "inputs.json")
     for i, (seed, sleep_ms) in enumerate(RELEASES, 1):
-        repo = standin_repository(tmp / f"repo{i}", seed, sleep_ms=sleep_ms)
+        repo = standin_repository(tmp / f"repo{i}", seed, sleep_ms=sleep_ms, warmup=True)  # as the repository stage ships them
         parity = parity_report(tmp / f"parity{i}.json", onnx=repo / "tiny/1/model.onnx", inputs=inputs)
         build_release(store, repo, parity, None, lock, git_cwd=tmp, tag=False)
     promote(store, "dev", version=1)
