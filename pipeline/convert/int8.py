@@ -11,24 +11,23 @@ both. ``dynamic`` computes activation ranges per request instead (ONNX Runtime o
 Only the op types in ``int8.op_types`` are quantized (MatMul, Gemm, Conv: the weight-heavy ops, where integer
 kernels pay); an op type ONNX Runtime has no quantizer for in the chosen mode is left FP32 and reported.
 
-The automatic fallback: the quantized model runs on the calibration samples beside the FP32 model and is judged by
-the same quality thresholds as the parity gate (``parity.int8.quality``, by ``model.output_kinds``). While it fails,
-the ``int8.fallback.nodes_per_attempt`` nodes that introduce the most error (pipeline/convert/int8_errors.py) stay
-FP32 and the model is quantized again, at most ``int8.fallback.max_attempts`` times; the ranges are calibrated once.
-Which nodes: the ``int8.fallback.trials`` nodes that introduce the most error are each tried alone (re-quantized and
-judged), and those that raise the gate's worst margin most are kept FP32: per-layer error says where to look, the
-gate says what helps (on a transformer the error is spread thin, and the largest local error is not always what
-costs the worst row most). A model that still fails is written anyway: the parity gate judges it on the rows held
-out of calibration (pipeline/core/holdout.py), which neither the ranges nor the search have seen, and refuses to ship
-it. The search runs only when some target of the fleet serves int8 or auto (``int8_in_fleet``, derived from the fleet):
-it costs up to ``max_attempts`` quantizations, which a fleet that never serves INT8 should not pay for; otherwise the
-file is quantized once, for parity to report its quality, and the report says why the search did not run.
+The automatic fallback: the quantized model runs beside the FP32 model on the calibration rows, split again into
+search and validation rows (``int8.fallback.validation``), and is judged by the parity gate's quality thresholds
+(``parity.int8.quality``, by ``model.output_kinds``). While it fails, the nodes that introduce the most error on the
+search rows (pipeline/convert/int8_errors.py, ranked once) stay FP32, as many as a bisection finds that pass the stop
+rule on both parts (pipeline/convert/int8_search.py), in at most ``int8.fallback.max_attempts`` quantizations from
+ranges calibrated once on every calibration row. A model that still fails is written anyway (the closest candidate):
+the parity gate judges it on the rows held out of calibration (pipeline/core/holdout.py), which neither the ranges nor
+the search have seen, and refuses to ship it. The search runs only when some target of the fleet serves int8 or auto
+(``int8_in_fleet``, derived from the fleet): a fleet that never serves INT8 should not pay for it; otherwise the file
+is quantized once, for parity to report its quality, and the report says why the search did not run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -37,12 +36,13 @@ from typing import Any
 
 import onnx
 
-from pipeline.convert import calibration, int8_errors
+from pipeline.convert import calibration, int8_errors, int8_search
 from pipeline.convert.fp16_safety import name_nodes
-from pipeline.core import onnx_tools, quality
-from pipeline.core.config import Int8Config, OutputKind, PipelineConfig, QualityConfig, QuantMode
+from pipeline.core import holdout, onnx_tools
+from pipeline.core.config import Int8Config, OutputKind, PipelineConfig, QuantMode
 from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import rows_of
+from pipeline.core.samples import input_specs
 from pipeline.core.specs import graph_io
 
 Feed = dict[str, Any]
@@ -132,28 +132,6 @@ def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list
         ) from None
 
 
-def judge(fp32: Path, int8: Path, feeds: list[Feed], kinds: Mapping[str, OutputKind], limits: QualityConfig) -> dict[str, quality.QualityVerdict]:
-    """Each judged output's quality verdict: the INT8 model against the FP32 model on ``feeds`` (default session options)."""
-    ref_sess, q_sess = onnx_tools.session(fp32, "FP32 model"), onnx_tools.session(int8, "INT8 model")
-    ref = [onnx_tools.run(ref_sess, f, "FP32 model") for f in feeds]
-    got = [onnx_tools.run(q_sess, f, "INT8 model") for f in feeds]
-    return {o: quality.judge(k, quality.measure(k, [r[o] for r in ref], [g[o] for g in got]), limits) for o, k in kinds.items() if o in ref[0]}
-
-
-def judge_with(source: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list[str], exclude: list[str], cache: Path,
-               kinds: Mapping[str, OutputKind], limits: QualityConfig) -> dict[str, quality.QualityVerdict]:  # fmt: skip
-    """Quantize with ``exclude`` kept FP32 (ranges from ``cache``) and judge the result."""
-    quantize(source, out, cfg, feeds, ops, sorted(exclude), cache)
-    return judge(source, out, feeds, kinds, limits)
-
-
-def margin(verdicts: Mapping[str, quality.QualityVerdict], limits: QualityConfig) -> float:
-    """The gate's worst margin: min over judged outputs and set thresholds of (value - threshold); NaN counts as -1."""
-    gaps = [(v.metrics.get(m) if v.metrics.get(m) is not None and v.metrics.get(m) == v.metrics.get(m) else -1.0) - t
-            for v in verdicts.values() for m, t in v.thresholds.items()]
-    return round(min(gaps, default=0.0), 6)
-
-
 def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str],
                excluded: Mapping[str, str]) -> list[dict[str, str]]:  # fmt: skip
     """Every node of a quantizable (or requested) op type: quantized, or FP32 and why."""
@@ -176,53 +154,59 @@ def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, s
 
 
 def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) -> dict[str, Any]:
-    """Quantize ``src`` into ``out`` (a temporary path) with the fallback loop; return the report.
+    """Quantize ``src`` into ``out`` (a temporary path), with the fallback search when the fleet serves INT8; return the report.
 
-    Raises QuantizationError: unreadable calibration set, samples that do not fit the graph, a quantizer failure.
+    Raises QuantizationError: unreadable calibration set, samples that do not fit the graph, too few rows for the
+    fallback's split, a quantizer failure, NaN/Inf from the quantized model.
     """
     q = cfg.int8
     t0 = time.perf_counter()
     fp32 = onnx_tools.load_model(src, "simplified FP32 model")
     feeds = calibration.load(calibration_path)
-    calibration.check_feeds(feeds, graph_io(fp32)[0])
+    graph_inputs = graph_io(fp32)[0]
+    calibration.check_feeds(feeds, graph_inputs)
     ops, skipped_ops = plan_ops(q)
     if not ops:
         raise QuantizationError("no op type of int8.op_types can be quantized by ONNX Runtime", details=skipped_ops,
                                 fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types")
     kinds = {o: OutputKind(k) for o, k in cfg.model.output_kinds.items()}
-    limits = cfg.parity.int8.quality
+    split = search_split(feeds, q.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
     excluded: dict[str, str] = dict.fromkeys(q.nodes_to_exclude, "int8.nodes_to_exclude")
-    blocked: list[dict[str, Any]] = []
-    attempts: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="int8-", dir=out.parent) as tmp:
         cache, source = Path(tmp) / "ranges.json", src
         if name_nodes(fp32):  # nodes_to_exclude works by name, as FP16's block list does: unnamed nodes get stable names
             source = Path(tmp) / "model.fp32.named.onnx"
             onnx_tools.save_model(fp32, source)
-        search = q.fallback.enabled and cfg.int8_in_fleet
-        for attempt in range(1, q.fallback.max_attempts + 1):
-            quantize(source, out, q, feeds, ops, sorted(excluded), cache)
-            verdicts = judge(source, out, feeds, kinds, limits)
-            passed = all(v.passed for v in verdicts.values())
-            attempts.append({"attempt": attempt, "kept_fp32": len(excluded), "passed": passed,
-                             "quality": {o: v.to_json() for o, v in verdicts.items()}})  # fmt: skip
-            if passed or not search or not verdicts or attempt == q.fallback.max_attempts:
-                break
+        judge = int8_search.Judge(source, split, kinds, cfg.parity.int8.quality)
+        t = time.perf_counter()
+        quantize(source, out, q, feeds, ops, sorted(excluded), cache)  # ranges from every calibration row, once
+        first = judge(out)
+        attempts = [_attempt(1, len(excluded), 0, first, first, t)]
+        search = q.fallback.enabled and cfg.int8_in_fleet and bool(judge.kinds) and not attempts[0]["passed"] and q.fallback.max_attempts > 1
+        ranked: list[int8_errors.NodeError] = []
+        chosen = attempts[0]
+        if search:
             quant = onnx_tools.load_model(out, "INT8 model")
-            ranked = [e for e in int8_errors.node_errors(fp32, quant, feeds, int8_errors.quantized_nodes(fp32, quant, ops)) if e.node not in excluded]
-            if not ranked:
-                break
-            trial = Path(tmp) / "trial.onnx"
-            margins = {e.node: margin(judge_with(source, trial, q, feeds, ops, [*excluded, e.node], cache, kinds, limits), limits)
-                       for e in ranked[: q.fallback.trials]}  # fmt: skip
-            order = sorted(ranked[: max(q.fallback.trials, q.fallback.nodes_per_attempt)], key=lambda e: -margins.get(e.node, -1e9))
-            for e in order[: q.fallback.nodes_per_attempt]:
-                tried = f"; alone it brings the gate's worst margin to {margins[e.node]:+.4f}" if e.node in margins else ""
-                why = (f"fallback (attempt {attempt}): introduces relative error {e.introduced:.3g} at '{e.output}' "
-                       f"(input {e.input_error:.3g} -> output {e.output_error:.3g}; #{ranked.index(e) + 1} of {len(ranked)} quantized nodes){tried}")  # fmt: skip
-                excluded[e.node] = why
-                blocked.append({"node": e.node, "op": e.op, "attempt": attempt, "introduced": round(e.introduced, 6), "margin_alone": margins.get(e.node),
-                                "output_error": round(e.output_error, 6), "input_error": round(e.input_error, 6), "reason": why})  # fmt: skip
+            ranked = [e for e in int8_errors.node_errors(fp32, quant, split.calibration.feeds, int8_errors.quantized_nodes(fp32, quant, ops))
+                      if e.node not in excluded]  # fmt: skip
+            trial, best = Path(tmp) / "trial.onnx", Path(tmp) / "best.onnx"
+
+            def evaluate(k: int) -> bool:
+                nonlocal chosen
+                t = time.perf_counter()
+                quantize(source, trial, q, feeds, ops, sorted([*excluded, *(e.node for e in ranked[:k])]), cache)
+                a = _attempt(len(attempts) + 1, len(excluded) + k, k, first, judge(trial), t)
+                attempts.append(a)
+                if a["passed"] or (not chosen["passed"] and a["margin"] > chosen["margin"]):  # a later pass has a smaller k
+                    os.replace(trial, best)
+                    chosen = a
+                return a["passed"]
+
+            int8_search.bisect(len(ranked), evaluate, q.fallback.max_attempts - 1)
+            if chosen["fallback_nodes"]:
+                os.replace(best, out)
+        blocked = _blocked(ranked, chosen)
+        excluded |= {b["node"]: b["reason"] for b in blocked}
         sess = onnx_tools.session(out, "INT8 model")  # a graph ONNX Runtime cannot open fails here, not in a later stage
         for i, feed in enumerate(feeds[:2]):
             if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "INT8 model")):
@@ -230,8 +214,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
                                         fix="keep the offending nodes FP32 (int8.nodes_to_exclude)")
         quant = onnx_tools.load_model(out, "INT8 model")
     fates = node_fates(fp32, quant, q, skipped_ops, excluded)
-    final = attempts[-1]
-    searched = len(attempts) > 1 or bool(blocked)
+    searched = len(attempts) > 1
     return {
         "mode": str(q.mode), "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
         "per_channel": q.per_channel, "reduce_range": q.reduce_range, "quantize_outputs": q.quantize_outputs,
@@ -242,17 +225,51 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         "op_types": ops, "op_types_left_fp32": skipped_ops,
         "quantized_count": sum(f["status"] == "int8" for f in fates), "kept_fp32_count": sum(f["status"] == "fp32" for f in fates),
         "nodes": fates,
-        "fallback": {"enabled": q.fallback.enabled, "max_attempts": q.fallback.max_attempts, "nodes_per_attempt": q.fallback.nodes_per_attempt,
-                     "judged_outputs": {o: str(k) for o, k in kinds.items()}, "thresholds": "parity.int8.quality",
-                     "judged_on": "the calibration rows (never the rows parity holds out)", "in_fleet": cfg.int8_in_fleet,
-                     "searched": searched, "not_searched": None if searched else not_searched(cfg, final["passed"], bool(kinds)),
-                     "blocked_nodes": blocked, "blocked_count": len(blocked), "attempts": attempts},
-        "passed_on_calibration": final["passed"] if kinds else None,
-        "quality_on_calibration": final["quality"],
+        "fallback": {"enabled": q.fallback.enabled, "max_attempts": q.fallback.max_attempts, "in_fleet": cfg.int8_in_fleet,
+                     "judged_outputs": {o: str(k) for o, k in judge.kinds.items()}, "thresholds": "parity.int8.quality",
+                     "judged_on": "the calibration rows, split into search and validation rows (never the rows parity holds out)",
+                     "split": {"validation": q.fallback.validation, "rule": holdout.RULE.replace("int8.calibration.holdout", "int8.fallback.validation"),
+                               "search": split.calibration.record(), "validation_rows": split.holdout.record()},
+                     "stop_rule": int8_search.RULE, "strategy": "bisection over the per-layer error ranking (search rows)",
+                     "ranking": [{"node": e.node, "op": e.op, "introduced": round(e.introduced, 6)} for e in ranked],
+                     "searched": searched, "not_searched": None if searched else not_searched(cfg, attempts[0]["passed"], bool(judge.kinds)),
+                     "chosen_attempt": chosen["attempt"], "blocked_nodes": blocked, "blocked_count": len(blocked), "attempts": attempts},
+        "passed_on_calibration": chosen["passed"] if judge.kinds else None,
+        "quality_on_calibration": chosen["quality"],
         "size_bytes_fp32": src.stat().st_size,
         "size_bytes_int8": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def search_split(feeds: list[Feed], share: float, batched: bool) -> holdout.Split:
+    """The calibration rows cut into search and validation rows (pipeline/core/holdout.py's rule); raise
+    QuantizationError when either part is empty."""
+    s = holdout.split(feeds, share, batched)
+    if not s.calibration.feeds or not s.holdout.feeds:
+        raise QuantizationError(
+            f"{s.calibration.rows + s.holdout.rows} calibration rows: int8.fallback.validation={share} leaves {s.calibration.rows} search "
+            f"and {s.holdout.rows} validation rows", fix="give model.data more rows, or move int8.fallback.validation toward 0.5")
+    return s
+
+
+def _attempt(n: int, kept: int, k: int, first: int8_search.Judged, now: int8_search.Judged, started: float) -> dict[str, Any]:
+    """One quantization as the report lists it."""
+    return {"attempt": n, "kept_fp32": kept, "fallback_nodes": k, "passed": int8_search.passes(first, now),
+            "margin": int8_search.margin(first, now), "checks": int8_search.checks(first, now), "quality": int8_search.to_json(now),
+            "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
+
+
+def _blocked(ranked: list[int8_errors.NodeError], chosen: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes the chosen attempt keeps FP32, each with why."""
+    k, n = chosen["fallback_nodes"], len(ranked)
+    verdict = (f"the {k} worst kept FP32 pass the stop rule (attempt {chosen['attempt']})" if chosen["passed"] else
+               f"the {k} worst kept FP32 came closest to the stop rule (attempt {chosen['attempt']}, margin {chosen['margin']:+.4f}); none passed")  # fmt: skip
+    return [{"node": e.node, "op": e.op, "rank": i + 1, "introduced": round(e.introduced, 6), "output_error": round(e.output_error, 6),
+             "input_error": round(e.input_error, 6),
+             "reason": f"fallback: #{i + 1} of {n} quantized nodes by the error it introduces on the search rows ({e.introduced:.3g} at "
+                       f"'{e.output}', input {e.input_error:.3g} -> output {e.output_error:.3g}); {verdict}"}
+            for i, e in enumerate(ranked[:k])]  # fmt: skip
 
 
 def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
@@ -260,23 +277,22 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
     if not judged:
         return "no output is judged (model.output_kinds is empty): nothing to search for"
     if passed:
-        return "the first quantization passes parity.int8.quality on the calibration rows"
+        return "the first quantization passes parity.int8.quality on the search and the validation rows"
     if not cfg.int8.fallback.enabled:
         return "int8.fallback.enabled=false"
     if not cfg.int8_in_fleet:
         return ("no target of the fleet serves int8 or auto (int8_in_fleet=false, derived from targets and "
                 "target_specs.<target>.precision): quantized once, for parity to report its quality; a fleet that serves "
                 "it runs the search (up to int8.fallback.max_attempts quantizations)")
-    if cfg.int8.fallback.max_attempts == 1:
-        return "int8.fallback.max_attempts=1"
-    return "no quantized node left to keep FP32"
+    return "int8.fallback.max_attempts=1"
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:
-    """Size, node counts, attempts and the calibration-set quality (dvc metrics)."""
+    """Size, node counts, attempts and the chosen model's quality on the search and validation rows (dvc metrics)."""
     out = {k: report[k] for k in ("quantized_count", "kept_fp32_count", "size_bytes_fp32", "size_bytes_int8", "passed_on_calibration")}
     out["fallback_blocked_count"] = report["fallback"]["blocked_count"]
     out["attempts"] = len(report["fallback"]["attempts"])
     out["fallback_searched"] = report["fallback"]["searched"]
-    out["quality_on_calibration"] = {o: v["metrics"] for o, v in report["quality_on_calibration"].items()}
+    out["seconds"] = report["seconds"]
+    out["quality_on_calibration"] = {part: {o: v["metrics"] for o, v in verdicts.items()} for part, verdicts in report["quality_on_calibration"].items()}
     return out

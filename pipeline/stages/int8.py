@@ -30,13 +30,15 @@ def _body(a: argparse.Namespace) -> None:
     for b in report["fallback"]["blocked_nodes"]:
         print(f"[int8]   kept FP32: {b['node']} ({b['op']}) {b['reason']}")
     for attempt in report["fallback"]["attempts"]:
-        metrics = "; ".join(f"{o}: " + ", ".join(f"{m} {v:.4f}" for m, v in q["metrics"].items() if v is not None) for o, q in attempt["quality"].items())
-        print(f"[int8]   attempt {attempt['attempt']}: {attempt['kept_fp32']} kept FP32, {'passes' if attempt['passed'] else 'fails'} "
-              f"parity.int8.quality on the calibration rows ({metrics or 'no judged outputs: set model.output_kinds'})")
+        checks = "; ".join(f"{k} search {c['search']:.4f} (credited {c['credited']:.4f}), validation {c['validation']:.4f} (>= {c['threshold']:g})"
+                           for k, c in attempt["checks"].items())  # fmt: skip
+        print(f"[int8]   attempt {attempt['attempt']}: {attempt['kept_fp32']} kept FP32, {'passes' if attempt['passed'] else 'fails'} the stop rule "
+              f"(margin {attempt['margin']:+.4f}; {checks or 'no judged outputs: set model.output_kinds'}), {attempt['seconds']:.0f} s")
     if not report["fallback"]["searched"]:
         print(f"[int8]   fallback search not run: {report['fallback']['not_searched']}")
     if report["passed_on_calibration"] is False:
-        print("[int8] the INT8 model misses parity.int8.quality on the calibration rows: the parity stage judges it on the held-out rows")
+        print(f"[int8] no attempt passes the stop rule on the calibration rows; written: attempt {report['fallback']['chosen_attempt']}, the "
+              "closest; the parity stage judges it on the held-out rows")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -112,13 +112,21 @@ def build_embedder(features: int = 16, outlier: float = 1000.0, seed: int = 0) -
     return TinyEmbedder(features, outlier=outlier).eval()
 
 
-def embedder_samples(features: int = 16, rows: int = 48, dtype: str = "float32", repeat: bool = False) -> list[dict[str, np.ndarray]]:
+def embedder_samples(features: int = 16, rows: int = 48, dtype: str = "float32", repeat: bool = False, quiet_every: int = 0,
+                     quiet_at: tuple[int, ...] = (), quiet: float = 0.05) -> list[dict[str, np.ndarray]]:
     """A model.data hook for TinyEmbedder: ``rows`` rows of real-looking inputs in batches of 8, 16 and the rest
     (``features`` and ``dtype`` other than the model's make samples that do not fit it; ``repeat``: every row twice
-    in a row, so the held-out rows copy calibration rows)."""
+    in a row, so the held-out rows copy calibration rows; row i with ``i % quiet_every in quiet_at`` is scaled by
+    ``quiet``: a quiet input, which activation ranges set by the others round more coarsely)."""
     rng = np.random.default_rng(3)
     sizes = [8, 16, max(rows - 24, 1)] if rows > 24 else [rows]
     feeds = [{"x": rng.normal(size=(b // 2 if repeat else b, features)).astype(dtype)} for b in sizes]
+    if quiet_every:
+        i = 0
+        for f in feeds:
+            for r in range(f["x"].shape[0]):
+                f["x"][r] *= quiet if i % quiet_every in quiet_at else 1.0
+                i += 1
     return [{"x": np.repeat(f["x"], 2, axis=0)} for f in feeds] if repeat else feeds
 
 

@@ -30,7 +30,7 @@ EMBEDDER = [
     "~model.output_kinds", "+model.output_kinds={embedding: embedding}", "model.data={_target_: tests.helpers.tiny_models.embedder_samples}",
     "target_specs.cpu.precision=int8",  # the ONNX Runtime model serves INT8: its parity verdict gates the stage
 ]  # fmt: skip
-PER_TENSOR = ["int8.per_channel=false", "int8.fallback.nodes_per_attempt=1"]
+PER_TENSOR = ["int8.per_channel=false"]
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,14 @@ Called from checks.check_config with the same :class:`Problems`; none raises.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pipeline.core.config.enums import Precision, QuantMode, QuantType, TargetKind
 from pipeline.core.config.problems import Problems
 from pipeline.core.config.schema import ChooseConfig, Int8Config, PipelineConfig
+
+MIN_SPLIT_ROWS = 3  # rows on each side of the INT8 fallback's search/validation split
 
 
 def engine_onnx_precision(kind: str, precision: str) -> str:
@@ -78,8 +81,16 @@ def check_int8(q: Int8Config, p: Problems) -> None:
     if p.number("int8.calibration.min_samples", c.min_samples, 1):
         p.number("int8.calibration.max_samples", c.max_samples, c.min_samples)
     p.number("int8.fallback.max_attempts", q.fallback.max_attempts, 1, 50)
-    p.number("int8.fallback.nodes_per_attempt", q.fallback.nodes_per_attempt, 1)
-    p.number("int8.fallback.trials", q.fallback.trials, 0, 200)
+    if p.number("int8.fallback.validation", q.fallback.validation, 0, 1, low_open=True, high_open=True) and q.fallback.enabled \
+            and not p.has("int8.calibration.min_samples"):
+        # The rule holds out floor(n * share) of n rows, so the fewest calibration rows allowed bound both parts.
+        held = math.floor(c.min_samples * q.fallback.validation)
+        if min(held, c.min_samples - held) < MIN_SPLIT_ROWS:
+            p.add("int8.fallback.validation", q.fallback.validation,
+                  f"int8.calibration.min_samples={c.min_samples}: the fallback's split leaves, with the fewest rows allowed, "
+                  f"{c.min_samples - held} search and {held} validation rows; each part needs at least {MIN_SPLIT_ROWS} (rank "
+                  f"agreement compares the pairs of at least three rows): raise int8.calibration.min_samples or move "
+                  "int8.fallback.validation toward 0.5")
 
 
 def check_choose(c: ChooseConfig, p: Problems) -> None:

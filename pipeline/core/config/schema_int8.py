@@ -28,15 +28,15 @@ class CalibrationConfig:
 
 @dataclass
 class Int8FallbackConfig:
-    """Automatic FP32 fallback: nodes whose quantization introduces the most error stay FP32 until the quality gate
-    (parity.int8.quality, on the calibration samples) passes, for at most max_attempts quantizations."""
+    """Automatic FP32 fallback (pipeline/convert/int8_search.py): the nodes that introduce the most error on the search
+    rows stay FP32, as many as a bisection finds that pass parity.int8.quality on the validation rows too, in at most
+    max_attempts quantizations."""
 
     enabled: bool = True
-    max_attempts: int = 8
-    nodes_per_attempt: int = 2
-    # Per attempt, this many nodes ranked highest by per-layer error are each tried alone (quantized again and judged);
-    # the nodes_per_attempt that raise the gate's worst margin most stay FP32. 0: keep the top-ranked ones untried.
-    trials: int = 6
+    max_attempts: int = 8  # quantizations in all, the first (nothing kept FP32) included; bisection needs ~log2(nodes)
+    # The share of the calibration rows kept out of the search to validate its stop (the held-out rule again: every
+    # 1/validation-th row); the search ranks nodes on the others.
+    validation: float = 0.5
 
 
 @dataclass
