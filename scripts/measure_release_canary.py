@@ -6,9 +6,8 @@
 Each ``--shipped`` is the repository stage's model directory of one commit, ``--parity`` its parity report
 (its ``reference.inputs`` names the real samples the release ships, resolved from the working directory).
 The CPU tritonserver from nvidia-pytriton has no onnxruntime backend, so each shipped ONNX file is served by
-the python-backend ONNX Runtime stand-in with the shipped scheduling config (as the bench and
-scripts/measure_release_reload.py do); the shipped model_warmup is left out, because an environment of the
-release store has no warmup/ directory for Triton to read it from. Release 1 is promoted to production and
+the python-backend ONNX Runtime stand-in with the shipped scheduling config and model_warmup (as the bench and
+scripts/measure_release_reload.py do: ``serving_repository`` there). Release 1 is promoted to production and
 served by a real tritonserver reading ``envs/production`` from the store in explicit mode; perf_analyzer sends
 unversioned requests to it at ``--load-rate`` req/s (production's stand-in) while the canary judges release 2.
 Prints the canary's table, its wall time, and the production load's failed requests (perf_analyzer stops
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,29 +32,9 @@ from pipeline.release.canary import checked, run_canary  # noqa: E402
 from pipeline.release.canary_report import markdown  # noqa: E402
 from pipeline.release.promote import promote  # noqa: E402
 from pipeline.release.store import ReleaseStore  # noqa: E402
-from pipeline.serving.embedded import MODEL_PY, VERSION_LOCAL_STANDIN, read_config, to_python_backend, write_config  # noqa: E402
-from pipeline.serving.install import site_packages  # noqa: E402
 from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
 from pipeline.serving.process import EmbeddedServer  # noqa: E402
-
-
-def standin(shipped: Path, out: Path) -> Path:
-    """``out/<name>/``: the shipped ONNX file on the python-backend stand-in, scheduling unchanged, no model_warmup."""
-    name = read_config(shipped / "config.pbtxt").name or shipped.name
-    d = out / name
-    version = next(p for p in shipped.iterdir() if p.is_dir() and p.name.isdigit())
-    (d / "1").mkdir(parents=True)
-    shutil.copy2(version / "model.onnx", d / "1/model.onnx")
-    shutil.copy2(MODEL_PY, d / "1/python_standin.py")
-    (d / "1/model.py").write_text(VERSION_LOCAL_STANDIN)
-    (d / "1/sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
-    for src, dst in [(p, d / "configs" / p.name) for p in sorted((shipped / "configs").glob("*.pbtxt"))] + [(shipped / "config.pbtxt", d / "config.pbtxt")]:
-        cfg, _ = to_python_backend(read_config(src), Path("unused"))
-        del cfg.parameters["onnx_path"]  # the stand-in reads its own version's model.onnx
-        cfg.ClearField("model_warmup")
-        dst.parent.mkdir(exist_ok=True)
-        write_config(dst, cfg)
-    return out
+from scripts.measure_release_reload import serving_repository  # noqa: E402
 
 
 def main() -> int:
@@ -80,7 +58,7 @@ def main() -> int:
         (root / "dvc.lock").write_text("stages: {}\n")
         store = ReleaseStore(root / "store")
         for i, (shipped, parity) in enumerate(zip(args.shipped, args.parity), 1):
-            build_release(store, standin(shipped, root / f"repo{i}"), parity, None, root / "dvc.lock", git_cwd=root, tag=False)
+            build_release(store, serving_repository(shipped, root / f"repo{i}"), parity, None, root / "dvc.lock", git_cwd=root, tag=False)
         model = store.models()[0]
         promote(store, "production", version=1)
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)

@@ -4,11 +4,13 @@
 
 The CPU tritonserver from nvidia-pytriton has no onnxruntime backend, so the shipped ONNX
 file is served by the python-backend ONNX Runtime model (pipeline/serving/python_standin.py)
-with the shipped scheduling config, exactly as the bench does. Two releases of that
-repository are built in a temporary store; version 1 is served; then, while perf_analyzer
-sends real tokenized inputs at concurrency 2, version 2 is promoted live and rolled back
-live. Prints the wall times and the failed-request count (perf_analyzer stops with
-"had error" on the first failed request). Also times store-only promote/rollback.
+with the shipped scheduling config and model_warmup (its rows copied from the shipped
+warmup/), exactly as the bench does. Two releases of that repository are built in a
+temporary store; version 1 is served; then, while perf_analyzer sends real tokenized inputs
+at concurrency 2, version 2 is promoted live and rolled back live. Prints the wall times, the
+failed-request count (perf_analyzer stops with "had error" on the first failed request) and
+the inferences Triton counted when it loaded version 1 from the environment, before any
+request, against what its model_warmup runs. Also times store-only promote/rollback.
 """
 
 from __future__ import annotations
@@ -30,10 +32,14 @@ from pipeline.serving.process import EmbeddedServer  # noqa: E402
 from pipeline.release.build import build_release  # noqa: E402
 from pipeline.release.promote import promote, rollback  # noqa: E402
 from pipeline.release.store import ReleaseStore  # noqa: E402
+from pipeline.repository.warmup import WARMUP_DIR  # noqa: E402
 
 
-def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
-    """``out/<name>/`` serving the shipped ONNX through the python backend, scheduling unchanged."""
+def serving_repository(shipped: Path, out: Path, marker: str = "") -> Path:
+    """``out/<name>/`` serving the shipped ONNX through the python backend, scheduling and model_warmup unchanged.
+
+    ``marker`` changes model.py's bytes, so two builds of one shipped model are two releases.
+    """
     name = read_config(shipped / "config.pbtxt").name or shipped.name
     d = out / name
     (d / "1").mkdir(parents=True)
@@ -41,16 +47,23 @@ def serving_repository(shipped: Path, out: Path, marker: str) -> Path:
     version = next(p for p in shipped.iterdir() if p.is_dir() and p.name.isdigit())
     shutil.copy2(version / "model.onnx", d / "1/model.onnx")
     shutil.copy2(MODEL_PY, d / "1/python_standin.py")
-    (d / "1/model.py").write_text(VERSION_LOCAL_STANDIN + f"# {marker}\n")
+    (d / "1/model.py").write_text(VERSION_LOCAL_STANDIN + (f"# {marker}\n" if marker else ""))
     (d / "1/sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
-    for cfg_path in sorted((shipped / "configs").glob("*.pbtxt")):
-        cfg, _ = to_python_backend(read_config(cfg_path), Path("unused"))
-        del cfg.parameters["onnx_path"]
-        write_config(d / "configs" / cfg_path.name, cfg)
-    cfg, _ = to_python_backend(read_config(shipped / "config.pbtxt"), Path("unused"))
-    del cfg.parameters["onnx_path"]
-    write_config(d / "config.pbtxt", cfg)
+    if (shipped / WARMUP_DIR).is_dir():  # the rows the configs' model_warmup names
+        shutil.copytree(shipped / WARMUP_DIR, d / WARMUP_DIR)
+    for src, dst in [(p, d / "configs" / p.name) for p in sorted((shipped / "configs").glob("*.pbtxt"))] + [(shipped / "config.pbtxt", d / "config.pbtxt")]:
+        cfg, _ = to_python_backend(read_config(src), Path("unused"))
+        del cfg.parameters["onnx_path"]  # the stand-in reads its own version's model.onnx
+        write_config(dst, cfg)
     return out
+
+
+def warmed(url: str, model: str) -> dict[str, int]:
+    """Inferences per loaded version that Triton counted (the warmup's, when nothing else was sent since the load)."""
+    import tritonclient.http as th
+
+    stats = th.InferenceServerClient(url).get_inference_statistics(model)["model_stats"]
+    return {s["version"]: int(s["inference_count"]) for s in stats}
 
 
 def parity_for(onnx: Path, out: Path) -> Path:
@@ -85,6 +98,9 @@ def main() -> int:
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)
         pa = locate_perf_analyzer()
         with EmbeddedServer(store.env_repository("dev"), model, timeout_s=300, log_dir=root / "logs") as srv:
+            cfg = store.release_config(model, 1, None)[0]
+            print(f"loaded from the environment, before any request: inferences per version {warmed(srv.http_url, model)}; "
+                  f"its model_warmup runs {sum(w.batch_size * w.count for w in cfg.model_warmup)}")
             cmd = [str(pa.binary), "-m", model, "-u", srv.http_url, "-i", "http", "--concurrency-range", "2",
                    "--request-count", str(args.requests), "--input-data", str(data)]  # fmt: skip
             load = subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
