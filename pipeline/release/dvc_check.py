@@ -10,11 +10,17 @@ check, with DVC's own API:
    except
    - always-changed stages (the machine probe): DVC reports them changed by design; their
      source records are checked by content instead (3.);
-   - stages that read a *machine* record (an always-changed stage's out that is not a
-     source record): the per-GPU ``engine@*`` stages. The probe legitimately differs on
-     the CPU machine that assembles a release from engines pulled from GPU runners;
-     engines are guarded by their manifests and by the parity and repository stages,
-     which depend on the engine files by content;
+   - stages that read a *machine* record (an always-changed stage's out that is neither a
+     source record nor the host record): the per-GPU ``engine@*`` stages. The probe
+     legitimately differs on the CPU machine that assembles a release from engines pulled
+     from GPU runners; engines are guarded by their manifests and by the parity and
+     repository stages, which depend on the engine files by content.
+     The host record (``{"record": "host"}``: CPU, cores, memory, runtime versions) is not
+     such a record: its readers upstream of the repository (``choose``, which times the
+     precision candidates on this machine) run on the machine that assembles the release,
+     whose probe wrote the record, so they are checked like any stage; a host record that
+     differs from dvc.lock's means the choice was timed on another machine or runtime, and
+     ``dvc repro`` times it again here;
 3. the source records (``{"record": "model"|"data"}`` outs of an always-changed stage) are
    recomputed with :func:`pipeline.core.sources.records`, as the probe computes them, and
    compared byte for byte: a difference means a checkpoint, ONNX file or model module
@@ -35,6 +41,7 @@ from typing import Any
 from pipeline.core.errors import ReleaseError
 
 SOURCE_KINDS = ("model", "data")
+HOST_KIND = "host"  # pipeline.core.host's record: an ordinary dependency of the stages that read it
 
 # Run in the project root with the project's interpreter, exactly like the probe stage
 # (`python -m` puts the root first on sys.path, so factory modules resolve the same way).
@@ -143,7 +150,7 @@ def _dep_paths(stage: Any) -> set[Path]:
 
 
 def _classify_outs(always: list[Any], root: Path) -> tuple[dict[str, tuple[Any, Path]], set[Path], list[tuple[str, str]]]:
-    """Outs of always-changed stages: source records by kind, machine records, and missing outs."""
+    """Outs of always-changed stages: source records by kind, machine records (not the host record), and missing outs."""
     records: dict[str, tuple[Any, Path]] = {}
     machine: set[Path] = set()
     stale: list[tuple[str, str]] = []
@@ -160,7 +167,7 @@ def _classify_outs(always: list[Any], root: Path) -> tuple[dict[str, tuple[Any, 
             kind = data.get("record") if isinstance(data, dict) else None
             if kind in SOURCE_KINDS:
                 records[kind] = (stage, p)
-            else:
+            elif kind != HOST_KIND:
                 machine.add(p)
     return records, machine, stale
 

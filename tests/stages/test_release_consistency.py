@@ -3,7 +3,8 @@
 The project is copied into tmp with a tiny ONNX model (``model=onnx``), ``dvc repro repository``
 runs once, and each test starts from a copy of that state (git history and DVC cache included):
 
-(a) a committed but unrun params change (finding 3) is refused, naming stage ``repository``;
+(a) a committed but unrun params change (finding 3) is refused, naming stage ``repository``, and one of
+    the precision choice's params, naming ``choose``;
 (b) a model file rewritten in place (a "retrain", finding 1) is refused: its source record no
     longer matches;
 (c) after ``dvc repro repository`` the build succeeds, and the manifest's parity and bench
@@ -93,6 +94,16 @@ def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     shipped = project.parent / "store/releases/tiny/1/files/configs/throughput.pbtxt"
     assert "max_queue_delay_microseconds: 500" in shipped.read_text()
+
+
+def test_a_stale_precision_choice_is_refused(project: Path) -> None:
+    """choose is upstream of the repository (it reads the choice) and reads only the host record of the machine: checked."""
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "choose.budget_s=30")
+    commit(project, "choose: 30 s")
+    r = release_build(project)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "choose: changed deps: params.yaml (" in r.stderr and "choose modified" in r.stderr, r.stderr
+    assert "fix: run `dvc repro repository`" in r.stderr and not (project.parent / "store/releases").exists()
 
 
 def test_a_model_file_rewritten_in_place_is_refused(project: Path) -> None:

@@ -1,13 +1,14 @@
 """`release build` refuses while the DVC pipeline behind the repository is stale (findings 1 and 3).
 
-A five-stage DVC project shaped like this one (an always-changed probe writing a machine
-record and the two source records, export, a per-target engine, repository, bench) but with
-trivial commands, so real `dvc repro` runs in seconds. The real pipeline is covered by
+A six-stage DVC project shaped like this one (an always-changed probe writing a machine
+record, the host record and the two source records, export, a per-target engine, choose reading
+the host record, repository, bench) but with trivial commands, so real `dvc repro` runs in seconds. The real pipeline is covered by
 tests/stages/test_release_consistency.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -29,13 +30,16 @@ BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 DVC_YAML = """\
 stages:
   probe:
-    cmd: python -m pipeline.stages.probe --params params.yaml --out machine/probe.json --model-record sources/model.json --data-record sources/data.json
+    cmd: >-
+      python -m pipeline.stages.probe --params params.yaml --out machine/probe.json --model-record sources/model.json
+      --data-record sources/data.json --host-record machine/host.json
     always_changed: true
     params: [model.path]
     outs:
       - machine/probe.json: {cache: false}
       - sources/model.json: {cache: false}
       - sources/data.json: {cache: false}
+      - machine/host.json: {cache: false}
   export:
     cmd: python steps.py export
     deps: [steps.py, sources/model.json, sources/data.json]
@@ -46,9 +50,14 @@ stages:
       cmd: python steps.py engine ${item}
       deps: [machine/probe.json, build/model.onnx]
       outs: ["engines/${item}"]
+  choose:
+    cmd: python steps.py choose
+    deps: [machine/host.json, build/model.onnx]
+    params: [choose]
+    outs: [choice.json]
   repository:
     cmd: python steps.py repository
-    deps: [steps.py, build/model.onnx, engines]
+    deps: [steps.py, build/model.onnx, engines, choice.json]
     params: [variants]
     outs: [model_repository]
   bench:
@@ -68,6 +77,8 @@ if step == "export":
 elif step == "engine":
     Path("engines", sys.argv[2]).mkdir(parents=True, exist_ok=True)
     Path("engines", sys.argv[2], "manifest.json").write_text('{"status": "skipped"}')
+elif step == "choose":
+    Path("choice.json").write_text('{"precision": "fp32"}')
 elif step == "repository":
     delay = yaml.safe_load(open("params.yaml"))["variants"]["throughput"]["dynamic_batching"]["max_queue_delay_us"]
     d = Path("model_repository/tiny")
@@ -124,7 +135,7 @@ def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp
     (project / "machine/probe.json").write_text('{"gpus": ["another machine"]}')  # engines are guarded elsewhere
     dvc = build(project, store)["dvc"]
     assert dvc["checked"] is True and dvc["target"] == "repository" and dvc["project"] == str(project)
-    assert dvc["stages"] == ["export", "repository"]  # transitive deps from DVC's graph; bench is downstream
+    assert dvc["stages"] == ["export", "choose", "repository"]  # transitive deps from DVC's graph; bench is downstream
     assert set(dvc["not_checked"]) == {"probe", "engine@cpu"} and "machine/probe.json" in dvc["not_checked"]["engine@cpu"]
     assert dvc["sources"] == {"data": "sources/data.json", "model": "sources/model.json"}
 
@@ -155,6 +166,23 @@ def test_model_file_rewritten_in_place_is_refused(project: Path, tmp_path: Path)
     assert "(export would rerun)" in msg and "dvc repro repository" in msg
     run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
     assert build(project, store)["dvc"]["checked"] is True
+
+
+def test_a_stale_choice_is_refused(project: Path, tmp_path: Path) -> None:
+    """choose reads the host record, which is not a machine record to skip: the choice was timed where the release is built."""
+    store = ReleaseStore(tmp_path / "store")
+    (project / "params.yaml").write_text(compose([*BASE, "choose.budget_s=30"], project / "conf"))
+    with pytest.raises(ReleaseError, match="is out of date: 1 stage") as e:
+        build(project, store)
+    assert "choose: changed deps: params.yaml (choose modified)" in e.value.render()
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
+    host = project / "machine/host.json"
+    host.write_text(json.dumps({**json.loads(host.read_text()), "cores_available": 64}))  # another machine's record
+    with pytest.raises(ReleaseError, match="is out of date: 1 stage") as e:
+        build(project, store)
+    assert "choose: changed deps: machine/host.json (modified)" in e.value.render() and "fix: run `dvc repro repository`" in e.value.render()
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")  # the probe writes this machine's record again
+    assert "choose" in build(project, store)["dvc"]["stages"]
 
 
 def test_code_change_and_missing_record_are_refused(project: Path, tmp_path: Path) -> None:
