@@ -1,6 +1,7 @@
 """INT8 end to end on a tiny embedding model with an outlier channel: calibration from real samples, the split between
 the calibration rows and the rows the gate judges on, the quality gate failing on a deliberately bad quantization
-(per-tensor weights), the automatic fallback repairing it, the search left out when no target serves INT8, bad inputs."""
+(per-tensor weights), the automatic fallback repairing it, its stop judged on validation rows it did not search on,
+the search left out when no target serves INT8, bad inputs."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32:
     # The report carries the calibration set's identity, the method and the row count; per-channel passes at once.
     assert rep["calibration"]["sha256"] == cal["sha256"] and (rep["calibration"]["method"], rep["calibration"]["rows"]) == ("minmax", 24)
     assert rep["passed_on_calibration"] is True and len(rep["fallback"]["attempts"]) == 1 and rep["kept_fp32_count"] == 0
+    assert rep["fallback"]["split"]["search"]["rows"] + rep["fallback"]["split"]["validation_rows"]["rows"] == 24
     assert rep["fallback"]["searched"] is False and "first quantization passes" in rep["fallback"]["not_searched"]
     assert {n["node"]: n["status"] for n in rep["nodes"]} == {"/fc1/Gemm": "int8", "/fc2/MatMul": "int8"}
     assert rep["size_bytes_int8"] < rep["size_bytes_fp32"]
@@ -91,13 +93,41 @@ def test_per_tensor_weights_fail_the_gate_with_every_metric_and_its_passing_valu
 def test_fallback_keeps_the_outlier_layer_fp32_and_repairs_it(make_params, fp32: Path, tmp_path: Path) -> None:
     cfg, _, samples = calibrated(make_params, fp32, tmp_path, *PER_TENSOR)
     rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
-    attempts = rep["fallback"]["attempts"]
-    assert [a["passed"] for a in attempts] == [False, True]
-    # One node per attempt: the outlier layer, found from per-layer error; the first layer stays INT8.
-    assert [b["node"] for b in rep["fallback"]["blocked_nodes"]] == ["/fc2/MatMul"]
+    fb = rep["fallback"]
+    # The 24 calibration rows split again: 12 rank the nodes, 12 validate the stop.
+    assert (fb["split"]["search"]["rows"], fb["split"]["validation_rows"]["rows"]) == (12, 12)
+    assert [(a["fallback_nodes"], a["passed"]) for a in fb["attempts"]] == [(0, False), (1, True)] and fb["chosen_attempt"] == 2
+    # The outlier layer ranks first by the error it introduces on the search rows; the first layer stays INT8.
+    assert [r["node"] for r in fb["ranking"]] == ["/fc2/MatMul", "/fc1/Gemm"] and fb["ranking"][0]["introduced"] > 0.5
+    assert [b["node"] for b in fb["blocked_nodes"]] == ["/fc2/MatMul"] and "pass the stop rule (attempt 2)" in fb["blocked_nodes"][0]["reason"]
     assert {n["node"]: n["status"] for n in rep["nodes"]} == {"/fc1/Gemm": "int8", "/fc2/MatMul": "fp32"}
-    assert rep["fallback"]["blocked_nodes"][0]["introduced"] > 0.5
+    assert rep["passed_on_calibration"] is True and rep["quality_on_calibration"]["validation"]["embedding"]["passed"]
     assert gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)["passed"] is True
+
+
+# Every hook row but each fourth is quiet (scaled down): the search rows (hook rows 0, 4, 8, ...) are all loud, the
+# validation rows (2, 6, ...) and the held-out rows (odd) quiet, which activation ranges set by loud rows round coarsely.
+UNREPRESENTATIVE = ["+model.data.quiet_every=4", "+model.data.quiet_at=[1,2,3]"]
+
+
+def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(make_params, fp32: Path, tmp_path: Path) -> None:
+    """Rows the search never looked at decide when it stops: here the all-INT8 model passes every threshold on the
+    search rows, so a search judged on them alone stops at once and ships a model the gate refuses; the validation rows
+    fail it, the search keeps the worst layer FP32, and the gate passes that model on the held-out rows."""
+    cfg, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    first, last = rep["fallback"]["attempts"][0], rep["fallback"]["attempts"][-1]
+    assert all(c["search"] >= c["threshold"] for c in first["checks"].values()) and first["quality"]["search"]["embedding"]["passed"]
+    assert not first["passed"] and first["checks"]["embedding.rank_agreement"]["validation"] < 0.98
+    assert last["passed"] and last["fallback_nodes"] == 1 and rep["kept_fp32_count"] == 1
+    assert gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)["passed"] is True
+
+    # What stopping on the search rows would have written: the first quantization, which the held-out rows fail.
+    once, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.max_attempts=1")
+    run_int8(fp32, samples, tmp_path / "once.int8.onnx", once)
+    report = gated(once, fp32, tmp_path / "once.int8.onnx", tmp_path)
+    q = report["artifacts"]["int8"]["outputs"]["embedding"]["quality"]
+    assert report["passed"] is False and q["metrics"]["rank_agreement"] < 0.98 and q["metrics"]["cosine_min"] > 0.98
 
 
 def test_an_op_onnx_runtime_cannot_quantize_is_left_fp32_and_reported(make_params, fp32: Path, tmp_path: Path) -> None:

@@ -75,11 +75,19 @@ def test_engine_precision_set_by_hand_is_refused(tmp_path: Path) -> None:
         (["int8.op_types=[]"], "int8.op_types", "at least one op type"),
         (["parity.int8.quality.rank_agreement=1.5"], "parity.int8.quality.rank_agreement", "[-1, 1]"),
         (["int8.calibration.method=kl"], "int8.calibration.method", "minmax, entropy, percentile"),
+        (["int8.fallback.validation=1"], "int8.fallback.validation", "must be in (0, 1)"),
+        (["int8.fallback.validation=0.2"], "int8.fallback.validation", "leaves, with the fewest rows allowed, 7 search and 1 validation rows"),
+        (["int8.calibration.min_samples=5"], "int8.fallback.validation", "3 search and 2 validation rows; each part needs at least 3"),
     ],
 )
 def test_bad_precision_settings_fail_at_composition_naming_the_key(overrides: list[str], key: str, says: str) -> None:
     lines = problems(*overrides)
     assert any(ln.startswith(f"{key}=") and says in ln for ln in lines), lines
+
+
+def test_the_fallback_split_is_checked_only_when_the_fallback_runs() -> None:
+    for overrides in (["int8.fallback.validation=0.2", "int8.fallback.enabled=false"], ["int8.fallback.validation=0.25", "int8.calibration.min_samples=12"]):
+        assert yaml.safe_load(compose([*TINY_MLP, *overrides]))["int8"]["fallback"]["validation"] in (0.2, 0.25)
 
 
 def test_auto_and_int8_on_a_cpu_target_compose() -> None:
