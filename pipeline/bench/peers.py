@@ -47,9 +47,9 @@ SETTINGS = [
     "the model API on, so models are registered through the management API with the mirrored batch_size, max_batch_delay and workers",
     "logging at WARN with no access log (its default writes several lines per request; Triton's embedded server writes none)",
     "system metrics off (by default a Python collector process starts every minute); metrics in Prometheus form",
-    "OMP_WAIT_POLICY=PASSIVE for the workers: GNU OpenMP's default spin-wait made PyTorch eager MiniLM at 2 threads ~10x slower on a "
-    "busy 2-core machine (239 ms against 22 ms p50 at load 5.4). ONNX Runtime's own thread pools (Triton's and the same graph's) "
-    "keep their default spinning, which also costs more on a busy machine: there the runtime comparison leans towards PyTorch",
+    "OMP_WAIT_POLICY=PASSIVE for the workers: with GNU OpenMP's default spin-wait, PyTorch's intra-op threads ran an order of "
+    "magnitude slower whenever other work held the cores. ONNX Runtime's own thread pools (Triton's and the same graph's) keep "
+    "their default spinning, which a busy machine also penalizes: there the runtime comparison leans towards PyTorch",
 ]
 # The workers' environment (see SETTINGS).
 WORKER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}

@@ -224,19 +224,24 @@ def test_tuning_without_a_throughput_variant_fails_before_any_server(tmp_path: P
     assert "['latency']" in e.value.what and not out.exists()
 
 
-def _start_stage(tmp_path: Path, backend: str) -> subprocess.Popen:
-    """The bench stage as DVC runs it, with temp dirs under tmp_path so its processes are findable."""
-    shipped_repository(tmp_path / "repo", "tiny")
-    cfg = tiny_cfg()
-    cfg.bench.embedded_backend = backend
-    cfg.bench.concurrency, cfg.bench.measurement_interval_ms, cfg.bench.max_trials = [1, 2, 4], 2000, 10
+def stage_process(tmp_path: Path, cfg: PipelineConfig) -> subprocess.Popen:
+    """The bench stage as DVC runs it on ``tmp_path/repo`` with ``cfg``, its temp dirs under tmp_path so its processes are findable."""
     params = tmp_path / "params.yaml"
     OmegaConf.save(OmegaConf.structured(cfg), params)
     out = tmp_path / "out"
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "pipeline.stages.bench", "--params", str(params), "--repository", str(tmp_path / "repo"),
            "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _start_stage(tmp_path: Path, backend: str) -> subprocess.Popen:
+    """The bench stage, once its server serves."""
+    shipped_repository(tmp_path / "repo", "tiny")
+    cfg = tiny_cfg()
+    cfg.bench.embedded_backend = backend
+    cfg.bench.concurrency, cfg.bench.measurement_interval_ms, cfg.bench.max_trials = [1, 2, 4], 2000, 10
+    proc = stage_process(tmp_path, cfg)
     deadline = time.monotonic() + 90
     # The server (and, for the python stand-in, its stub) is up once it shows; the stub comes with the model load.
     wanted = "stub" if backend == "python" else "tritonserver"

@@ -7,23 +7,19 @@ the tiny model's PyTorch twin (tests/helpers/tiny_models.py: the same weights as
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from pipeline.bench.run import run_bench
 from pipeline.core.config import PipelineConfig, TensorSpec
-from tests.stages.test_bench import tiny_cfg
+from tests.stages.test_bench import procs_mentioning, stage_process, tiny_cfg
 from tests.stages.test_torchserve import ts_procs
 from tests.tiny_triton import shipped_repository
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
@@ -88,13 +84,7 @@ def test_killed_stage_leaves_no_torchserve(tmp_path: Path) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = peers_cfg()
     cfg.bench.peer_rounds, cfg.bench.peer_max_rounds = 5, 5
-    params = tmp_path / "params.yaml"
-    OmegaConf.save(OmegaConf.structured(cfg), params)
-    out = tmp_path / "out"
-    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "pipeline.stages.bench", "--params", str(params), "--repository", str(tmp_path / "repo"),
-           "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = stage_process(tmp_path, cfg)
     deadline = time.monotonic() + 120
     while not any("model_service_worker" in p for p in ts_procs(str(tmp_path))):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -106,7 +96,5 @@ def test_killed_stage_leaves_no_torchserve(tmp_path: Path) -> None:
     deadline = time.monotonic() + 30
     while ts_procs(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not ts_procs(str(tmp_path)) and not (out / "bench.json").exists()
-    from tests.stages.test_bench import procs_mentioning
-
+    assert not ts_procs(str(tmp_path)) and not (tmp_path / "out" / "bench.json").exists()
     assert not procs_mentioning(str(tmp_path))  # the Triton beside it too
