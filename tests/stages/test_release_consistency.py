@@ -80,14 +80,19 @@ def project(_built: Path, tmp_path: Path) -> Path:
     return proj
 
 
-def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
-    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "variants.throughput.dynamic_batching.max_queue_delay_us=500")
-    commit(project, "throughput: 500 us")
+def refused_after_params_change(project: Path, override: str, stage: str, group: str) -> None:
+    """Commit ``override`` without running it: release build refuses, naming ``stage`` and the params ``group``, and writes nothing."""
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, override)
+    commit(project, override)
     r = release_build(project)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert "repository: changed deps: params.yaml (" in r.stderr and "variants modified" in r.stderr, r.stderr
+    assert f"{stage}: changed deps: params.yaml (" in r.stderr and f"{group} modified" in r.stderr, r.stderr
     assert "fix: run `dvc repro repository`" in r.stderr
     assert not (project.parent / "store/releases").exists()
+
+
+def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
+    refused_after_params_change(project, "variants.throughput.dynamic_batching.max_queue_delay_us=500", "repository", "variants")
     # The fix it names works, and the release then says what the commit says.
     sh(project, sys.executable, "-m", "dvc", "repro", "repository")
     r = release_build(project, "--no-tag")
@@ -98,12 +103,7 @@ def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
 
 def test_a_stale_precision_choice_is_refused(project: Path) -> None:
     """choose is upstream of the repository (it reads the choice) and reads only the host record of the machine: checked."""
-    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "choose.budget_s=30")
-    commit(project, "choose: 30 s")
-    r = release_build(project)
-    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert "choose: changed deps: params.yaml (" in r.stderr and "choose modified" in r.stderr, r.stderr
-    assert "fix: run `dvc repro repository`" in r.stderr and not (project.parent / "store/releases").exists()
+    refused_after_params_change(project, "choose.budget_s=30", "choose", "choose")
 
 
 def test_a_model_file_rewritten_in_place_is_refused(project: Path) -> None:
