@@ -31,12 +31,13 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
 
-from pipeline.convert import calibration, int8_errors, int8_search
+from pipeline.convert import calibration, int8_errors, int8_search, int8_smooth
 from pipeline.convert.fp16_safety import name_nodes
 from pipeline.core import holdout, onnx_tools
 from pipeline.core.config import Int8Config, OutputKind, PipelineConfig, QuantMode
@@ -171,40 +172,59 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
                                 fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types")
     kinds = {o: OutputKind(k) for o, k in cfg.model.output_kinds.items()}
     split = search_split(feeds, q.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
+    # Everything fitted to data (ranges, smoothing scales, the node ranking) comes from the search rows: the validation
+    # rows must be as unseen as the held-out ones for the stop rule to say anything about those.
+    fit = split.calibration.feeds
     excluded: dict[str, str] = dict.fromkeys(q.nodes_to_exclude, "int8.nodes_to_exclude")
     with tempfile.TemporaryDirectory(prefix="int8-", dir=out.parent) as tmp:
-        cache, source = Path(tmp) / "ranges.json", src
+        source = src
         if name_nodes(fp32):  # nodes_to_exclude works by name, as FP16's block list does: unnamed nodes get stable names
             source = Path(tmp) / "model.fp32.named.onnx"
             onnx_tools.save_model(fp32, source)
-        judge = int8_search.Judge(source, split, kinds, cfg.parity.int8.quality)
-        t = time.perf_counter()
-        quantize(source, out, q, feeds, ops, sorted(excluded), cache)  # ranges from every calibration row, once
-        first = judge(out)
-        attempts = [_attempt(1, len(excluded), 0, first, first, t)]
-        search = q.fallback.enabled and cfg.int8_in_fleet and bool(judge.kinds) and not attempts[0]["passed"] and q.fallback.max_attempts > 1
+        judge = int8_search.Judge(source, split, kinds, cfg.parity.int8.quality)  # against the FP32 model as it is
+        graphs = {"plain": _Graph(source, fp32, Path(tmp) / "ranges.json")}
+        smoothing = None
+        if q.smoothing is not None:  # a smoothed copy keeps every node's name, so exclusions and per-layer errors still match
+            smoothed, smoothing = int8_smooth.smooth(fp32, fit, q.smoothing, ops, skip=q.nodes_to_exclude)
+            graphs["smoothed"] = _Graph(Path(tmp) / "model.fp32.smoothed.onnx", smoothed, Path(tmp) / "ranges.smoothed.json")
+            onnx_tools.save_model(smoothed, graphs["smoothed"].path)
+        attempts: list[dict[str, Any]] = []
+        firsts: dict[str, int8_search.Judged] = {}
+        for name, g in graphs.items():  # ranges from the search rows, once per graph
+            t = time.perf_counter()
+            quantize(g.path, Path(tmp) / f"{name}.int8.onnx", q, fit, ops, sorted(excluded), g.cache)
+            j = firsts[name] = judge(Path(tmp) / f"{name}.int8.onnx")
+            attempts.append(_attempt(len(attempts) + 1, len(excluded), 0, j, j, t) | {"graph": name})
+        # Smoothing moves rounding error into the weights, and tightens every channel's range to the rows it was fitted on,
+        # which not every model takes well: the stop rule's margin says which graph the search starts from (plain on a tie).
+        start = max(attempts, key=lambda a: (a["passed"], a["margin"], a["graph"] == "plain"))
+        pick, g = start["graph"], graphs[start["graph"]]
+        os.replace(Path(tmp) / f"{pick}.int8.onnx", out)
+        first = firsts[pick]
+        search = q.fallback.enabled and cfg.int8_in_fleet and bool(judge.kinds) and not start["passed"] and q.fallback.max_attempts > len(attempts)
         ranked: list[int8_errors.NodeError] = []
-        chosen = attempts[0]
+        chosen = start
         if search:
             quant = onnx_tools.load_model(out, "INT8 model")
-            ranked = [e for e in int8_errors.node_errors(fp32, quant, split.calibration.feeds, int8_errors.quantized_nodes(fp32, quant, ops))
+            ranked = [e for e in int8_errors.node_errors(g.model, quant, fit, int8_errors.quantized_nodes(g.model, quant, ops))
                       if e.node not in excluded]  # fmt: skip
             trial, best = Path(tmp) / "trial.onnx", Path(tmp) / "best.onnx"
 
             def evaluate(k: int) -> bool:
                 nonlocal chosen
                 t = time.perf_counter()
-                quantize(source, trial, q, feeds, ops, sorted([*excluded, *(e.node for e in ranked[:k])]), cache)
-                a = _attempt(len(attempts) + 1, len(excluded) + k, k, first, judge(trial), t)
+                quantize(g.path, trial, q, fit, ops, sorted([*excluded, *(e.node for e in ranked[:k])]), g.cache)
+                a = _attempt(len(attempts) + 1, len(excluded) + k, k, first, judge(trial), t) | {"graph": pick}
                 attempts.append(a)
                 if a["passed"] or (not chosen["passed"] and a["margin"] > chosen["margin"]):  # a later pass has a smaller k
                     os.replace(trial, best)
                     chosen = a
                 return a["passed"]
 
-            int8_search.bisect(len(ranked), evaluate, q.fallback.max_attempts - 1)
+            int8_search.bisect(len(ranked), evaluate, q.fallback.max_attempts - len(attempts))
             if chosen["fallback_nodes"]:
                 os.replace(best, out)
+        fp32 = g.model
         blocked = _blocked(ranked, chosen)
         excluded |= {b["node"]: b["reason"] for b in blocked}
         sess = onnx_tools.session(out, "INT8 model")  # a graph ONNX Runtime cannot open fails here, not in a later stage
@@ -214,15 +234,18 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
                                         fix="keep the offending nodes FP32 (int8.nodes_to_exclude)")
         quant = onnx_tools.load_model(out, "INT8 model")
     fates = node_fates(fp32, quant, q, skipped_ops, excluded)
-    searched = len(attempts) > 1
+    searched = len(attempts) > len(graphs)
     return {
         "mode": str(q.mode), "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
         "per_channel": q.per_channel, "reduce_range": q.reduce_range, "quantize_outputs": q.quantize_outputs,
         "activations": {"type": str(q.activation_type), "symmetric": q.activation_symmetric} if q.mode == QuantMode.static else "dynamic",
         "calibration": {**calibration.record(calibration_path), "rows": sum(rows_of(f) for f in feeds), "samples": len(feeds),
+                        "fitted_on": f"the {split.calibration.rows} search rows (ranges, smoothing scales, node ranking)",
                         "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
                         **({"percentile": q.calibration.percentile} if q.calibration.method == "percentile" else {})},
         "op_types": ops, "op_types_left_fp32": skipped_ops,
+        "smoothing": {**smoothing.to_json(), "used": pick == "smoothed", "margin": {a["graph"]: a["margin"] for a in attempts[:2]}}
+        if smoothing else "off (int8.smoothing: null)",
         "quantized_count": sum(f["status"] == "int8" for f in fates), "kept_fp32_count": sum(f["status"] == "fp32" for f in fates),
         "nodes": fates,
         "fallback": {"enabled": q.fallback.enabled, "max_attempts": q.fallback.max_attempts, "in_fleet": cfg.int8_in_fleet,
@@ -240,6 +263,15 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         "size_bytes_int8": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+@dataclass(frozen=True)
+class _Graph:
+    """An FP32 graph to quantize: its file, its proto (for per-layer errors), its cached activation ranges."""
+
+    path: Path
+    model: onnx.ModelProto
+    cache: Path
 
 
 def search_split(feeds: list[Feed], share: float, batched: bool) -> holdout.Split:
@@ -284,7 +316,7 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
         return ("no target of the fleet serves int8 or auto (int8_in_fleet=false, derived from targets and "
                 "target_specs.<target>.precision): quantized once, for parity to report its quality; a fleet that serves "
                 "it runs the search (up to int8.fallback.max_attempts quantizations)")
-    return "int8.fallback.max_attempts=1"
+    return f"int8.fallback.max_attempts={cfg.int8.fallback.max_attempts}: no quantization left after the first (plain, and smoothed with int8.smoothing)"
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -77,7 +77,8 @@ def seen_by_consumers(quant: onnx.ModelProto, name: str) -> str:
     return name
 
 
-def _session(model: onnx.ModelProto, values: list[str]):  # noqa: ANN202 - onnxruntime type
+def probe_session(model: onnx.ModelProto, values: list[str]):  # noqa: ANN201 - onnxruntime type
+    """A session that also returns the tensors ``values`` (graph optimizations off: every value is the graph's own)."""
     import onnxruntime as ort
 
     probe = copy.deepcopy(model)
@@ -121,7 +122,7 @@ def relative_errors(fp32: onnx.ModelProto, quant: onnx.ModelProto, feeds: list[F
     if not todo:
         return out
     f_names, q_names = list(dict.fromkeys(p[0] for p in todo.values())), list(dict.fromkeys(p[1] for p in todo.values()))
-    f_sess, q_sess = _session(fp32, f_names), _session(quant, q_names)
+    f_sess, q_sess = probe_session(fp32, f_names), probe_session(quant, q_names)
     inputs = {i.name for i in f_sess.get_inputs()}
     sums: dict[str, list[float]] = {k: [] for k in todo}
     for feed in feeds:

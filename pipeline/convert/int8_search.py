@@ -89,25 +89,38 @@ def credited(s: float, v: float, s0: float, v0: float) -> float:
     return s if v0 >= 1 else min(s, 1 - (1 - s0) * (1 - v) / (1 - v0))
 
 
-def checks(first: Judged, now: Judged) -> dict[str, dict[str, float]]:
+def checks(first: Judged, now: Judged, digits: int | None = 6) -> dict[str, dict[str, float]]:
     """The stop rule's numbers, per ``<output>.<metric>`` with a threshold: threshold, search, validation, credited."""
+    def r(x: float) -> float:
+        return x if digits is None else round(x, digits)
+
     out = {}
     for o, v in now.validation.items():
         for m, t in v.thresholds.items():
             s, val = _value(now.search[o], m), _value(v, m)
             s0, v0 = _value(first.search[o], m), _value(first.validation[o], m)
-            out[f"{o}.{m}"] = {"threshold": t, "search": round(s, 6), "validation": round(val, 6), "credited": round(credited(s, val, s0, v0), 6)}
+            out[f"{o}.{m}"] = {"threshold": t, "search": r(s), "validation": r(val), "credited": r(credited(s, val, s0, v0))}
     return out
 
 
+def _left(x: float, t: float) -> float:
+    """The share of the error budget ``1 - t`` that value ``x`` leaves: 1 - (1 - x) / (1 - t); >= 0 exactly when x >= t."""
+    return 1 - (1 - x) / (1 - t) if t < 1 else (1.0 if x >= 1 else x - 1)
+
+
+def _margin(first: Judged, now: Judged) -> float:
+    return min((_left(min(c["validation"], c["credited"]), c["threshold"]) for c in checks(first, now, digits=None).values()), default=1.0)
+
+
 def margin(first: Judged, now: Judged) -> float:
-    """The rule's worst margin: min over checks of (validation or credited value - threshold); >= 0 passes."""
-    return round(min((min(c["validation"], c["credited"]) - c["threshold"] for c in checks(first, now).values()), default=0.0), 6)
+    """The rule's worst margin: the least share of a threshold's error budget (1 - threshold) that the validation or the
+    credited value leaves; >= 0 passes. A share rather than a difference, so metrics with different thresholds compare."""
+    return round(_margin(first, now), 6)
 
 
 def passes(first: Judged, now: Judged) -> bool:
     """The stop rule (module docstring)."""
-    return margin(first, now) >= 0
+    return _margin(first, now) >= 0
 
 
 def bisect(n: int, evaluate: Callable[[int], bool], budget: int) -> tuple[int | None, list[int]]:

@@ -67,8 +67,14 @@ def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32:
     rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
     # The report carries the calibration set's identity, the method and the row count; per-channel passes at once.
     assert rep["calibration"]["sha256"] == cal["sha256"] and (rep["calibration"]["method"], rep["calibration"]["rows"]) == ("minmax", 24)
-    assert rep["passed_on_calibration"] is True and len(rep["fallback"]["attempts"]) == 1 and rep["kept_fp32_count"] == 0
+    assert rep["passed_on_calibration"] is True and rep["kept_fp32_count"] == 0
     assert rep["fallback"]["split"]["search"]["rows"] + rep["fallback"]["split"]["validation_rows"]["rows"] == 24
+    # Smoothing is tried beside the plain graph: on this model it passes the search rows (its scales and ranges were
+    # fitted there) and fails the validation rows, so the plain graph is written.
+    plain, smoothed = rep["fallback"]["attempts"]
+    assert (plain["graph"], plain["passed"], smoothed["graph"], smoothed["passed"]) == ("plain", True, "smoothed", False)
+    assert smoothed["quality"]["search"]["embedding"]["passed"] and not smoothed["quality"]["validation"]["embedding"]["passed"]
+    assert rep["smoothing"]["used"] is False and rep["smoothing"]["nodes"] == 2 and rep["fallback"]["chosen_attempt"] == 1
     assert rep["fallback"]["searched"] is False and "first quantization passes" in rep["fallback"]["not_searched"]
     assert {n["node"]: n["status"] for n in rep["nodes"]} == {"/fc1/Gemm": "int8", "/fc2/MatMul": "int8"}
     assert rep["size_bytes_int8"] < rep["size_bytes_fp32"]
@@ -96,10 +102,11 @@ def test_fallback_keeps_the_outlier_layer_fp32_and_repairs_it(make_params, fp32:
     fb = rep["fallback"]
     # The 24 calibration rows split again: 12 rank the nodes, 12 validate the stop.
     assert (fb["split"]["search"]["rows"], fb["split"]["validation_rows"]["rows"]) == (12, 12)
-    assert [(a["fallback_nodes"], a["passed"]) for a in fb["attempts"]] == [(0, False), (1, True)] and fb["chosen_attempt"] == 2
+    assert [(a["graph"], a["fallback_nodes"], a["passed"]) for a in fb["attempts"]] == [("plain", 0, False), ("smoothed", 0, False), ("plain", 1, True)]
+    assert fb["chosen_attempt"] == 3
     # The outlier layer ranks first by the error it introduces on the search rows; the first layer stays INT8.
     assert [r["node"] for r in fb["ranking"]] == ["/fc2/MatMul", "/fc1/Gemm"] and fb["ranking"][0]["introduced"] > 0.5
-    assert [b["node"] for b in fb["blocked_nodes"]] == ["/fc2/MatMul"] and "pass the stop rule (attempt 2)" in fb["blocked_nodes"][0]["reason"]
+    assert [b["node"] for b in fb["blocked_nodes"]] == ["/fc2/MatMul"] and "pass the stop rule (attempt 3)" in fb["blocked_nodes"][0]["reason"]
     assert {n["node"]: n["status"] for n in rep["nodes"]} == {"/fc1/Gemm": "int8", "/fc2/MatMul": "fp32"}
     assert rep["passed_on_calibration"] is True and rep["quality_on_calibration"]["validation"]["embedding"]["passed"]
     assert gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)["passed"] is True
@@ -107,7 +114,8 @@ def test_fallback_keeps_the_outlier_layer_fp32_and_repairs_it(make_params, fp32:
 
 # Every hook row but each fourth is quiet (scaled down): the search rows (hook rows 0, 4, 8, ...) are all loud, the
 # validation rows (2, 6, ...) and the held-out rows (odd) quiet, which activation ranges set by loud rows round coarsely.
-UNREPRESENTATIVE = ["+model.data.quiet_every=4", "+model.data.quiet_at=[1,2,3]"]
+# Without smoothing, so that the stop rule alone decides.
+UNREPRESENTATIVE = ["+model.data.quiet_every=4", "+model.data.quiet_at=[1,2,3]", "int8.smoothing=null"]
 
 
 def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(make_params, fp32: Path, tmp_path: Path) -> None:
@@ -164,7 +172,7 @@ def test_without_int8_in_the_fleet_the_fallback_search_does_not_run(make_params,
     assert cfg.int8_in_fleet is False
     rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
     fb = rep["fallback"]
-    assert len(fb["attempts"]) == 1 and fb["blocked_count"] == 0 and fb["searched"] is False and rep["passed_on_calibration"] is False
+    assert len(fb["attempts"]) == 2 and fb["blocked_count"] == 0 and fb["searched"] is False and rep["passed_on_calibration"] is False
     assert "int8_in_fleet=false" in fb["not_searched"]
     report = gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)
     assert report["passed"] is True and "int8" not in report["gating"]

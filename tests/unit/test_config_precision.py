@@ -76,6 +76,8 @@ def test_engine_precision_set_by_hand_is_refused(tmp_path: Path) -> None:
         (["parity.int8.quality.rank_agreement=1.5"], "parity.int8.quality.rank_agreement", "[-1, 1]"),
         (["int8.calibration.method=kl"], "int8.calibration.method", "minmax, entropy, percentile"),
         (["int8.fallback.validation=1"], "int8.fallback.validation", "must be in (0, 1)"),
+        (["int8.smoothing=0"], "int8.smoothing", "must be in (0, 1]"),
+        (["int8.smoothing=1.5"], "int8.smoothing", "must be in (0, 1]"),
         (["int8.fallback.validation=0.2"], "int8.fallback.validation", "leaves, with the fewest rows allowed, 7 search and 1 validation rows"),
         (["int8.calibration.min_samples=5"], "int8.fallback.validation", "3 search and 2 validation rows; each part needs at least 3"),
     ],

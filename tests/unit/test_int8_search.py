@@ -36,7 +36,7 @@ def test_search_rows_are_credited_only_with_the_gain_the_validation_rows_confirm
     now = judged(0.985, 0.985)
     c = checks(first, now)["embedding.cosine_min"]
     assert (c["search"], c["validation"], c["threshold"]) == (0.985, 0.985, 0.98) and c["credited"] == pytest.approx(0.97)
-    assert not passes(first, now) and margin(first, now) == pytest.approx(-0.01)
+    assert not passes(first, now) and margin(first, now) == pytest.approx(-0.5)  # 0.03 of a 0.02 error budget
     # When the validation rows' error shrinks to a quarter (0.02 -> 0.005), the search rows' may too (0.04 -> 0.01): their
     # own 0.985 counts in full.
     assert passes(first, judged(0.985, 0.995)) and checks(first, judged(0.985, 0.995))["embedding.cosine_min"]["credited"] == 0.985

@@ -74,6 +74,8 @@ def check_int8(q: Int8Config, p: Problems) -> None:
         p.add("int8.op_types", [], "must list at least one op type to quantize (default: [MatMul, Gemm, Conv])")
     p.unique("int8.op_types", q.op_types)
     p.unique("int8.nodes_to_exclude", q.nodes_to_exclude)
+    if q.smoothing is not None:
+        p.number("int8.smoothing", q.smoothing, 0, 1, low_open=True)
     c = q.calibration
     p.number("int8.calibration.percentile", c.percentile, 50, 100, low_open=True)
     p.number("int8.calibration.holdout", c.holdout, 0, 1, low_open=True, high_open=True)

@@ -54,6 +54,9 @@ class Int8Config:
     # next Q); true: its output is quantized too, one more rounding, per tensor (an outlier channel crushes the rest).
     quantize_outputs: bool = False
     op_types: list[str] = field(default_factory=lambda: ["MatMul", "Gemm", "Conv"])  # op types to quantize
+    # SmoothQuant's alpha (pipeline/convert/int8_smooth.py): how much of each activation channel's range moves into the
+    # weights of the MatMul/Gemm it feeds before quantizing; null: no smoothing.
+    smoothing: Optional[float] = 0.8
     nodes_to_exclude: list[str] = field(default_factory=list)  # node names kept FP32
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     fallback: Int8FallbackConfig = field(default_factory=Int8FallbackConfig)
