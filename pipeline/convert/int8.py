@@ -11,16 +11,19 @@ both. ``dynamic`` computes activation ranges per request instead (ONNX Runtime o
 Only the op types in ``int8.op_types`` are quantized (MatMul, Gemm, Conv: the weight-heavy ops, where integer
 kernels pay); an op type ONNX Runtime has no quantizer for in the chosen mode is left FP32 and reported.
 
+With ``int8.smoothing`` set, a smoothed copy of the graph (pipeline/convert/int8_smooth.py, SmoothQuant) is quantized
+beside the plain one and the better by the stop rule is kept.
+
 The automatic fallback: the quantized model runs beside the FP32 model on the calibration rows, split again into
 search and validation rows (``int8.fallback.validation``), and is judged by the parity gate's quality thresholds
 (``parity.int8.quality``, by ``model.output_kinds``). While it fails, the nodes that introduce the most error on the
 search rows (pipeline/convert/int8_errors.py, ranked once) stay FP32, as many as a bisection finds that pass the stop
-rule on both parts (pipeline/convert/int8_search.py), in at most ``int8.fallback.max_attempts`` quantizations from
-ranges calibrated once on every calibration row. A model that still fails is written anyway (the closest candidate):
-the parity gate judges it on the rows held out of calibration (pipeline/core/holdout.py), which neither the ranges nor
-the search have seen, and refuses to ship it. The search runs only when some target of the fleet serves int8 or auto
-(``int8_in_fleet``, derived from the fleet): a fleet that never serves INT8 should not pay for it; otherwise the file
-is quantized once, for parity to report its quality, and the report says why the search did not run.
+rule on both parts (pipeline/convert/int8_search.py), in at most ``int8.fallback.max_attempts`` quantizations. Ranges,
+smoothing scales and the ranking are fitted on the search rows only. A model that still fails is written anyway (the
+closest candidate): the parity gate judges it on the rows held out of calibration (pipeline/core/holdout.py), which
+nothing here has seen, and refuses to ship it. The search runs only when some target of the fleet serves int8 or auto
+(``int8_in_fleet``, derived from the fleet): a fleet that never serves INT8 should not pay for it; otherwise only the
+first quantizations run, for parity to report the quality, and the report says why the search did not run.
 """
 
 from __future__ import annotations
@@ -314,7 +317,7 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
         return "int8.fallback.enabled=false"
     if not cfg.int8_in_fleet:
         return ("no target of the fleet serves int8 or auto (int8_in_fleet=false, derived from targets and "
-                "target_specs.<target>.precision): quantized once, for parity to report its quality; a fleet that serves "
+                "target_specs.<target>.precision): quantized without the search, for parity to report its quality; a fleet that serves "
                 "it runs the search (up to int8.fallback.max_attempts quantizations)")
     return f"int8.fallback.max_attempts={cfg.int8.fallback.max_attempts}: no quantization left after the first (plain, and smoothed with int8.smoothing)"
 
