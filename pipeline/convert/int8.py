@@ -244,6 +244,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         "activations": {"type": str(q.activation_type), "symmetric": q.activation_symmetric} if q.mode == QuantMode.static else "dynamic",
         "calibration": {**calibration.record(calibration_path), "rows": sum(rows_of(f) for f in feeds), "samples": len(feeds),
                         "fitted_on": f"the {split.calibration.rows} search rows (ranges, smoothing scales, node ranking)",
+                        "validation_rows": split.holdout.rows,
                         "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
                         **({"percentile": q.calibration.percentile} if q.calibration.method == "percentile" else {})},
         "op_types": ops, "op_types_left_fp32": skipped_ops,
