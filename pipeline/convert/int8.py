@@ -259,7 +259,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
                                "search": split.calibration.record(), "validation_rows": split.holdout.record()},
                      "stop_rule": int8_search.RULE, "strategy": "bisection over the per-layer error ranking (search rows)",
                      "ranking": [{"node": e.node, "op": e.op, "introduced": round(e.introduced, 6)} for e in ranked],
-                     "searched": searched, "not_searched": None if searched else not_searched(cfg, attempts[0]["passed"], bool(judge.kinds)),
+                     "searched": searched, "not_searched": None if searched else not_searched(cfg, start["passed"], bool(judge.kinds)),
                      "chosen_attempt": chosen["attempt"], "blocked_nodes": blocked, "blocked_count": len(blocked), "attempts": attempts},
         "passed_on_calibration": chosen["passed"] if judge.kinds else None,
         "quality_on_calibration": chosen["quality"],
@@ -313,7 +313,7 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
     if not judged:
         return "no output is judged (model.output_kinds is empty): nothing to search for"
     if passed:
-        return "the first quantization passes parity.int8.quality on the search and the validation rows"
+        return "the first quantization passes the stop rule (parity.int8.quality on the search and the validation rows)"
     if not cfg.int8.fallback.enabled:
         return "int8.fallback.enabled=false"
     if not cfg.int8_in_fleet:
