@@ -104,10 +104,11 @@ class Gauges:
     pairing nor tuning never needs them.
     """
 
-    def __init__(self, onnx_path: Path, latency: OrtSettings, throughput: OrtSettings, rows: list[Feed], best_batch: int,
+    def __init__(self, onnx_paths: tuple[Path, Path], latency: OrtSettings, throughput: OrtSettings, rows: list[Feed], best_batch: int,
                  warmup: int, runs: int, seconds: float) -> None:  # fmt: skip
-        self._lat = functools.cache(lambda: ort_session(onnx_path, latency))
-        self._thr = functools.cache(lambda: ort_session(onnx_path, throughput))
+        lat_onnx, thr_onnx = onnx_paths  # each variant's own file (they may serve different precisions)
+        self._lat = functools.cache(lambda: ort_session(lat_onnx, latency))
+        self._thr = functools.cache(lambda: ort_session(thr_onnx, throughput))
         self._rows, self._batches = rows, same_shape_batches(rows, best_batch)
         self._warmup, self._runs, self._seconds = warmup, runs, seconds
         self._warm_lat = False

@@ -153,7 +153,7 @@ def prepare(cfg: PipelineConfig, inst: TorchServeInstall, shipped: ShippedModel,
     store, archives, notes = work / "store", [], []
     variants = [v for v in VARIANTS if v in configs]
     for v in variants:
-        archives.append(deploy.same_graph(inst, f"{shipped.name}_same_graph_{v}", v, shipped.onnx, configs[v], inp.graph_dtypes, work, store))
+        archives.append(deploy.same_graph(inst, f"{shipped.name}_same_graph_{v}", v, shipped.onnx_for(v), configs[v], inp.graph_dtypes, work, store))
     if cfg.model.source != Source.factory:
         notes.append(f"TorchServe native not measured: model.source={cfg.model.source} has no PyTorch model to serve")
     else:

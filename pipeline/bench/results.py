@@ -51,12 +51,14 @@ class MeasuredModel:
     configs: dict[str, str]
     sha256: str | None = None
     configs_sha256: dict[str, str] | None = None
+    files_sha256: dict[str, str] | None = None  # variant -> sha256 of the ONNX file it served
 
     def to_json(self) -> Json:
         d: Json = {"name": self.name, "onnx": self.onnx, "version": self.version}
         d |= {"sha256": self.sha256} if self.sha256 is not None else {}
         d |= {"configs": self.configs}
-        return d | ({"configs_sha256": self.configs_sha256} if self.configs_sha256 is not None else {})
+        d |= {"configs_sha256": self.configs_sha256} if self.configs_sha256 is not None else {}
+        return d | ({"files_sha256": self.files_sha256} if self.files_sha256 is not None else {})
 
 
 @dataclass
@@ -316,7 +318,7 @@ class BenchResult:
         m = d["model"]
         return cls(
             machine=Machine(**d["machine"]),
-            model=MeasuredModel(m["name"], m["onnx"], m["version"], m["configs"], m.get("sha256"), m.get("configs_sha256")),
+            model=MeasuredModel(m["name"], m["onnx"], m["version"], m["configs"], m.get("sha256"), m.get("configs_sha256"), m.get("files_sha256")),
             inputs=InputsInfo(**d["inputs"]),
             settings=_settings_from_json(d.get("settings", {})),
             baseline=Baseline.from_json(d["baseline"]),

@@ -71,11 +71,14 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     t_start = time.monotonic()  # the time base of the RSS traces
     with Progress(expected_seconds(b, plan)) as progress:
         progress.phase("baseline")
-        progress.log(f"[bench] in-process ONNX Runtime baseline on {shipped.onnx.name}; profile {b.profile}")
-        base = Baseline(baseline_latency(shipped.onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs),
-                        baseline_throughput(shipped.onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
+        # Each variant's own file and settings: the latency side on the latency variant's, best batch on the throughput one's.
+        lat_onnx, thr_onnx = shipped.onnx_for("latency"), shipped.onnx_for("throughput")
+        files = lat_onnx.name if lat_onnx == thr_onnx else f"{lat_onnx.name} (latency) and {thr_onnx.name} (throughput)"
+        progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
+        base = Baseline(baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs),
+                        baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
         # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
-        gauges = Gauges(shipped.onnx, lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
+        gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
                         b.paired_measurement_interval_ms / 1000)  # fmt: skip
 
         with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
@@ -116,7 +119,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 readiness.finish(prod, mode, t_start)
                 mode.close()
             progress.phase("report")
-            baseline_again(base, shipped.onnx, lat_s, inp, b)
+            baseline_again(base, lat_onnx, lat_s, inp, b)
             mach.loadavg_end = loadavg()
             res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning, production=prod, peers=side)
             res.ratios = ratios(res)
@@ -197,7 +200,8 @@ def shipped_configs(model_dir: Path, tuning: bool) -> tuple[ShippedModel, dict[s
 def measured_model(shipped: ShippedModel) -> MeasuredModel:
     """The files measured, with their sha256: a release embeds this report only if its files have these digests."""
     return MeasuredModel(shipped.name, str(shipped.onnx), shipped.version, {v: str(p) for v, p in shipped.configs.items()},
-                         file_digest(shipped.onnx)[0], {v: file_digest(p)[0] for v, p in shipped.configs.items()})  # fmt: skip
+                         file_digest(shipped.onnx)[0], {v: file_digest(p)[0] for v, p in shipped.configs.items()},
+                         {v: file_digest(p)[0] for v, p in shipped.files.items()})  # fmt: skip
 
 
 # ---------------------------------------------------------------- baseline

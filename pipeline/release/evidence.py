@@ -1,8 +1,8 @@
 """What the parity and bench reports say about the exact files a release ships.
 
 A report vouches for a release only through sha256. The parity stage records the sha256 of
-every artifact it compared; the bench records the sha256 of the served ``model.onnx`` and
-of each config variant it measured. A parity report written for other files (another
+every artifact it compared; the bench records the sha256 of the served ``model.onnx``, of the
+ONNX file each variant served and of each config variant it measured. A parity report written for other files (another
 model, an older run) refuses the build; a bench report for other files is recorded as
 absent, with the reason (a release without a benchmark is still a valid release).
 
@@ -32,8 +32,9 @@ def served_files(version_dir: Path) -> dict[str, tuple[str, str]]:
     """Files of a version directory that parity vouches for: name -> (sha256, "onnx" | "trt")."""
     out = {}
     for p in sorted(version_dir.iterdir()):
-        if p.is_file() and (p.name == ONNX_FILE or p.suffix == PLAN_SUFFIX):
-            out[p.name] = (file_digest(p)[0], "onnx" if p.name == ONNX_FILE else "trt")
+        # Every ONNX file: model.onnx, and model.<precision>.onnx when the two variants serve different precisions.
+        if p.is_file() and p.suffix in (".onnx", PLAN_SUFFIX):
+            out[p.name] = (file_digest(p)[0], "onnx" if p.suffix == ".onnx" else "trt")
     return out
 
 
@@ -136,6 +137,11 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
     sha = file_digest(onnx)[0]
     if measured.get("sha256") != sha:
         return _absent(f"{path} measured a model.onnx with sha256 {str(measured.get('sha256'))[:12]}..., the release ships {sha[:12]}...")
+    shipped = {file_digest(p)[0] for p in version_dir.glob("*.onnx")}
+    per_variant = measured.get("files_sha256")
+    if isinstance(per_variant, dict) and set(per_variant.values()) != shipped:
+        return _absent(f"{path} measured the variants on other ONNX files than the release ships "
+                       f"(measured {sorted(str(v)[:12] for v in per_variant.values())}, shipped {sorted(s[:12] for s in shipped)})")
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
     if measured.get("configs_sha256") != configs:
         theirs = measured.get("configs_sha256") if isinstance(measured.get("configs_sha256"), dict) else {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -68,8 +68,13 @@ class ShippedModel:
     name: str
     model_dir: Path
     version: str
-    onnx: Path
+    onnx: Path  # the first variant's file (latency's when it exists)
     configs: dict[str, Path]  # variant name -> configs/<variant>.pbtxt
+    files: dict[str, Path] = field(default_factory=dict)  # variant name -> the ONNX file its config loads
+
+    def onnx_for(self, variant: str) -> Path:
+        """The ONNX file ``variant`` serves: variants may serve different precisions (pipeline.repository.served)."""
+        return self.files.get(variant, self.onnx)
 
 
 def read_config(path: Path) -> mc.ModelConfig:
@@ -101,17 +106,24 @@ def find_shipped(model_dir: str | os.PathLike[str]) -> ShippedModel:
     if not versions:
         raise BenchError(f"no numbered version directory in {d}", fix="run the repository stage first")
     ver = versions[-1]
-    base = read_config(next(iter(configs.values())))
-    candidates = [ver / base.default_model_filename] if base.default_model_filename else []
-    candidates += [ver / "model.onnx", *sorted(ver.glob("*.onnx"))]
-    onnx = next((p for p in candidates if p.is_file()), None)
-    if onnx is None:
-        raise BenchError(
-            f"no ONNX file in {ver}",
-            fix="the embedded server serves the ONNX Runtime model; point bench at an ONNX model directory",
-            details={"looked for": ", ".join(map(str, candidates))},
-        )
-    return ShippedModel(base.name or d.name, d, ver.name, onnx.resolve(), configs)
+    # Each variant's config names its own file when the variants serve different precisions (default_model_filename).
+    order = [v for v in ("latency", "throughput") if v in configs] + [v for v in configs if v not in ("latency", "throughput")]
+    files: dict[str, Path] = {}
+    name = ""
+    for variant in order:
+        cfg = read_config(configs[variant])
+        name = name or cfg.name
+        candidates = [ver / cfg.default_model_filename] if cfg.default_model_filename else []
+        candidates += [ver / "model.onnx", *sorted(ver.glob("*.onnx"))]
+        onnx = next((p for p in candidates if p.is_file()), None)
+        if onnx is None:
+            raise BenchError(
+                f"no ONNX file for variant '{variant}' in {ver}",
+                fix="the embedded server serves the ONNX Runtime model; point bench at an ONNX model directory",
+                details={"looked for": ", ".join(map(str, candidates))},
+            )
+        files[variant] = onnx.resolve()
+    return ShippedModel(name or d.name, d, ver.name, files[order[0]], configs, files)
 
 
 def _standin_config(cfg: mc.ModelConfig, backend: str, note: str, onnx_path: Path) -> tuple[mc.ModelConfig, list[str]]:
@@ -197,7 +209,8 @@ def build_embedded_repository(
     changes: dict[str, list[str]] = {}
     for variant, path in shipped.configs.items():
         base = read_config(path)
-        cfg, notes = to_native_backend(base, shipped.onnx, ort) if ort else to_python_backend(base, shipped.onnx)
+        onnx = shipped.onnx_for(variant)
+        cfg, notes = to_native_backend(base, onnx, ort) if ort else to_python_backend(base, onnx)
         cfg.name = shipped.name
         write_config(dest / "configs" / f"{variant}.pbtxt", cfg, header)
         changes[variant] = notes

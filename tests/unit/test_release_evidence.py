@@ -88,6 +88,7 @@ def test_a_repository_without_a_compared_model_file_is_refused(tmp_path: Path) -
     [
         ("other model", "measured model 'minilm', not 'tiny'"),
         ("other onnx", "measured a model.onnx with sha256"),
+        ("other variant file", "measured the variants on other ONNX files than the release ships"),
         ("other config", "measured other config variants than the release ships (differ: throughput)"),
         ("no summary", "has no summary"),
         ("missing", "no bench report at"),
@@ -101,6 +102,8 @@ def test_bench_of_other_files_is_recorded_absent(tmp_path: Path, case: str, reas
     report = json.loads(bench.read_text())
     if case == "other onnx":
         report["model"]["sha256"] = sha256(b"minilm.onnx")
+    elif case == "other variant file":
+        report["model"]["files_sha256"] = {"latency": report["model"]["sha256"], "throughput": sha256(b"model.int8.onnx")}
     elif case == "other config":
         report["model"]["configs_sha256"]["throughput"] = sha256(b"max_queue_delay 500")
     elif case == "no summary":
@@ -123,3 +126,13 @@ def test_bench_of_exactly_these_files_embeds_only_its_summary(tmp_path: Path) ->
         "status": "measured", "report": str(bench), "model_sha256": sha256(ONNX_BYTES), "summary": {"ratios": {"latency_c1": 1.05}},
         "configs_sha256": {v: sha256(repo / f"tiny/configs/{v}.pbtxt") for v in ("latency", "throughput")},
     }
+
+
+def test_a_second_onnx_file_needs_its_own_parity_entry(tmp_path: Path) -> None:
+    """Variants serving different precisions ship model.onnx and model.<precision>.onnx: parity must vouch for both."""
+    repo = tiny_repository(tmp_path / "repo")
+    (repo / "tiny/1/model.int8.onnx").write_bytes(b"an int8 file no parity entry compared")
+    with pytest.raises(ReleaseError, match="the parity report does not vouch for the files this release ships") as e:
+        _build(tmp_path, repo, parity_report(tmp_path / "p.json"))
+    assert "model.int8.onnx" in e.value.render()
+    assert not (tmp_path / "store").exists()

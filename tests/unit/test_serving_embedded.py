@@ -58,3 +58,19 @@ def test_find_shipped_without_configs(tmp_path: Path) -> None:
     (tmp_path / "m" / "1").mkdir(parents=True)
     with pytest.raises(BenchError, match="no config variants"):
         find_shipped(tmp_path / "m")
+
+
+@pytest.mark.parametrize("backend", ["native", "python"])
+def test_variants_serving_different_files_each_get_their_own(tmp_path: Path, backend: str) -> None:
+    """When the variants serve different precisions, each config names its file; the stand-in serves each one's own."""
+    thr = variant_config("tiny", "throughput")
+    thr.default_model_filename = "model.int8.onnx"
+    model_dir = shipped_repository(tmp_path / "shipped", configs={"latency": variant_config("tiny", "latency"), "throughput": thr})
+    (model_dir / "1" / "model.int8.onnx").write_bytes((model_dir / "1" / "model.onnx").read_bytes() + b"\0")
+    shipped = find_shipped(model_dir)
+    assert shipped.onnx_for("latency") == (model_dir / "1" / "model.onnx").resolve() == shipped.onnx
+    assert shipped.onnx_for("throughput") == (model_dir / "1" / "model.int8.onnx").resolve()
+    build_embedded_repository(model_dir, tmp_path / "emb", backend)
+    for variant, name in (("latency", "model.onnx"), ("throughput", "model.int8.onnx")):
+        for cfg in (tmp_path / "emb/tiny/configs" / f"{variant}.pbtxt", tmp_path / f"emb/tiny__{variant}/config.pbtxt"):
+            assert read_config(cfg).parameters["onnx_path"].string_value == str((model_dir / "1" / name).resolve()), cfg
