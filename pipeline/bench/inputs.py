@@ -17,6 +17,7 @@ from pipeline.bench.results import InputsInfo
 from pipeline.core.config import InputShapes, ModelConfig
 from pipeline.core.samples import by_shape, input_specs, load_samples, request_rows, shape_key, uniform_rows
 from pipeline.core.specs import graph_io
+from pipeline.serving.client import infer_inputs
 
 Feed = dict[str, np.ndarray]
 
@@ -32,15 +33,7 @@ def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
 
 def http_inputs(row: Feed) -> list:
     """A request row as tritonclient HTTP inputs (binary tensors), what every Python-side request to Triton sends."""
-    import tritonclient.http as httpclient
-    from tritonclient.utils import np_to_triton_dtype
-
-    out = []
-    for name, arr in row.items():
-        x = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-        x.set_data_from_numpy(arr)
-        out.append(x)
-    return out
+    return infer_inputs(row, "http")
 
 
 @dataclass

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.bench.estimate import Estimate, estimate
-from pipeline.serving.client import TritonClient, metrics_text
+from pipeline.serving.client import TritonClient, infer_inputs, metrics_text
 from pipeline.serving.perf_analyzer import PerfAnalyzer, write_input_data
 from pipeline.serving.process import set_pdeathsig
 
@@ -146,28 +146,13 @@ class OutputPairs:
             self.candidate.append(cand)
 
 
-def _inputs(rows: list[Feed]) -> list[list[Any]]:
-    import tritonclient.http as httpclient
-    from tritonclient.utils import np_to_triton_dtype
-
-    out = []
-    for row in rows:
-        ins = []
-        for name, arr in row.items():
-            i = httpclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-            i.set_data_from_numpy(np.ascontiguousarray(arr))
-            ins.append(i)
-        out.append(ins)
-    return out
-
-
 def replay(url: str, live: Endpoint, cand: Endpoint, rows: list[Feed], pairs: OutputPairs, seconds: float) -> tuple[list[Sent], list[str]]:
     """Send every row to both versions, in turn: one warm-up pass, then for ``seconds``; keep the answers.
 
     Returns every request and the distinct error messages (at most 5).
     """
     client = TritonClient(url)
-    prepared = _inputs(rows)
+    prepared = [infer_inputs(r) for r in rows]
     sent: list[Sent] = []
     errors: list[str] = []
     t_end = 0.0

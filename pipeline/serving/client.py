@@ -27,6 +27,23 @@ PROTOCOLS = ("http", "grpc")
 LOAD_TIMEOUT_S = 300.0
 
 
+def infer_inputs(row: dict[str, Any], protocol: str = "http") -> list[Any]:
+    """A request row (name -> numpy array) as tritonclient inputs of ``protocol`` (binary tensors)."""
+    import numpy as np
+    from tritonclient.utils import np_to_triton_dtype
+
+    if protocol == "grpc":
+        import tritonclient.grpc as module
+    else:
+        import tritonclient.http as module  # type: ignore[no-redef]
+    out = []
+    for name, arr in row.items():
+        x = module.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+        x.set_data_from_numpy(np.ascontiguousarray(arr))
+        out.append(x)
+    return out
+
+
 class TritonClient:
     """A small facade over ``tritonclient.http`` / ``tritonclient.grpc`` for one server.
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pipeline.serving.client import infer_inputs
+
 Feed = dict[str, np.ndarray]
 REJECTED = "Exceeds maximum queue size"  # Triton's message for a request its full queue turned away
 
@@ -38,18 +40,6 @@ class OpenLoopRun:
         return len(self.ok_ms) / self.seconds if self.seconds else None
 
 
-def _inputs(row: Feed) -> list:  # noqa: ANN401 - tritonclient.grpc.InferInput
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import np_to_triton_dtype
-
-    out = []
-    for name, arr in row.items():
-        x = grpcclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-        x.set_data_from_numpy(arr)
-        out.append(x)
-    return out
-
-
 def open_loop(grpc_url: str, model: str, rows: list[Feed], intervals_s: list[float], timeout_s: float = 10.0) -> OpenLoopRun:
     """Send one request after each gap of ``intervals_s`` (the first at once), rows in turn; wait for the answers.
 
@@ -57,7 +47,7 @@ def open_loop(grpc_url: str, model: str, rows: list[Feed], intervals_s: list[flo
     """
     import tritonclient.grpc as grpcclient
 
-    inputs = [_inputs(r) for r in rows]
+    inputs = [infer_inputs(r, "grpc") for r in rows]
     run = OpenLoopRun(len(intervals_s) / sum(intervals_s) if sum(intervals_s) else 0.0, 0.0, 0)
     lock, done = threading.Lock(), threading.Semaphore(0)
 

@@ -25,7 +25,7 @@ ALLOWED = {
     "embedded": {"install", "native_backend"},
     "python_standin": set(),
     "memory": set(),  # the server's RSS (psutil)
-    "loadgen": set(),  # the open-loop client
+    "loadgen": {"client"},  # the open-loop client (request building)
     "torchserve": set(),  # TorchServe's install, Java, archives, config (bench.peers)
     "torchserve_process": {"process", "torchserve"},  # a running TorchServe, guarded as tritonserver is
     "torchserve_handler": set(),  # runs inside TorchServe's Python worker
