@@ -325,10 +325,8 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:
     """Size, node counts, attempts and the chosen model's quality on the search and validation rows (dvc metrics)."""
-    out = {k: report[k] for k in ("quantized_count", "kept_fp32_count", "size_bytes_fp32", "size_bytes_int8", "passed_on_calibration")}
-    out["fallback_blocked_count"] = report["fallback"]["blocked_count"]
+    # The FP32 size is fp16's metric already; blocked nodes, whether the search ran and the time are in the report.
+    out = {k: report[k] for k in ("quantized_count", "kept_fp32_count", "size_bytes_int8", "passed_on_calibration")}
     out["attempts"] = len(report["fallback"]["attempts"])
-    out["fallback_searched"] = report["fallback"]["searched"]
-    out["seconds"] = report["seconds"]
     out["quality_on_calibration"] = {part: {o: v["metrics"] for o, v in verdicts.items()} for part, verdicts in report["quality_on_calibration"].items()}
     return out

@@ -171,7 +171,6 @@ def write_repository(
 
 
 def headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """What was shipped (dvc metrics)."""
+    """What was shipped (dvc metrics); each variant's precision is the choose stage's metric."""
     engines = summary["engines"] or {}
-    return {"version": summary["version"], "precision": summary["precision"], "engines_shipped": len(engines.get("included") or {}),
-            **{f"precision_{v}": s["precision"] for v, s in (summary.get("served") or {}).items()}}
+    return {"version": summary["version"], "precision": summary["precision"], "engines_shipped": len(engines.get("included") or {})}

@@ -25,7 +25,7 @@ def _body(a: argparse.Namespace) -> None:
     calibration.save(feeds, a.out)
     report = {**info, **calibration.record(a.out)}
     held = report["split"].get("held_out")
-    write_report(a, report, {**{k: report[k] for k in ("rows", "samples", "bytes", "sha256", "real")},
+    write_report(a, report, {**{k: report[k] for k in ("rows", "sha256", "real")},
                              "held_out_rows": held["rows"] if held else None, "held_out_sha256": held["sha256"] if held else None})  # fmt: skip
     print(f"[calibrate] {report['rows']} rows in {report['samples']} samples from {report['source']}: {a.out} "
           f"({report['bytes'] / 1e3:.0f} kB, sha256 {report['sha256'][:12]})")  # fmt: skip

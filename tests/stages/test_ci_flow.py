@@ -27,8 +27,7 @@ def project_with_default_model(p: Path) -> None:
     (p / "models").mkdir()
     two_io_onnx(str(p / "models" / "two.onnx"))
     (p / "conf" / "model" / "two.yaml").write_text(
-        "name: two\nsource: onnx\nfactory: null\ncheckpoint: null\npath: models/two.onnx\ninputs: []\noutputs: []\n"
-        "data: null\nseq_len: 128\nseed: 0\n", encoding="utf-8",
+        "name: two\nsource: onnx\npath: models/two.onnx\n", encoding="utf-8",  # the rest from conf/model_base
     )  # fmt: skip
     cfg = p / "conf" / "config.yaml"
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("  - model: minilm\n", "  - model: two\n"), encoding="utf-8")

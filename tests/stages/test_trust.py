@@ -108,4 +108,4 @@ def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench(tmp_path: 
     table = sh(project, *DVC, "exp", "show", "--no-pager", "--md").stdout
     cols = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("|")).strip("|").split("|")]
     metric_cols = cols[cols.index("Created") + 1 : next(i for i, c in enumerate(cols) if c.startswith("model."))]
-    assert 20 <= len(metric_cols) <= 60, metric_cols  # was 749 when whole reports were metrics
+    assert 20 <= len(metric_cols) <= 60, "\n".join(metric_cols)  # was 749 when whole reports were metrics

@@ -94,3 +94,42 @@ def test_committed_params_match_conf() -> None:
 def test_dvc_hydra_integration_enabled() -> None:
     text = (ROOT / ".dvc" / "config").read_text()
     assert "[hydra]" in text and "enabled = true" in text
+
+
+def test_model_base_holds_the_schema_defaults_of_every_optional_key() -> None:
+    """conf/model_base/defaults.yaml fills what a model file leaves out, with exactly ModelConfig's defaults."""
+    import dataclasses
+
+    import yaml
+
+    from pipeline.core.config.schema import ModelConfig
+
+    base = yaml.safe_load((ROOT / "conf" / "model_base" / "defaults.yaml").read_text(encoding="utf-8"))
+    schema = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
+              for f in dataclasses.fields(ModelConfig)}  # fmt: skip
+    assert set(base) == set(schema) - {"name", "source"}  # the two every model file must say
+    assert base == {k: schema[k] for k in base}
+
+
+def _project_with_model(tmp_path: Path, model_yaml: str) -> Path:
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    (conf / "model" / "mine.yaml").write_text(model_yaml, encoding="utf-8")
+    return conf
+
+
+def test_a_model_file_leaving_out_optional_keys_still_gives_every_key_dvc_needs(tmp_path: Path, tiny_onnx: Path) -> None:
+    conf = _project_with_model(tmp_path, f"name: mine\nsource: onnx\npath: {tiny_onnx}\n")
+    text = compose(["model=mine"], conf)
+    assert "output_kinds: {}" in text and "seed: 0" in text
+
+
+def test_a_dvc_param_missing_from_the_composed_config_fails_at_composition(tmp_path: Path, tiny_onnx: Path) -> None:
+    conf = _project_with_model(tmp_path, f"name: mine\nsource: onnx\npath: {tiny_onnx}\n")
+    dvc_yaml = tmp_path / "dvc.yaml"
+    dvc_yaml.write_text(dvc_yaml.read_text(encoding="utf-8").replace("      - model.seed\n", "      - model.sead\n", 1))
+    with pytest.raises(ConfigError, match=r"model.sead.*dvc.yaml's stage 'export'"):
+        compose(["model=mine"], conf)

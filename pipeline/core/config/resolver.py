@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -65,10 +66,38 @@ def check_composed(*, _root_: DictConfig) -> str:
             if key not in ("serving", "engine_precision", "int8_in_fleet"):
                 p.add(str(key), None, f"cannot resolve: {str(e).splitlines()[0]}")
     base = _BASE.get()
+    _dvc_params_present(raw, (base or Path.cwd()) / "dvc.yaml", p)
     cfg, graph = collect(raw, ORIGIN, p, check_source=True, base=base)
     for note in files.notes(cfg, graph, base):
         print(f"note: {note}", file=sys.stderr)
     return PASSED
+
+
+def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, p: Problems) -> None:
+    """Every key a dvc.yaml stage lists under ``params`` must be in the composed config.
+
+    DVC refuses to run a stage whose parameter is missing from params.yaml, which a user's own group file (say
+    conf/model/mine.yaml without ``output_kinds``) would otherwise meet only when ``dvc repro`` reaches that stage.
+    """
+    if not dvc_yaml.is_file():
+        return
+    try:
+        stages = (yaml.safe_load(dvc_yaml.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    except (OSError, yaml.YAMLError):
+        return  # DVC reports a broken dvc.yaml itself
+    for name, stage in stages.items():
+        body = stage.get("do", stage) if isinstance(stage, dict) else {}
+        for key in body.get("params") or []:
+            if not isinstance(key, str) or "${" in key:
+                continue  # another params file, or a foreach key
+            node: Any = raw
+            for part in key.split("."):
+                if not isinstance(node, dict) or part not in node:
+                    p.add(key, None, f"is missing, and dvc.yaml's stage '{name}' depends on it (DVC would refuse to "
+                                     f"run that stage): set it in the conf/ file that defines '{key.split('.')[0]}' "
+                                     "(conf/model_base/defaults.yaml holds every optional model key's default)")
+                    break
+                node = node[part]
 
 
 def engine_precision(*, _root_: DictConfig) -> DictConfig:
