@@ -16,34 +16,15 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: object
     handler runs. Other exceptions go to the previous hook unchanged; the interpreter still exits with the
     SIGINT status, so DVC sees an interrupted command.
     """
-    if issubclass(kind, KeyboardInterrupt) or _interrupted:
+    if issubclass(kind, KeyboardInterrupt):
         print("\ninterrupted", file=_sys.stderr)
         return
     _previous_hook(kind, value, tb)  # type: ignore[arg-type]
 
 
-_interrupted = False
-
-
-def _on_sigint(signum: int, frame: object) -> None:
-    """Python's own SIGINT action (raise KeyboardInterrupt), remembering that it happened.
-
-    A library may turn the KeyboardInterrupt into another exception on its way out (OmegaConf does, when the
-    signal lands while it parses YAML); after a Ctrl-C, whatever ends the program is the interrupt.
-    """
-    global _interrupted
-    _interrupted = True
-    raise KeyboardInterrupt
-
-
 _previous_hook = _sys.excepthook
 if _sys.excepthook is _sys.__excepthook__:  # leave a debugger's or another tool's hook alone
     _sys.excepthook = _quiet_interrupt
-if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
-    try:
-        _signal.signal(_signal.SIGINT, _on_sigint)
-    except ValueError:  # imported outside the main thread: keep Python's handler
-        pass
 
 
 def exit_with(main: _Callable[[], int | None]) -> _NoReturn:
@@ -55,10 +36,6 @@ def exit_with(main: _Callable[[], int | None]) -> _NoReturn:
     """
     try:
         code = main()
-    except Exception:
-        if _interrupted:  # see _on_sigint: reported, and exiting, as the interrupt it was
-            raise KeyboardInterrupt from None
-        raise
     finally:
         _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     raise SystemExit(code)

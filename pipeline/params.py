@@ -14,6 +14,7 @@ problem listed, and params.yaml keeps its old content.
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -90,10 +91,27 @@ def write_params(overrides: list[str], out: Path = ROOT / "params.yaml", conf_di
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``python -m pipeline.params [hydra overrides...]``."""
     args = list(sys.argv[1:] if argv is None else argv)
+    interrupted = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    # OmegaConf can turn a KeyboardInterrupt that lands while it parses YAML into another exception on its way
+    # out; after a Ctrl-C, whatever ends the composition is the interrupt (params.yaml is written last, atomically).
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         path = write_params(args)
     except PipelineError as e:
+        if interrupted:
+            raise KeyboardInterrupt from None
         return print_error(e, "params")
+    except Exception:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0
 

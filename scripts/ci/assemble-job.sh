@@ -7,6 +7,7 @@ set -euo pipefail
 IN=${1:?usage: assemble-job.sh <onnx dir> <gpu jobs dir>}
 JOBS=${2:?usage: assemble-job.sh <onnx dir> <gpu jobs dir>}
 cp "$IN/dvc.lock" "$IN/params.yaml" .
+mkdir -p artifacts/sources && cp "$IN"/sources/*.json artifacts/sources/   # what the onnx job's probe recorded
 dvc pull export simplify fp16 calibrate int8 parity choose
 locks=(); reports=(); present=()
 for d in "$JOBS"/gpu-*; do

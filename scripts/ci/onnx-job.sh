@@ -2,7 +2,7 @@
 # CI job "onnx" (.github/workflows/engines.yml): the FP16 and INT8 ONNX, the parity goldens and the precision
 # choice, once for every GPU job.
 #   scripts/ci/onnx-job.sh <fleet, e.g. [cpu,a100,h100]> <handoff dir>
-# Pushes the model stages to the DVC remote and leaves dvc.lock and params.yaml in the handoff dir, so every
+# Pushes the model stages to the DVC remote and leaves dvc.lock, params.yaml and the source records in the handoff dir, so every
 # engine job builds from the same ONNX. Run from the repository root with the venv active.
 set -euo pipefail
 FLEET=${1:?usage: onnx-job.sh <fleet> <handoff dir>}
@@ -12,5 +12,8 @@ dvc repro fp16 int8
 dvc repro --single-item parity
 dvc repro --single-item choose
 dvc push export simplify fp16 calibrate int8 parity choose
-mkdir -p "$OUT"
+mkdir -p "$OUT/sources"
 cp dvc.lock params.yaml "$OUT/"
+# The probe's source records (cache: false, so not in the remote): the repository stage depends on the data
+# hook's, and the assemble job must see the records this lock was written against.
+cp artifacts/sources/*.json "$OUT/sources/"

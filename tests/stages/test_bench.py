@@ -41,8 +41,8 @@ def tiny_cfg() -> PipelineConfig:
     b.server, b.concurrency, b.measurement_interval_ms, b.max_trials, b.stability_percentage = "embedded", [1, 4], 500, 6, 50
     b.warmup_runs, b.baseline_runs, b.baseline_seconds, b.baseline_batch_sizes = 5, 50, 0.2, [1, 4]
     # Behaviour, not speed: the fewest rounds that give an interval, short bursts.
-    b.paired_rounds, b.paired_max_rounds, b.paired_measurement_interval_ms, b.paired_stability_percentage = 2, 3, 500, 50
-    b.paired_throughput_concurrency, b.paired_throughput_rounds, b.paired_throughput_max_rounds = [1, 4], 2, 3
+    b.paired_rounds, b.paired_max_rounds, b.paired_measurement_interval_ms, b.paired_stability_percentage = 2, 2, 500, 50
+    b.paired_throughput_concurrency, b.paired_throughput_rounds, b.paired_throughput_max_rounds = [1, 4], 2, 2
     b.alternations, b.alternation_ms, b.rounds_budget_s = 4, 50.0, 20.0
     # Production readiness has its own tests (test_bench_readiness.py); the end-to-end run turns it back on.
     b.cold_start, b.overload = False, False
@@ -73,10 +73,9 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     cfg = tiny_cfg()
     cfg.bench.embedded_backend = backend
     b = cfg.bench
-    b.cold_start, b.cold_start_requests, b.overload, b.overload_levels, b.overload_interval_ms, b.burst_s = True, 5, True, [0.5, 1.5], 300, 0.3
-    t0 = time.monotonic()
+    readiness = backend == "native"  # cold start and overload do not depend on the stand-in: measured once
+    b.cold_start, b.cold_start_requests, b.overload, b.overload_levels, b.overload_interval_ms, b.burst_s = readiness, 5, readiness, [0.5, 1.5], 300, 0.3
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
-    assert time.monotonic() - t0 < 120
     data = json.loads((out / "bench.json").read_text())
     assert data["server"]["mode"] == "embedded" and data["server"]["backend"] == backend
     standin = {"native": "native Triton backend pipeline_ort", "python": "python-backend"}[backend]
@@ -97,7 +96,7 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     # The stand-in's time inside ORT during each served run, against in-process ORT in alternating bursts.
     assert paired["in_server_gauge"] == {"native": "server_compute_infer_ms", "python": "standin_ort_ms"}[backend]
     rounds = [r for r in paired["rounds"] if r["ratio"] is not None]
-    assert 2 <= len(rounds) <= 3 and [r["order"] for r in paired["rounds"][:2]] == [["latency", "throughput"], ["throughput", "latency"]]
+    assert len(rounds) == 2 and [r["order"] for r in paired["rounds"][:2]] == [["latency", "throughput"], ["throughput", "latency"]]
     for r in rounds:
         assert len(r["alternations"]) == 4 and all(s > 0 and p > 0 for s, p, _ in r["alternations"])
         assert r["ratio"] == pytest.approx(r["served_vs_in_server"] * r["in_server_vs_in_process"])
@@ -124,14 +123,15 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     assert (out / "curves" / "latency.csv").read_text().startswith("concurrency,p50_ms")
     assert res.to_json()["ratios"] == data["ratios"]
     # Production readiness rides on the same run: cold start per variant, memory and /metrics on every point, overload.
-    prod = data["production"]
-    assert [(c["variant"], c["warmup"]) for c in prod["cold_start"]] == [("latency", False), ("throughput", False)]  # the tiny configs ship no warmup
-    assert all(c["load_s"] > 0 and c["first_ms"] > 0 and c["warm_p50_ms"] > 0 and not c["error"] for c in prod["cold_start"])
     assert lat1["memory"]["rss_peak_mb"] > 10 and lat1["triton"]["success"] > 10 and "server_ms" in lat1["agree"]
-    assert [x["label"] for x in prod["overload"]["levels"]] == ["50%", "150%", "burst", "150% bounded"]
-    assert prod["overload"]["levels"][-1]["queue_size"] == cfg.bench.overload_queue_size and prod["metrics_limits"]
-    assert "## Cold start" in report and "## Overload and bursts" in report and "## Triton's own metrics" in report
-    assert "cold_start_s_latency" in data["summary"]["production"]  # as shipped: here without warmup
+    if readiness:
+        prod = data["production"]
+        assert [(c["variant"], c["warmup"]) for c in prod["cold_start"]] == [("latency", False), ("throughput", False)]  # the tiny configs ship no warmup
+        assert all(c["load_s"] > 0 and c["first_ms"] > 0 and c["warm_p50_ms"] > 0 and not c["error"] for c in prod["cold_start"])
+        assert [x["label"] for x in prod["overload"]["levels"]] == ["50%", "150%", "burst", "150% bounded"]
+        assert prod["overload"]["levels"][-1]["queue_size"] == cfg.bench.overload_queue_size and prod["metrics_limits"]
+        assert "## Cold start" in report and "## Overload and bursts" in report and "## Triton's own metrics" in report
+        assert "cold_start_s_latency" in data["summary"]["production"]  # as shipped: here without warmup
     # The compared concurrencies are the config's (bench.paired_throughput_concurrency=[4]), not a fixed c=8/c=16.
     assert "throughput_vs_latency_c8" not in data["ratios"]
     assert "throughput_vs_latency_c4_ci90_low" in data["summary"]["ratios"] and "c=4 **" in report and "c=8" not in report
@@ -156,7 +156,9 @@ def test_busy_machine_still_gives_every_headline_with_an_interval(tmp_path: Path
     hog = subprocess.Popen([sys.executable, "-c", HOG])
     try:
         t0 = time.monotonic()
-        res = run_bench(tiny_cfg(), tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
+        cfg = tiny_cfg()
+        cfg.bench.paired_max_rounds = cfg.bench.paired_throughput_max_rounds = 3  # room for a round the hog spoils
+        res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
         busy = _cpu_s(hog.pid) / (time.monotonic() - t0)
     finally:
         hog.kill()

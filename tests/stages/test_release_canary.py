@@ -255,7 +255,7 @@ def test_killed_at_every_phase_the_live_version_serves_and_the_pointer_stays(ser
         else:  # killed while switching: the pointer is wherever the switch got to, and the history agrees with it
             assert live_stack(st.history)[-1] == st.live, (st.live, st.history)
         if sig == signal.SIGINT:
-            assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+            assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, (proc.returncode, err)
             assert rec["status"] == "interrupted", rec
         else:
             assert proc.returncode == -signal.SIGKILL and "canary guard:" in err, err

