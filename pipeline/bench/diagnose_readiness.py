@@ -40,7 +40,7 @@ def memory_growth(res: BenchResult) -> Finding | None:
     part = f" (partial: {soak.reason})" if soak.partial else ""
     return Finding("memory_growth", "warning", soak.variant,
                    f"RSS grew {e.value:.1f} MB/h (90% CI {e.low:.1f}-{e.high:.1f}) over a {soak.seconds:.0f} s soak at c={soak.concurrency} "
-                   f"after the first {soak.ramp_s:.0f} s, {soak.rss_start_mb} -> {soak.rss_end_mb} MB{part}; limit {limit:g} MB/h "
+                   f"after the first {soak.ramp_s:.0f} s, {soak.rss_start_mb or 0:.1f} -> {soak.rss_end_mb or 0:.1f} MB{part}; limit {limit:g} MB/h "
                    "(bench.memory_growth_mb_per_h)",
                    "look for a leak under dynamic batching: per-batch-shape allocations (ORT arena, session per shape), "
                    "growing caches; rerun a longer soak (bench.soak_s) to confirm")  # fmt: skip
@@ -78,7 +78,7 @@ def unbounded_queue(res: BenchResult, configs: dict[str, mc.ModelConfig]) -> Fin
     if not grew:
         return None
     x = grew[-1]
-    mem = f"; RSS {x.rss_start_mb} -> {x.rss_end_mb} MB" if x.rss_start_mb is not None else ""
+    mem = f"; RSS {x.rss_start_mb:.0f} -> {x.rss_end_mb:.0f} MB" if x.rss_start_mb is not None and x.rss_end_mb is not None else ""
     return Finding("unbounded_queue", "warning", "throughput",
                    f"max_queue_size is 0 (unbounded): at {x.label} of capacity ({x.offered_rate:.0f}/s offered) the average latency went "
                    f"{' -> '.join(f'{ms:.0f}' for ms in x.passes_ms)} ms window after window{mem}; a queue past capacity only grows",

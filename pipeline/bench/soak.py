@@ -77,5 +77,7 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
                series=thin(series, t0), reason=reason)  # fmt: skip
     e = out.slope_mb_per_h
     ci = f" (90% CI {e.low:.2f} to {e.high:.2f}, {e.n} block medians)" if e.has_interval else ""
-    log(f"[bench] soak: RSS {out.rss_start_mb} -> {out.rss_end_mb} MB; slope {e.value} MB/h{ci}" + (" (partial)" if out.partial else ""))
+    mb = [f"{v:.1f}" if v is not None else "?" for v in (out.rss_start_mb, out.rss_end_mb)]
+    slope = f"{e.value:.2f}" if e.value is not None else "?"
+    log(f"[bench] soak: RSS {mb[0]} -> {mb[1]} MB; slope {slope} MB/h{ci}" + (" (partial)" if out.partial else ""))
     return out
