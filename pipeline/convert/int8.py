@@ -197,7 +197,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
             t = time.perf_counter()
             quantize(g.path, Path(tmp) / f"{name}.int8.onnx", q, fit, ops, sorted(excluded), g.cache)
             j = firsts[name] = judge(Path(tmp) / f"{name}.int8.onnx")
-            attempts.append(_attempt(len(attempts) + 1, len(excluded), 0, j, j, t) | {"graph": name})
+            attempts.append(_attempt(len(attempts) + 1, len(excluded), 0, j, j, t, q.fallback.min_margin) | {"graph": name})
         # Smoothing moves rounding error into the weights, and tightens every channel's range to the rows it was fitted on,
         # which not every model takes well: the stop rule's margin says which graph the search starts from (plain on a tie).
         start = max(attempts, key=lambda a: (a["passed"], a["margin"], a["graph"] == "plain"))
@@ -217,7 +217,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
                 nonlocal chosen
                 t = time.perf_counter()
                 quantize(g.path, trial, q, fit, ops, sorted([*excluded, *(e.node for e in ranked[:k])]), g.cache)
-                a = _attempt(len(attempts) + 1, len(excluded) + k, k, first, judge(trial), t) | {"graph": pick}
+                a = _attempt(len(attempts) + 1, len(excluded) + k, k, first, judge(trial), t, q.fallback.min_margin) | {"graph": pick}
                 attempts.append(a)
                 if a["passed"] or (not chosen["passed"] and a["margin"] > chosen["margin"]):  # a later pass has a smaller k
                     os.replace(trial, best)
@@ -289,9 +289,9 @@ def search_split(feeds: list[Feed], share: float, batched: bool) -> holdout.Spli
     return s
 
 
-def _attempt(n: int, kept: int, k: int, first: int8_search.Judged, now: int8_search.Judged, started: float) -> dict[str, Any]:
+def _attempt(n: int, kept: int, k: int, first: int8_search.Judged, now: int8_search.Judged, started: float, min_margin: float) -> dict[str, Any]:
     """One quantization as the report lists it."""
-    return {"attempt": n, "kept_fp32": kept, "fallback_nodes": k, "passed": int8_search.passes(first, now),
+    return {"attempt": n, "kept_fp32": kept, "fallback_nodes": k, "passed": int8_search.passes(first, now, min_margin),
             "margin": int8_search.margin(first, now), "checks": int8_search.checks(first, now), "quality": int8_search.to_json(now),
             "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
 

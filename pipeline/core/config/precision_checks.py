@@ -83,6 +83,7 @@ def check_int8(q: Int8Config, p: Problems) -> None:
     if p.number("int8.calibration.min_samples", c.min_samples, 1):
         p.number("int8.calibration.max_samples", c.max_samples, c.min_samples)
     p.number("int8.fallback.max_attempts", q.fallback.max_attempts, 1, 50)
+    p.number("int8.fallback.min_margin", q.fallback.min_margin, 0, 1, high_open=True)
     if p.number("int8.fallback.validation", q.fallback.validation, 0, 1, low_open=True, high_open=True) and q.fallback.enabled \
             and not p.has("int8.calibration.min_samples"):
         # The rule holds out floor(n * share) of n rows, so the fewest calibration rows allowed bound both parts.
