@@ -39,7 +39,7 @@ class Int8FallbackConfig:
     validation: float = 0.5
     # The stop rule asks every metric to leave this share of its error budget (1 - threshold) on the calibration rows:
     # the gate's worst row comes from more rows than the search saw, so passing there by a hair fails at the gate.
-    min_margin: float = 0.5
+    min_margin: float = 0.75
 
 
 @dataclass
