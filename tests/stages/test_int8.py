@@ -122,7 +122,8 @@ def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(ma
     """Rows the search never looked at decide when it stops: here the all-INT8 model passes every threshold on the
     search rows, so a search judged on them alone stops at once and ships a model the gate refuses; the validation rows
     fail it, the search keeps the worst layer FP32, and the gate passes that model on the held-out rows."""
-    cfg, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE)
+    # The bare rule (no margin asked for): what decides here is which rows judge, not how far past the threshold.
+    cfg, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.min_margin=0")
     rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
     first, last = rep["fallback"]["attempts"][0], rep["fallback"]["attempts"][-1]
     assert all(c["search"] >= c["threshold"] for c in first["checks"].values()) and first["quality"]["search"]["embedding"]["passed"]
@@ -131,11 +132,19 @@ def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(ma
     assert gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)["passed"] is True
 
     # What stopping on the search rows would have written: the first quantization, which the held-out rows fail.
-    once, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.max_attempts=1")
+    once, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.min_margin=0", "int8.fallback.max_attempts=1")
     run_int8(fp32, samples, tmp_path / "once.int8.onnx", once)
     report = gated(once, fp32, tmp_path / "once.int8.onnx", tmp_path)
     q = report["artifacts"]["int8"]["outputs"]["embedding"]["quality"]
     assert report["passed"] is False and q["metrics"]["rank_agreement"] < 0.98 and q["metrics"]["cosine_min"] > 0.98
+
+    # A margin asked for (the default): an attempt passes only when it leaves that share of every error budget, so the
+    # one node that sufficed above no longer does, and at least as many stay FP32.
+    wide, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.min_margin=0.75")
+    rep = run_int8(fp32, samples, tmp_path / "wide.int8.onnx", wide)
+    attempts = rep["fallback"]["attempts"]
+    assert all(a["passed"] == (a["margin"] >= 0.75) for a in attempts) and rep["kept_fp32_count"] >= 1
+    assert any(0 <= a["margin"] < 0.75 for a in attempts)  # passed the bare rule, refused here
 
 
 def test_an_op_onnx_runtime_cannot_quantize_is_left_fp32_and_reported(make_params, fp32: Path, tmp_path: Path) -> None:
