@@ -24,10 +24,8 @@ need not lift any other. So the calibration rows are split again, by the held-ou
   more to lose). A validation error of 0 at the start (v0 = 1: nothing to confirm) credits the search rows in full.
 
 The rule asks for more than passing: every metric must leave at least ``int8.fallback.min_margin`` of its error budget
-(margin, below). The gate judges held-out rows, as many as the calibration rows, and a minimum over more rows is lower:
-on MiniLM the smoothed graph's worst cosine was 0.988 on 25 search rows, 0.995 on 25 validation rows and 0.974 on the
-50 held-out rows (margin +0.39 on calibration, -0.30 at the gate); with 7 nodes kept FP32 (margin +0.53) the gate still
-read 0.978; the default 0.75 kept 18 and the gate read 0.987.
+(margin, below). The gate judges held-out rows, as many as the calibration rows, and a minimum over more rows is lower,
+so a candidate that passes the search and validation rows by a hair fails at the gate (docs/int8.md has MiniLM's case).
 
 Bisection assumes that more nodes kept FP32 never make the model worse; that is not strictly true (rounding errors also
 cancel), so the k it returns passes the rule but need not be the smallest k that would. The held-out rows the parity
