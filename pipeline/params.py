@@ -102,13 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         path = write_params(args)
-    except PipelineError as e:
+    except Exception as e:
         if interrupted:
             raise KeyboardInterrupt from None
-        return print_error(e, "params")
-    except Exception:
-        if interrupted:
-            raise KeyboardInterrupt from None
+        if isinstance(e, PipelineError):
+            return print_error(e, "params")
         raise
     finally:
         signal.signal(signal.SIGINT, previous)

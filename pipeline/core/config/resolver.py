@@ -91,13 +91,14 @@ def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, unresolved: set[str
     for name, stage in stages.items():
         body = stage.get("do", stage) if isinstance(stage, dict) else {}
         for key in body.get("params") or []:
-            if not isinstance(key, str) or "${" in key or key.split(".")[0] in unresolved:
+            parts = key.split(".") if isinstance(key, str) else []
+            if not parts or "${" in key or parts[0] in unresolved:
                 continue  # another params file, a foreach key, or a section the checks report
             node: Any = raw
-            for part in key.split("."):
+            for part in parts:
                 if not isinstance(node, dict) or part not in node:
                     p.add(key, None, f"is missing, and dvc.yaml's stage '{name}' depends on it (DVC would refuse to "
-                                     f"run that stage): set it in the conf/ file that defines '{key.split('.')[0]}' "
+                                     f"run that stage): set it in the conf/ file that defines '{parts[0]}' "
                                      "(conf/model_base/defaults.yaml holds every optional model key's default)")
                     break
                 node = node[part]
