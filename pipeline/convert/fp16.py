@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx
 
-from pipeline.convert import fp16_safety
+from pipeline.convert import fp16_io, fp16_safety
 from pipeline.core import onnx_tools
 from pipeline.core.config import ModelConfig, PrecisionConfig
 from pipeline.core.errors import PrecisionError
@@ -48,6 +48,7 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
     # Softmax reading an FP32 graph output that keep_io_types cast back). value_info is optional:
     # drop it and let ONNX Runtime infer types from the (consistent) nodes.
     del converted.graph.value_info[:]
+    fp16_io.settle_io_types(converted, fp16_io.promised_types(model, cfg.keep_io_types))
     return converted, ops, nodes
 
 
@@ -72,6 +73,26 @@ def fix_float_casts(model: onnx.ModelProto, blocked_nodes: list[str]) -> list[st
                 a.i = onnx.TensorProto.FLOAT16
                 changed.append(n.name)
     return changed
+
+
+def check_io_types(sess: Any, fp32: onnx.ModelProto, keep_io_types: bool) -> dict[str, str]:  # noqa: ANN401 - onnxruntime type
+    """{name: ONNX Runtime's type} of the FP16 session's inputs and outputs; raise PrecisionError where one breaks the promise."""
+    promised = {k: onnx.helper.tensor_dtype_to_np_dtype(v) for k, v in fp16_io.promised_types(fp32, keep_io_types).items()}
+    seen = {a.name: a.type for a in [*sess.get_inputs(), *sess.get_outputs()]}
+    wrong = {k: f"{seen.get(k)}, promised tensor({_ort_name(v)})" for k, v in promised.items() if seen.get(k) != f"tensor({_ort_name(v)})"}
+    if wrong:
+        raise PrecisionError("the FP16 model's inputs or outputs do not have the types precision.keep_io_types promises",
+                             fix="report the graph to us; precision.keep_io_types=false promises FLOAT16 in place of every FLOAT",
+                             details={"precision.keep_io_types": keep_io_types, **wrong})
+    return seen
+
+
+def _ort_name(dtype: Any) -> str:  # noqa: ANN401 - a numpy dtype
+    """ONNX Runtime's type name of a numpy dtype: float32 -> 'float', float16 -> 'float16', int64 -> 'int64'."""
+    import numpy as np
+
+    name = np.dtype(dtype).name
+    return {"float32": "float", "float64": "double"}.get(name, name)
 
 
 def kept_fp32(model: onnx.ModelProto, ops: list[str], nodes: list[str], reasons: dict[str, str] | None = None) -> list[dict[str, str]]:
@@ -106,16 +127,21 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     onnx_tools.save_model(converted, out)
     # Cast/Resize type errors only show when a session is opened, so open one here, not in a later stage.
     sess = onnx_tools.session(out, "FP16 model")
+    float16_in = {i.name for i in sess.get_inputs() if i.type == "tensor(float16)"}  # keep_io_types=false promises them
     for i, feed in enumerate(feeds):
+        feed = {k: v.astype("float16") if k in float16_in and v.dtype == "float32" else v for k, v in feed.items()}
         if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "FP16 model")):
             raise PrecisionError(
                 f"the FP16 model produces NaN/Inf on sample {i}",
                 fix="add the overflowing node names to precision.node_block_list or op types to precision.op_block_list",
                 details={"outputs": bad},
             )
+    io = check_io_types(sess, fp32, cfg.keep_io_types)
     kept = kept_fp32(fp32, ops, nodes, auto)
     return {
         "keep_io_types": cfg.keep_io_types,
+        "io": io,
+        "io_settled": fp16_io.settled(converted),
         "nodes": len(converted.graph.node),
         "kept_fp32": kept,
         "kept_fp32_count": len(kept),

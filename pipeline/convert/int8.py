@@ -184,7 +184,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         if name_nodes(fp32):  # nodes_to_exclude works by name, as FP16's block list does: unnamed nodes get stable names
             source = Path(tmp) / "model.fp32.named.onnx"
             onnx_tools.save_model(fp32, source)
-        judge = int8_search.Judge(source, split, kinds, cfg.parity.int8.quality)  # against the FP32 model as it is
+        judge = int8_search.Judge(source, split, kinds, cfg.parity.int8.quality, cfg.model.output_axes)  # against the FP32 model as it is
         graphs = {"plain": _Graph(source, fp32, Path(tmp) / "ranges.json")}
         smoothing = None
         if q.smoothing is not None:  # a smoothed copy keeps every node's name, so exclusions and per-layer errors still match

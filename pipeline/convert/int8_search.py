@@ -44,6 +44,7 @@ import numpy as np
 
 from pipeline.core import onnx_tools, quality
 from pipeline.core.config import OutputKind, QualityConfig
+from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import Split
 
 Feed = dict[str, np.ndarray]
@@ -62,13 +63,20 @@ class Judged:
 class Judge:
     """Judges quantized models against the FP32 model on both parts of the split (FP32 outputs computed once)."""
 
-    def __init__(self, fp32: Path, split: Split, kinds: Mapping[str, OutputKind], limits: QualityConfig) -> None:
+    def __init__(self, fp32: Path, split: Split, kinds: Mapping[str, OutputKind], limits: QualityConfig, axes: Mapping[str, int] | None = None) -> None:
         sess = onnx_tools.session(fp32, "FP32 model")
         self._parts = {"search": split.calibration.feeds, "validation": split.holdout.feeds}
         self._ref = {p: [onnx_tools.run(sess, f, "FP32 model") for f in feeds] for p, feeds in self._parts.items()}
         first = self._ref["search"][0] if self._ref["search"] else {}
         self.kinds = {o: k for o, k in kinds.items() if o in first}
         self.limits = limits
+        self.axes = dict(axes or {})
+        for o in self.kinds:
+            try:
+                quality.vectors([r[o] for r in self._ref["search"]], self.axes.get(o, -1))
+            except ValueError as e:
+                raise QuantizationError(f"output '{o}' cannot be judged along axis {self.axes.get(o, -1)}: {e}",
+                                        fix=f"set model.output_axes.{o} to its class or embedding axis ('+model.output_axes.{o}=<axis>')") from None
 
     def __call__(self, model: Path) -> Judged:
         sess = onnx_tools.session(model, "INT8 model")
@@ -76,7 +84,7 @@ class Judge:
         for part, feeds in self._parts.items():
             got = [onnx_tools.run(sess, f, "INT8 model") for f in feeds]
             ref = self._ref[part]
-            out[part] = {o: quality.judge(k, quality.measure(k, [r[o] for r in ref], [g[o] for g in got]), self.limits)
+            out[part] = {o: quality.judge(k, quality.measure(k, [r[o] for r in ref], [g[o] for g in got], self.axes.get(o, -1)), self.limits)
                          for o, k in self.kinds.items()}  # fmt: skip
         return Judged(out["search"], out["validation"])
 

@@ -145,6 +145,19 @@ def quality_failures(kind: str, out: str, o: dict[str, Any], section: str) -> li
     return lines
 
 
+def coverage_reasons(o: dict[str, Any], blocking: bool = True) -> list[str]:
+    """Why the reference rows cannot judge this output's verdict (``blocking=False``: every reason, also those that void
+    no threshold set, e.g. one class where top-1 agreement is not checked); empty: they can."""
+    cov = (o.get("quality") or {}).get("coverage") or o.get("coverage") or {}
+    return list(cov.get("blocking" if blocking else "reasons") or [])
+
+
+def coverage_failures(kind: str, out: str, o: dict[str, Any]) -> list[str]:
+    """One line per reason the reference cannot judge ``out``: a pass there would not be a pass."""
+    return [f"{kind}/{out}: cannot judge, {r}; not a pass: supply real, varied inputs with model.data "
+            "(rows that cover the classes and move the outputs)" for r in coverage_reasons(o)]
+
+
 def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]:
     """One line per failing output and quality metric (or artifact that could not run), with numbers and the key to
     change; ``kinds`` limits it to those artifacts."""
@@ -156,10 +169,13 @@ def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]
             lines.append(f"{kind}: could not run: {art.get('reason')}")
             continue
         section = art.get("config_key") or tolerance_key(kind)
+        lines += [f"{kind}: I/O contract broken: {p} (no tolerance fixes this; the artifact must take and return what the "
+                  "reference does)" for p in (art.get("contract") or {}).get("problems", [])]
         for out, o in art.get("outputs", {}).items():
             if o.get("passed"):
                 continue
             lines += quality_failures(kind, out, o, section)
+            lines += coverage_failures(kind, out, o)
             # Only quality failed? (An entry without the split, e.g. a canary's, failed elementwise.)
             if o.get("elementwise_passed", bool((o.get("quality") or {}).get("failed"))):
                 continue
@@ -236,6 +252,11 @@ def artifact_passed(report: dict[str, Any], kind: str) -> tuple[bool, str]:
         return True, "passed"
     if status in ("skipped", "error"):
         return False, f"parity {status}: {art.get('reason')}"
+    if status == "inconclusive":
+        why = [r for v in art.get("outputs", {}).values() for r in coverage_reasons(v)]
+        return False, f"parity inconclusive: the reference rows cannot judge it ({'; '.join(why)})"
+    if not (art.get("contract") or {}).get("passed", True):
+        return False, f"parity failed: I/O contract broken ({'; '.join((art.get('contract') or {}).get('problems') or ['see outputs'])})"
     bad = [o for o, v in art.get("outputs", {}).items() if not v.get("passed")]
     return False, f"parity failed for outputs {bad}"
 

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.core import atomic, holdout, onnx_tools, quality
+from pipeline.parity import contract
 from pipeline.parity import polygraphy as pg
+from pipeline.parity.contract import Contract
 from pipeline.core.config import PipelineConfig, TensorSpec, ToleranceConfig
 from pipeline.core.errors import EngineError, ParityError
-from pipeline.parity.report import SCHEMA_VERSION, fmt, polygraphy_options, resolve, round_up, summarize_output, tolerance_key
+from pipeline.parity.report import (SCHEMA_VERSION, coverage_reasons, fmt, polygraphy_options, resolve, round_up, summarize_output,
+                                    tolerance_key)
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
@@ -74,23 +78,71 @@ def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[li
     return feeds, results, source, chosen
 
 
+@dataclass(frozen=True)
+class Judging:
+    """What every artifact is held to beside its tolerances: each output's kind and class/embedding axis
+    (model.output_kinds, model.output_axes), the reference's I/O contract as its ONNX declares it (None: not at hand,
+    e.g. goldens alone) and as it ran, and whether FP16 artifacts may take and return FLOAT16 (keep_io_types false)."""
+
+    kinds: Mapping[str, str]
+    axes: Mapping[str, int]
+    declared: Contract | None
+    observed: Contract
+    float16_io: bool = False
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig, feeds: list[pg.Feed], reference: Any, source_onnx: Path | None) -> Judging:
+        declared = None
+        if source_onnx is not None and source_onnx.is_file():
+            declared = Contract.of(*graph_io(onnx_tools.load_model(source_onnx, "reference ONNX")))
+        return cls(dict(cfg.model.output_kinds), dict(cfg.model.output_axes), declared,
+                   Contract.observed(feeds, pg.outputs(reference)), not cfg.precision.keep_io_types)
+
+
+def _judge_output(name: str, o: dict[str, Any], ref: list[np.ndarray], art: list[np.ndarray], judging: Judging, tol: ToleranceConfig) -> None:
+    """Add the quality verdict (a judged output) or the coverage (any other float output) to ``o``; update its verdict."""
+    kind, axis = judging.kinds.get(name), int(judging.axes.get(name, -1))
+    if o.get("problems") or not ref or np.asarray(ref[0]).dtype.kind != "f":  # nothing to measure on a broken or non-float output
+        return
+    try:
+        coverage = quality.degeneracy(ref, art, kind, axis)
+        metrics = quality.measure(kind, ref, art, axis) if kind is not None else None
+    except ValueError as e:
+        raise ParityError(f"output '{name}' cannot be judged along axis {axis}: {e}", details={"shape": np.shape(ref[0])},
+                          fix=f"set model.output_axes.{name} to its class or embedding axis ('+model.output_axes.{name}=<axis>')") from None
+    if metrics is None:
+        o["coverage"] = {**coverage.to_json(), "judgeable": not coverage.blocking(), "blocking": coverage.blocking()}
+        o["passed"] = o["passed"] and not coverage.blocking()
+        return
+    verdict = quality.judge(kind, metrics, tol.quality, coverage)
+    o["quality"] = verdict.to_json()
+    o["passed"] = o["passed"] and verdict.passed
+
+
 def compare_artifact(
     kind: str, runner: Any, feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig, path: Path,
-    output_kinds: Mapping[str, str] | None = None, config_key: str | None = None,
+    judging: Judging, config_key: str | None = None, declared: Contract | None = None, precision: str | None = None,
 ) -> dict[str, Any]:
     """Run one artifact over the samples and summarize it against the reference, output by output.
 
-    An output named in ``output_kinds`` is also judged by its quality metrics (pipeline/core/quality.py) against
-    ``tol.quality``; it passes only when both its elementwise check and its quality pass.
+    The artifact must keep the reference's I/O contract (``declared``: its graph's; and what it returned). An output
+    named in ``judging.kinds`` is also judged by its quality metrics (pipeline/core/quality.py) against
+    ``tol.quality``; it passes only when its elementwise check, its quality and the reference's coverage all pass.
+    ``precision``: the artifact's (fp16 may change FLOAT to FLOAT16 where keep_io_types is false); default ``kind``.
     """
     # The sha256 of what was compared: the repository stage and `release build` ship a file only if its
     # sha256 is here, so a report from another run can never vouch for it.
     entry: dict[str, Any] = {"file": str(path), "sha256": atomic.file_digest(path)[0], "config_key": config_key or tolerance_key(kind)}
+    float16_io = judging.float16_io and (precision or kind) == "fp16"
     try:
-        results = pg.run(runner, feeds, f"{kind} artifact {path}")
+        results = pg.run(runner, _promised_feeds(feeds, declared) if float16_io else feeds, f"{kind} artifact {path}")
     except ParityError as e:  # an artifact that cannot run fails the gate; the others are still compared
         return {**entry, "status": "error", "passed": False, "reason": e.what + "; " + "; ".join(f"{k}: {v}" for k, v in e.details.items())}
     ref_out, art_out = pg.outputs(reference), pg.outputs(results)
+    broken = contract.problems(judging.observed, Contract.observed(feeds, art_out), float16_io, "returned")
+    if declared is not None and judging.declared is not None:
+        for k, v in contract.problems(judging.declared, declared, float16_io).items():
+            broken.setdefault(k, []).extend(v)
     names = list(ref_out[0])
     opts = polygraphy_options(tol, names)
     per_sample = pg.compare(reference, results, pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"]))
@@ -99,18 +151,35 @@ def compare_artifact(
         for n in names
     }
     for n, o in outputs.items():
+        if broken.get(f"output {n}"):
+            o["problems"] = [*o.get("problems", []), *broken[f"output {n}"]]
+            o["passed"] = False
         o["elementwise_passed"] = o["passed"]
-        out_kind = (output_kinds or {}).get(n)
-        if out_kind is None or o.get("problems"):  # a missing or misshapen output has no quality to measure
-            continue
-        verdict = quality.judge(out_kind, quality.measure(out_kind, [r[n] for r in ref_out], [a[n] for a in art_out]), tol.quality)
-        o["quality"] = verdict.to_json()
-        o["passed"] = o["passed"] and verdict.passed
-    ok = all(o["passed"] for o in outputs.values())
-    return {**entry, "status": "passed" if ok else "failed", "passed": ok, "outputs": outputs}
+        if n in art_out[0]:
+            _judge_output(n, o, [r[n] for r in ref_out], [a[n] for a in art_out], judging, tol)
+    io_problems = [f"{k}: {p}" for k, ps in broken.items() if not k.startswith("output ") or k[7:] not in outputs for p in ps]
+    ok = all(o["passed"] for o in outputs.values()) and not io_problems
+    only_coverage = not ok and not io_problems and all(o["passed"] or (o["elementwise_passed"] and _only_coverage(o)) for o in outputs.values())
+    status = "passed" if ok else ("inconclusive" if only_coverage else "failed")
+    return {**entry, "status": status, "passed": ok, "contract": {"passed": not broken, "problems": io_problems}, "outputs": outputs}
 
 
-def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
+def _promised_feeds(feeds: list[pg.Feed], declared: Contract | None) -> list[pg.Feed]:
+    """The samples as an artifact whose FP32 inputs became FLOAT16 (precision.keep_io_types=false) takes them."""
+    half = {k for k, (dtype, _) in (declared.inputs if declared else {}).items() if dtype == "float16"}
+    return [{k: v.astype(np.float16) if k in half and v.dtype == np.float32 else v for k, v in f.items()} for f in feeds]
+
+
+def _only_coverage(o: dict[str, Any]) -> bool:
+    """An output that failed only because the reference rows cannot judge it (every threshold met)."""
+    q = o.get("quality")
+    if q is not None:
+        return not q["failed"] and not q.get("coverage", {}).get("judgeable", True)
+    return not o.get("coverage", {}).get("judgeable", True)
+
+
+def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, cfg: PipelineConfig,
+                   judging: Judging) -> dict[str, dict[str, Any]]:
     """``trt@<target>`` entries for each GPU target's engine under ``engines`` (built, skipped, or not runnable here).
 
     Only ``targets`` are looked at (a stale directory of a target no longer in the fleet is not). An engine built from
@@ -138,7 +207,8 @@ def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], refe
             out[kind] = {"status": "skipped", "file": str(plan), "reason": why}
             continue
         section = "int8" if manifest.precision == "int8" else "trt"
-        out[kind] = compare_artifact(kind, runner, feeds, reference, getattr(cfg.parity, section), plan, cfg.model.output_kinds, f"parity.{section}")
+        out[kind] = compare_artifact(kind, runner, feeds, reference, getattr(cfg.parity, section), plan, judging, f"parity.{section}",
+                                     precision=str(manifest.precision))
         out[kind]["precision"] = manifest.precision
     return out
 
@@ -173,15 +243,16 @@ def run_parity(
         else:
             feeds, reference, source, chosen = reference_results(cfg, source_onnx)
             pg.save_goldens(feeds, reference, inputs_path, reference_path)
+        judging = Judging.of(cfg, feeds, reference, source_onnx)
         arts: dict[str, dict[str, Any]] = {}
         for kind, path in artifacts.items():
             tol = getattr(cfg.parity, kind)
             # Load once here so a missing/corrupt file gets the pipeline's own message, not ORT's.
-            onnx_tools.load_model(path, f"{kind} ONNX artifact")
-            arts[kind] = compare_artifact(kind, pg.onnxrt_runner(path, kind), feeds, reference, tol, path, cfg.model.output_kinds)
+            declared = Contract.of(*graph_io(onnx_tools.load_model(path, f"{kind} ONNX artifact")))
+            arts[kind] = compare_artifact(kind, pg.onnxrt_runner(path, kind), feeds, reference, tol, path, judging, declared=declared)
         if engines is not None and engines.is_dir():
             engine_targets = [t.name for t in gpu_targets(cfg.targets, cfg.target_specs)]  # cpu targets have no engine
-            arts.update(engine_entries(engines, engine_targets, feeds, reference, cfg))
+            arts.update(engine_entries(engines, engine_targets, feeds, reference, cfg, judging))
     gates = gating_kinds(cfg, arts)
     compared = [a for k, a in arts.items() if a.get("status") != "skipped" and k in gates]
     return {
@@ -198,6 +269,8 @@ def run_parity(
             "batch_sizes": [int(next(iter(f.values())).shape[0]) if np.ndim(next(iter(f.values()))) else 1 for f in feeds],
             "inputs": str(inputs_path),
             "outputs": str(reference_path),
+            "contract": (judging.declared or judging.observed).to_json(),
+            "coverage": reference_coverage(reference, judging),
         },
         "artifacts": arts,
         "notes": [
@@ -209,6 +282,18 @@ def run_parity(
         ],
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def reference_coverage(reference: Any, judging: Judging) -> dict[str, dict[str, Any]]:
+    """Per float output of the reference: its rows, how much they vary and (classifiers) how many classes they cover."""
+    out: dict[str, dict[str, Any]] = {}
+    ref_out = pg.outputs(reference)
+    for name in ref_out[0] if ref_out else []:
+        ref = [r[name] for r in ref_out]
+        if np.asarray(ref[0]).dtype.kind == "f":
+            c = quality.degeneracy(ref, ref, judging.kinds.get(name), int(judging.axes.get(name, -1))).to_json()
+            out[name] = {k: v for k, v in c.items() if k != "error"}
+    return out
 
 
 def gating_kinds(cfg: PipelineConfig, arts: Mapping[str, Any]) -> set[str]:
@@ -245,7 +330,7 @@ def print_table(report: dict[str, Any]) -> None:
         for out, o in art["outputs"].items():
             f = fmt
             rows.append([kind, out, o["stat"], f(o["max_abs"]), f(o["max_rel"]), f(o["mean_abs"]), f(o["atol"]), f(o["rtol"]),
-                         f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), "PASS" if o["passed"] else "FAIL"])
+                         f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), verdict_word(o)])
     head = ["artifact", "output", "stat", "max abs", "max rel", "mean abs", "atol", "rtol", "min atol", "result"]
     ref = report["reference"]
     held = f", {ref['rows']} rows held out of calibration" if "calibration_rows_left_out" in ref else ""
@@ -263,11 +348,16 @@ def print_table(report: dict[str, Any]) -> None:
     for h in head:
         table.add_column(h, justify="left" if h in ("artifact", "output", "stat", "result") else "right")
     for r in rows:
-        style = "green" if r[-1] == "PASS" else ("yellow" if r[-1].startswith("SKIPPED") else "red")
+        style = "green" if r[-1] == "PASS" else ("yellow" if r[-1].startswith(("SKIPPED", "INCONCLUSIVE")) else "red")
         table.add_row(*r, style=style)
     Console(width=160).print(table)
     for line in quality_lines(report):
         print(line)
+
+
+def verdict_word(o: dict[str, Any]) -> str:
+    """PASS, FAIL, or INCONCLUSIVE (every threshold met on reference rows that cannot judge)."""
+    return "PASS" if o["passed"] else ("INCONCLUSIVE" if o.get("elementwise_passed") and _only_coverage(o) else "FAIL")
 
 
 def quality_lines(report: dict[str, Any]) -> list[str]:
@@ -284,5 +374,11 @@ def quality_lines(report: dict[str, Any]) -> list[str]:
                 mark = " FAIL" if m in q["failed"] else ""
                 parts.append(f"{m} {'n/a' if v is None else f'{v:.4f}'}" + (f" (>= {bound:g}{mark})" if bound is not None else ""))
             gate_note = "" if kind in report.get("gating", [kind]) else " [not gating]"
+            cov = q.get("coverage") or {}
+            if cov.get("classes_covered") is not None:
+                parts.append(f"{cov['rows']} rows cover {cov['classes_covered']} of {cov['classes']} classes")
             lines.append(f"quality {kind}/{out} ({q['kind']}): " + ", ".join(parts) + gate_note)
+        for out, o in art.get("outputs", {}).items():
+            blocking = coverage_reasons(o)
+            lines += [f"{'cannot judge' if r in blocking else 'note:'} {kind}/{out}: {r}" for r in coverage_reasons(o, blocking=False)]
     return lines

@@ -130,16 +130,19 @@ def write_repository(
     rendered: dict[str, str] = {}
     derived: dict[str, str] = {}
     rows: dict[bool, warmup_mod.Feed] = {}  # the warmup sample row, per "the config has a batch axis"
+    # Each variant's inputs and outputs come from the file it serves (parity holds every file to the reference's).
+    io = {p: graph_io(onnx_tools.load_model(f, f"{p} ONNX model")) if f != onnx else (inputs, outputs) for p, f in files.items()}
     for key in ("latency", "throughput"):
-        variant, note = fixed_batch_variant(getattr(cfg.variants, key), inputs)
-        pb = triton_config.onnx_model_config(name, inputs, outputs, variant, serving, f"variants.{key}")
+        v_in, v_out = io[served[key].precision]
+        variant, note = fixed_batch_variant(getattr(cfg.variants, key), v_in)
+        pb = triton_config.onnx_model_config(name, v_in, v_out, variant, serving, f"variants.{key}")
         pb.default_model_filename = names[served[key].precision]
         lines = triton_config.describe_variant(variant, serving, served[key].precision)
         lines.insert(1, f"Serves {served[key].precision} ({pb.default_model_filename}): {served[key].reason}.")
         batched = variant.max_batch_size > 0
         if variant.warmup is not None:
             if batched not in rows:
-                rows[batched] = warmup_mod.sample_row(cfg.model, inputs, batched)
+                rows[batched] = warmup_mod.sample_row(cfg.model, v_in, batched)
                 warmup_mod.write_files(model_dir, rows[batched], batched)
             warmup_mod.add_warmup(pb, variant.warmup, rows[batched], {i.name: i.data_type for i in pb.input})
         lines.append(warmup_mod.describe(variant.warmup, rows.get(batched) if variant.warmup else None, batched))

@@ -136,6 +136,12 @@ def check_model(m: ModelConfig, p: Problems) -> None:
             p.add(f"{key}.low", spec.low, f"must be <= {key}.high={spec.high} (the synthetic sample range)")
     if m.data is not None and not ("_target_" in m.data or "path" in m.data):
         p.add("model.data", m.data, "must be {_target_: pkg.fn, ...} (a sample-data hook) or {path: file.json|.npz}, or null")
+    for out, axis in m.output_axes.items():
+        if out not in m.output_kinds:
+            p.add(f"model.output_axes.{out}", axis, f"names an output model.output_kinds does not judge ({sorted(m.output_kinds)}); "
+                  f"add it there (e.g. '+model.output_kinds.{out}=classifier') or remove the axis")
+        elif axis == 0:
+            p.add(f"model.output_axes.{out}", axis, "axis 0 is the batch axis; name the class or embedding axis (e.g. 1, or -1 for the last)")
     p.number("model.seq_len", m.seq_len, 1)
     p.number("model.seed", m.seed, 0)
 

@@ -56,6 +56,9 @@ class ModelConfig:
     # What each output means, so the parity gate judges it by what matters ({embedding: embedding}, {logits: classifier});
     # an output not listed is judged by the elementwise tolerances alone.
     output_kinds: dict[str, OutputKind] = field(default_factory=dict)
+    # The class axis (classifier) or embedding axis of a judged output, where it is not the last: {output: axis}.
+    # A [N, T, C] recognizer is judged per position along its last axis; a [N, C, T] one needs {output: 1}.
+    output_axes: dict[str, int] = field(default_factory=dict)
     # Real sample inputs: {_target_: fn, **kwargs} returning a list of feed dicts
     # (name -> numpy array); null means synthetic inputs from `inputs`.
     data: Optional[dict[str, Any]] = None
