@@ -37,6 +37,8 @@ class Estimate:
     """A headline number: the median over rounds and its 90% interval (None where there is no number or no interval).
 
     ``n``: rounds that gave a value; ``left_out``: rounds without one (an invalid perf_analyzer window).
+    ``weight``: the rounds' summed weights when the estimate was weighted (how many quiet rounds they are worth).
+    ``untrusted``: why the interval cannot be trusted (empty: it can); it is then kept in the record, never shown.
     """
 
     value: float | None
@@ -44,6 +46,8 @@ class Estimate:
     high: float | None = None
     n: int = 0
     left_out: int = 0
+    weight: float | None = None
+    untrusted: str = ""
 
     @property
     def has_interval(self) -> bool:
@@ -60,6 +64,8 @@ class Estimate:
         """``1.05x (90% CI 1.03-1.07x, 8 rounds)``, ``n/a`` without a value, no interval when there is none."""
         if self.value is None:
             return "n/a"
+        if self.untrusted:
+            return f"{self.value:{fmt}}{unit} (untrusted: {self.untrusted}; no interval)"
         if not self.has_interval:
             return f"{self.value:{fmt}}{unit}" + (" (1 round, no interval)" if self.n == 1 else "")
         return f"{self.value:{fmt}}{unit} ({CONFIDENCE:.0%} CI {self.low:{fmt}}-{self.high:{fmt}}{unit}, {self.n} rounds)"
@@ -67,7 +73,8 @@ class Estimate:
     def flat(self, name: str) -> dict[str, float | int | None]:
         """``name``, ``name_ci90_low``, ``name_ci90_high``, ``name_rounds``: scalar keys, as dvc metrics shows them."""
         tag = f"ci{CONFIDENCE * 100:.0f}"
-        return {name: self.value, f"{name}_{tag}_low": self.low, f"{name}_{tag}_high": self.high, f"{name}_rounds": self.n}
+        extra = {f"{name}_untrusted": True} if self.untrusted else {}
+        return {name: self.value, f"{name}_{tag}_low": self.low, f"{name}_{tag}_high": self.high, f"{name}_rounds": self.n, **extra}
 
     @classmethod
     def from_flat(cls, d: dict, name: str) -> Estimate:
@@ -75,11 +82,12 @@ class Estimate:
         return cls(d.get(name), d.get(f"{name}_{tag}_low"), d.get(f"{name}_{tag}_high"), d.get(f"{name}_rounds") or 0)
 
     def to_json(self) -> dict:
-        return {"value": self.value, "low": self.low, "high": self.high, "confidence": CONFIDENCE, "rounds": self.n, "left_out": self.left_out}
+        extra = ({} if self.weight is None else {"weight": round(self.weight, 3)}) | ({"untrusted": self.untrusted} if self.untrusted else {})
+        return {"value": self.value, "low": self.low, "high": self.high, "confidence": CONFIDENCE, "rounds": self.n, "left_out": self.left_out, **extra}
 
     @classmethod
     def from_json(cls, d: dict) -> Estimate:
-        return cls(d.get("value"), d.get("low"), d.get("high"), d.get("rounds", 0), d.get("left_out", 0))
+        return cls(d.get("value"), d.get("low"), d.get("high"), d.get("rounds", 0), d.get("left_out", 0), d.get("weight"), d.get("untrusted", ""))
 
 
 def _weighted_median(x: np.ndarray, w: np.ndarray) -> float:
@@ -105,13 +113,14 @@ def estimate(values: Sequence[float | None], weights: Sequence[float] | None = N
     left_out = len(values) - x.size
     if x.size == 0:
         return Estimate(None, n=0, left_out=left_out)
+    total = None
     if weights is None:
         mid = float(np.median(x))
     else:
         w = np.asarray([weights[i] for i in keep], dtype=float)
-        mid = _weighted_median(x, w)
+        mid, total = _weighted_median(x, w), float(w.sum())
     if x.size == 1:
-        return Estimate(mid, n=1, left_out=left_out)
+        return Estimate(mid, n=1, left_out=left_out, weight=total)
     from scipy.stats import bootstrap  # scipy is slow to import; only the bench needs it
 
     if weights is None:
@@ -121,7 +130,7 @@ def estimate(values: Sequence[float | None], weights: Sequence[float] | None = N
         ci = bootstrap((x, w), _weighted_median, paired=True, vectorized=False, confidence_level=CONFIDENCE, method="percentile",
                        n_resamples=_RESAMPLES, rng=np.random.default_rng(_SEED)).confidence_interval  # fmt: skip
     # The resampled medians of two or three values can sit a hair off them: the interval holds the estimate.
-    return Estimate(mid, min(float(ci.low), mid), max(float(ci.high), mid), int(x.size), left_out)
+    return Estimate(mid, min(float(ci.low), mid), max(float(ci.high), mid), int(x.size), left_out, total)
 
 
 @dataclass
@@ -139,12 +148,14 @@ class StopRule:
     budget_s: float | None = None
     max_key: str = "bench.paired_max_rounds"  # the setting that caps them, for the reason given
     budget_key: str = "bench.rounds_budget_s"  # the setting that is their time budget
+    by_weight: bool = False  # count rounds by their summed weights (quiet-round equivalents), not one each
 
     def reason(self, ran: int, estimates: Sequence[Estimate], elapsed_s: float) -> str | None:
         """Why the group stops now, or None to run another round."""
         if ran >= self.max_rounds:
             return f"{ran} rounds ({self.max_key})"
-        if min((e.n for e in estimates), default=0) < self.min_rounds:
+        counted = ((e.weight if self.by_weight and e.weight is not None else e.n) for e in estimates)
+        if min(counted, default=0) < self.min_rounds:
             return None
         widths = [e.half_width for e in estimates]
         if self.target is not None and all(w is not None and w <= self.target for w in widths):

@@ -5,7 +5,8 @@ timing. ``auto`` takes every candidate (``choose.candidates``) that passed parit
 rounds with each variant's served settings (pipeline/choose/timing.py), and per variant ships the fastest candidate
 whose whole 90% interval says it is faster than the reference (fp32; the first candidate): the latency variant by
 batch-1 p50, the throughput variant by best-batch inferences/s. A candidate whose interval reaches 1.0 is not shown
-to be faster, so the reference, the most exact, keeps the variant. The variants may therefore serve different files.
+to be faster, so the reference, the most exact, keeps the variant; so does one whose rounds were too contended to
+trust (timing.py). The variants may therefore serve different files.
 """
 
 from __future__ import annotations
@@ -67,10 +68,13 @@ def pick(timing: timing_mod.Timing, variant: str) -> tuple[str, str]:
     """(precision, reason) for one variant from the timed rounds."""
     ref = timing.reference
     speed = {c: timing.latency_speedup(c) if variant == "latency" else timing.throughput_speedup(c) for c in timing.candidates if c != ref}
-    shown = {c: e for c, e in speed.items() if e.has_interval and e.low is not None and e.low > 1.0}
+    shown = {c: e for c, e in speed.items() if not e.untrusted and e.has_interval and e.low is not None and e.low > 1.0}
     metric = VARIANT_METRIC[variant]
     table = "; ".join(f"{c} {e.text()}" for c, e in speed.items())
     if not shown:
+        if any(e.untrusted for e in speed.values()):
+            return ref, (f"auto: the timing cannot be trusted, so {ref} keeps the variant ({table} over {ref}); "
+                         "rerun `dvc repro -f choose` when the machine is quieter, or configure the precision")  # fmt: skip
         return ref, f"auto: no candidate shown faster than {ref} by {metric} ({table} over {ref})"
     best = max(shown, key=lambda c: shown[c].value or 0.0)
     return best, f"auto: fastest by {metric}, {shown[best].text()} over {ref}" + (f" (all: {table})" if len(speed) > 1 else "")
