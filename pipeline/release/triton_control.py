@@ -24,6 +24,7 @@ to the highest-numbered ready version.
 
 from __future__ import annotations
 
+import re
 import time
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -98,10 +99,17 @@ class TritonReloader:
 
     def stage(self, cfg: mc.ModelConfig, old: int | None, new: int) -> None:
         """Load ``new`` next to ``old`` (config override [old, new], no warmup: :func:`pointer.handover`); wait until it is ready."""
-        try:
-            self.client.load(self.model, pointer.to_json(pointer.handover(cfg, self.model, old, new)))
-        except ToolError as e:
-            raise self._fail(f"Triton could not load version {new} of '{self.model}'", _reason(e)) from None
+        override = pointer.to_json(pointer.handover(cfg, self.model, old, new))
+        for attempt in range(1, _STORAGE_ATTEMPTS + 1):
+            try:
+                self.client.load(self.model, override)
+                break
+            except ToolError as e:
+                # A cloud repository's read can fail for a moment (a HEAD that timed out); nothing was flipped yet,
+                # and the load is idempotent, so a transient storage error is tried again before giving up.
+                if attempt == _STORAGE_ATTEMPTS or not _STORAGE_ERROR.search(_reason(e)):
+                    raise self._fail(f"Triton could not load version {new} of '{self.model}'", _reason(e)) from None
+                time.sleep(0.5 * attempt)
         self.wait(new, True)
 
     def retire(self, old: int | None, new: int, cfg: mc.ModelConfig | None = None) -> None:
@@ -153,6 +161,9 @@ class TritonReloader:
         self.client.close()
 
 
+_STORAGE_ATTEMPTS = 3
+# Triton's words for a failed read of an S3/GCS/Azure repository (its cloud filesystems), not for a bad model.
+_STORAGE_ERROR = re.compile(r"for bucket with name|Failed to get (object|metadata)|Unable to (get|list)|timed? ?out", re.IGNORECASE)
 _PROBE = "__triton_pipeline_mode_probe__"  # a model name nobody loads: unloading it is a no-op in explicit mode
 
 

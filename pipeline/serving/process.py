@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from pipeline.core.errors import ToolError
-from pipeline.serving.client import TritonClient
+from pipeline.serving.client import TritonClient, metrics_text
 from pipeline.serving.install import (
     TritonInstall,
     backend_dir,
@@ -304,8 +304,16 @@ class EmbeddedServer:
         """Poll server and model readiness; False if the server exits or time runs out."""
         assert self.proc is not None
         proc = self.proc
+        deadline = time.monotonic() + self.timeout_s
         with TritonClient(self.http_url, "http", timeout_s=_POLL_TIMEOUT_S) as client:
-            return client.wait_ready(self.models, self.timeout_s, is_alive=lambda: proc.poll() is None, poll_s=0.05)
+            if not client.wait_ready(self.models, self.timeout_s, is_alive=lambda: proc.poll() is None, poll_s=0.05):
+                return False
+        # Triton starts its metrics endpoint after HTTP: a scrape right after "ready" could find nothing listening.
+        while metrics_text(f"127.0.0.1:{self.metrics_port}", timeout_s=_POLL_TIMEOUT_S) is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _stop_watchdog(self) -> None:
         if self._watchdog is not None:

@@ -171,18 +171,21 @@ def _kill_when(proc: subprocess.Popen[str], ready: Callable[[], bool], timeout_s
     proc.wait()
 
 
+N_BLOBS = 150  # enough that the upload is still running when a poll of the bucket has seen its first files
+
+
 def test_upload_killed_halfway_is_never_a_release(tmp_path: Path, s3: S3Server, bucket: str, make_params: Callable[..., Path]) -> None:
     """SIGKILL `release build` mid-upload: files and a claim remain, but no manifest, so no release; the next build cleans up."""
-    (repo,) = inputs(tmp_path, n=1, extra_files=40, size=128 * 1024)
+    (repo,) = inputs(tmp_path, n=1, extra_files=N_BLOBS, size=64 * 1024)
     url = f"s3://{bucket}/st"
     params = make_params("release.lock_lease_s=1", name="fast-lease.yaml")
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "release", *build_args(tmp_path, repo), "--store", url, "--params", str(params)],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    _kill_when(proc, lambda: len([k for k in s3.keys(bucket, "st/releases/tiny/1/files/") if "blob" in k]) >= 5)
+    _kill_when(proc, lambda: len([k for k in s3.keys(bucket, "st/releases/tiny/1/files/") if "blob" in k]) >= 3)
 
     keys = s3.keys(bucket, "st/releases/")
     assert "st/releases/tiny/1/.claim" in keys and not any(k.endswith("manifest.json") for k in keys)
-    assert 5 <= len([k for k in keys if "blob" in k]) < 40  # really halfway
+    assert 3 <= len([k for k in keys if "blob" in k]) < N_BLOBS  # really halfway
     store = ReleaseStore(url, lock_lease_s=1)
     assert store.versions("tiny") == []
     r = cli(tmp_path, s3.env, "list", "--store", url, "--params", str(params))
