@@ -62,33 +62,14 @@ def test_retrained_checkpoint_and_edited_code_rerun_export(tmp_path: Path) -> No
     assert report["passed"] and report["artifacts"]["fp32"]["sha256"] == shipped(project, "tabular")
 
 
-def test_replaced_onnx_reruns_and_unrelated_knobs_do_not(tmp_path: Path) -> None:
-    base = ["model=onnx", "model.name=two", "model.path=models/two.onnx"]
-    project = make_project(tmp_path / "proj", base, prepare=model_file)
-    commit(project, "init")
-    sh(project, *DVC, "repro", "repository")
-    before = shipped(project, "two")
-    assert ran(sh(project, *DVC, "repro", "repository").stdout) == ["probe"]
-
-    two_io_onnx(str(project / "models" / "two.onnx"), seed=1)  # new weights, same path
-    replaced = sh(project, *DVC, "repro", "repository")
-    assert set(MODEL_STAGES) <= set(ran(replaced.stdout)), replaced.stdout
-    assert shipped(project, "two") != before
-
-    # The fleet is [cpu]: an a100 builder knob is no input of the repository stage (nor of anything else).
-    write_params(project, [*base, "target_specs.a100.builder.workspace_mb=1024"])
-    status = sh(project, *DVC, "status", "repository").stdout
-    assert "repository" not in status and "export" not in status, status
-
-
-
-def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench(tmp_path: Path) -> None:
+def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench_and_reruns_on_a_replaced_file(tmp_path: Path) -> None:
     fast_bench = [
         "bench.concurrency=[1,2]", "bench.measurement_interval_ms=500", "bench.max_trials=6", "bench.stability_percentage=50",
         "bench.warmup_runs=5", "bench.baseline_runs=50", "bench.baseline_seconds=0.2", "bench.baseline_batch_sizes=[1,2]",
         "bench.profile=full", "bench.paired_rounds=0", "bench.paired_throughput_rounds=0",  # the sweep alone: no rounds
     ]  # fmt: skip
-    project = make_project(tmp_path / "proj", ["model=onnx", "model.name=two", "model.path=models/two.onnx", *fast_bench], prepare=model_file)
+    base = ["model=onnx", "model.name=two", "model.path=models/two.onnx", *fast_bench]
+    project = make_project(tmp_path / "proj", base, prepare=model_file)
     commit(project, "init")
     out = sh(project, *DVC, "repro", timeout=900)
     assert {*MODEL_STAGES, "bench"} <= set(ran(out.stdout)), out.stdout
@@ -109,3 +90,17 @@ def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench(tmp_path: 
     cols = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("|")).strip("|").split("|")]
     metric_cols = cols[cols.index("Created") + 1 : next(i for i, c in enumerate(cols) if c.startswith("model."))]
     assert 20 <= len(metric_cols) <= 60, "\n".join(metric_cols)  # was 749 when whole reports were metrics
+
+    # One built project for the next checks too: a second would rebuild the same chain.
+    # Unchanged files rerun nothing but the probe; a replaced ONNX at the same model.path reruns the model stages.
+    before = shipped(project, "two")
+    assert ran(sh(project, *DVC, "repro", "repository").stdout) == ["probe"]
+    two_io_onnx(str(project / "models" / "two.onnx"), seed=1)  # new weights, same path
+    replaced = sh(project, *DVC, "repro", "repository")
+    assert set(MODEL_STAGES) <= set(ran(replaced.stdout)), replaced.stdout
+    assert shipped(project, "two") != before
+
+    # The fleet is [cpu]: an a100 builder knob is no input of the repository stage (nor of anything else).
+    write_params(project, [*base, "target_specs.a100.builder.workspace_mb=1024"])
+    status = sh(project, *DVC, "status", "repository").stdout
+    assert "repository" not in status and "export" not in status, status
