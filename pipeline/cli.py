@@ -129,7 +129,7 @@ def _store(store: Optional[str], params: Path, cfg: Optional[ReleaseConfig] = No
     from pipeline.release.store import ReleaseStore
 
     cfg = cfg or _release_config(params)
-    return ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s)
+    return ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s, cfg.public_key or None, cfg.require_signature)
 
 
 def _git_repo(tag: bool) -> Optional[str]:
@@ -152,6 +152,8 @@ def _print_switch(res: Any, tag: bool) -> None:
     out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}" for k, v in res.timings.items()))
     if res.tag is not None:
         out.print(f"git tag: {res.tag}" + (f" ({res.tag.note})" if res.tag.tag and res.tag.note != "assigned" else ""))
+    for r in res.retry:  # the switch stands (exit 0); these steps after it must be redone
+        out.print(f"warning: switched, but retry this step: {r}")
 
 
 # ---------------------------------------------------------------- release commands
@@ -363,6 +365,20 @@ def verify_cmd(
     for line in verify_store(st, model, str(public_key) if public_key else None):
         out.print(line)
     out.print(f"store {st.url}: all checksums match")
+
+
+@release_app.command("gc")
+@_one_message
+def gc_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt) -> None:
+    """Remove the .staging-* leftovers of killed copies (an environment's under its lock; a release's once an hour old)."""
+    from pipeline.release.verify_env import gc
+
+    st = _store(store, params)
+    models = [st.resolve_model(model)] if model else st.models()
+    removed = [rel for m in models for rel in gc(st, m)]
+    for rel in removed:
+        out.print(f"removed {st.fs.show(rel)}")
+    out.print(f"store {st.url}: {len(removed)} leftover(s) removed")
 
 
 @release_app.command("export")

@@ -50,7 +50,7 @@ from pipeline.core.samples import load_feed_file, request_rows
 from pipeline.parity import polygraphy as pg
 from pipeline.release import canary_report as cr
 from pipeline.release import canary_traffic as ct
-from pipeline.release import env_copy, evidence, gto_tags, pointer, signing
+from pipeline.release import env_copy, evidence, gto_tags, pointer
 from pipeline.release import manifest as mf
 from pipeline.release.canary_guard import Guard, loaded_copies, restore, sibling_name
 from pipeline.release.promote import SwitchResult, reload_urls, switch, variant_of
@@ -217,8 +217,7 @@ def run_canary(
         cand_cfg, variant_name = store.release_config(model, version, variant)
         _check_signatures(live_cfg, cand_cfg, live, version)
         m = store.verify_release(model, version)
-        if public_key:
-            signing.verify_dir(store.fs, store.release_rel(model, version), public_key)
+        store.check_signature(model, version, public_key)
         gto_tags.check_assignable(git_repo, model, version, (m.get("git") or {}).get("commit"))
         rows, sources = _rows(store, model, [version, live], cand_cfg, inputs)
         files = {live: _model_files(store, model, live, store.verify_release(model, live)), version: _model_files(store, model, version, m)}

@@ -126,7 +126,7 @@ def _follow_pointer(store: ReleaseStore, env: str, model: str, reloaders: list[T
     done = []
     if event and state.live == event["version"] and live_stack(state.history)[-1:] != [state.live]:
         # Killed between the flip and its history entry: the pointer is the truth, the history catches up.
-        store.append_history(env, model, {**event, "at": mf.now(), "note": "recorded by the canary guard: the canary died after the flip"}, state)
+        store.record_intent(env, model, {**event, "at": mf.now(), "note": "recorded by the canary guard: the canary died after the flip"}, state)
         done.append(f"history: added the promotion to version {state.live} the pointer already named")
     cfg = pointer.parse_config(store.fs.read_text(f"{store.model_rel(env, model)}/config.pbtxt"), "pointer")
     for r in reloaders:

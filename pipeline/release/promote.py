@@ -10,13 +10,17 @@ Order of a switch (promote or rollback) to version N in environment E:
    every copied file, then rename it into place (Triton ignores non-numeric names);
 3. with ``--reload`` (one server, or each server of a fleet): load N next to the serving version
    and wait until it is ready; if any server fails, the ones already loaded go back to the old one;
-4. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]), after renewing
-   the lock, and only if the pointer is still the one read under the lock (S3: If-Match);
-5. record the event in history/<env>/<model>.json (same condition); with ``--reload`` retire the old version;
-6. move the GTO stage in git when a repository is given (unassign the old version, assign
-   N); a version without a GTO registration tag is refused at step 1 instead.
+4. record the event in history/<env>/<model>.json as an intent carrying the sha256 of the pointer
+   about to be written (only if the history is still the one read under the lock);
+5. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]), after renewing
+   the lock, and only if the pointer is still the one read under the lock (S3: If-Match). The flip
+   confirms the intent: every reader (:func:`pipeline.release.store.reconcile`) takes an intent whose
+   pointer never flipped as aborted, so a kill or an error between 4 and 5 leaves no disagreement;
+6. with ``--reload`` retire the old version; move the GTO stage in git when a repository is given
+   (a version without a GTO registration tag is refused at step 1 instead). A failure here does
+   not undo the switch: the command succeeds and names the step to retry.
 
-Nothing before step 4 changes what anyone serves; rollback never deletes a version. Promoting
+Nothing before step 5 changes what anyone serves; rollback never deletes a version. Promoting
 the live version again is a no-op, unless its copy lacks the warmup rows or the pointer is not
 what the release renders now (an environment promoted before environments carried warmup data,
 whose config names files Triton cannot open): then the same steps repair it in place.
@@ -26,12 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import env_copy, gto_tags, pointer, publish, signing
+from pipeline.release import env_copy, faults, gto_tags, pointer, publish, signing, verify_env
 from pipeline.release import manifest as mf
 from pipeline.release.lock import Lease
 from pipeline.release.store import EnvState, ReleaseStore
@@ -51,12 +56,15 @@ class SwitchResult:
     tag: gto_tags.TagResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    retry: list[str] = field(default_factory=list)  # steps after the flip that failed: the switch stands, these must be redone
 
 
 def live_stack(history: list[dict[str, Any]]) -> list[int]:
     """Replay promote/rollback events into the stack of live versions (top = live)."""
     stack: list[int] = []
     for e in history:
+        if e.get("aborted"):
+            continue
         if e.get("action") == "promote" and (not stack or stack[-1] != e["version"]):
             stack.append(int(e["version"]))
         elif e.get("action") == "rollback" and stack:
@@ -67,7 +75,7 @@ def live_stack(history: list[dict[str, Any]]) -> list[int]:
 def variant_of(history: list[dict[str, Any]], version: int) -> str | None:
     """The config variant ``version`` was last promoted with (None = the release's default)."""
     for e in reversed(history):
-        if e.get("version") == version and e.get("action") == "promote":
+        if e.get("version") == version and e.get("action") == "promote" and not e.get("aborted"):
             v = e.get("variant")
             return None if v in (None, "default") else v
     return None
@@ -107,8 +115,9 @@ def switch(
     if state.live is not None and not store.is_release(model, state.live):
         res.notes.append(f"the pointer named version {state.live}, which is not a release in the store; it now names {target}")
     m = store.verify_release(model, target)
-    if public_key:
-        signing.verify_dir(store.fs, store.release_rel(model, target), public_key)
+    if variant not in (None, "default"):
+        store.check_variant(m, variant)  # before anything is copied
+    store.check_signature(model, target, public_key)
     # With tagging on, a version GTO does not know is refused here, before anything changes.
     gto_tags.check_assignable(git_repo, model, target, (m.get("git") or {}).get("commit"))
     res.timings["verify_release_s"] = time.perf_counter() - t0
@@ -138,17 +147,23 @@ def switch(
             res.timings["triton_load_new_s"] = time.perf_counter() - t
         t = time.perf_counter()
         guard.check()  # we still hold the lock (renewed now), so nobody else switches until we are done
-        store.flip(env, model, data, state.pointer_tag)  # the one atomic step
-        flipped = True
-        res.timings["flip_s"] = time.perf_counter() - t
-        store.append_history(env, model, {
+        # The event first, as an intent naming the pointer's sha256; the flip confirms it (store.reconcile).
+        store.record_intent(env, model, {
             "action": action, "version": target, "previous": state.live, "variant": variant_name,
             "at": mf.now(), "by": _user(), "reload": ",".join(reload_urls(reload_url)) or None, **extra,
+            "pointer_sha256": hashlib.sha256(data).hexdigest(),
         }, state)
+        store.flip(env, model, data, state.pointer_tag)  # the one atomic step
+        flipped = True
+        faults.point("after_flip")
+        res.timings["flip_s"] = time.perf_counter() - t
         if reloaders:
             t = time.perf_counter()
             for r in reloaders:
-                r.retire(state.live, target, cfg)
+                try:
+                    r.retire(state.live, target, cfg)
+                except ReleaseError as e:  # the switch happened: report it, and the step to retry
+                    res.retry.append(f"{e.what} (fix: {e.fix})")
             res.timings["triton_retire_old_s"] = time.perf_counter() - t
     except BaseException:
         if not flipped and state.live is not None and staged:
@@ -162,7 +177,10 @@ def switch(
     finally:
         for r in reloaders:
             r.close()
-    res.tag = gto_tags.switch(git_repo, model, env, target, f"{action} {model} v{target} to {env} (store {store.url})")
+    try:
+        res.tag = gto_tags.switch(git_repo, model, env, target, f"{action} {model} v{target} to {env} (store {store.url})")
+    except ReleaseError as e:  # the live version changed: the tag is the step to retry, not a failure of the switch
+        res.retry.append(f"{e.what} (fix: {e.fix})")
     res.timings["total_s"] = time.perf_counter() - t0
     return res
 
@@ -193,7 +211,12 @@ def promote(
     else:
         store.manifest(model, version)  # a clear "does not exist" before anything else
     state = store.env_state(env, model)
-    if state.live == version:
+    if variant not in (None, "default"):
+        store.check_variant(store.manifest(model, version), variant)  # a name from the release's own manifest
+    live_variant = variant_of(state.history, version) or "default"
+    if state.live == version and variant is not None and variant != live_variant:
+        notes.append(f"version {version} is live in '{env}' with variant '{live_variant}': switching it to '{variant}'")
+    elif state.live == version:
         repair = _repair(store, env, model, version, state)
         if repair is None:
             return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
@@ -220,10 +243,13 @@ def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvS
         )
     cfg, variant_name = store.release_config(model, version, variant_of(state.history, version))
     stale = store.fs.read_bytes(f"{store.model_rel(env, model)}/config.pbtxt") != pointer.render(cfg, env, model, version, variant_name)
+    stack = live_stack(state.history)
+    unrecorded = not stack or stack[-1] != version
     why = ([f"{len(problems)} warmup file(s) are missing"] if problems else []) + (["its config.pbtxt is not what the release renders"] if stale else [])
+    why += ["its promotion history does not record it as live"] if unrecorded else []
     if not why:
         return None
-    return f"version {version} is live in '{env}' but {' and '.join(why)} (promoted before environments carried warmup data?): repaired in place"
+    return f"version {version} is live in '{env}' but {' and '.join(why)}: repaired in place"
 
 
 def rollback(
@@ -253,7 +279,8 @@ def _rollback_locked(
     if stack and stack[-1] != state.live:
         raise ReleaseError(
             f"the pointer of '{env}' says version {state.live} but its promotion history ends at {stack[-1]}",
-            fix=f"config.pbtxt was edited by hand: run `release promote --to {env} --version <N>` to set the live version explicitly",
+            fix=f"config.pbtxt was edited by hand: `release promote --to {env} --version {state.live}` records the live version"
+                f" (or `--version <N>` to serve another), then roll back",
         )
     if len(stack) < 2:
         raise ReleaseError(
@@ -279,8 +306,10 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
             try:
                 manifests[v], bad = store.check_release(mdl, v)
                 problems += [f"release {mdl} {v}: {b}" for b in bad]
-                if public_key:
-                    signing.verify_dir(store.fs, store.release_rel(mdl, v), public_key)
+                if public_key or store.public_key or store.require_signature:
+                    store.check_signature(mdl, v, public_key)
+                elif store.fs.exists(f"{store.release_rel(mdl, v)}/{signing.SIGNATURE}"):
+                    problems += [f"release {mdl} {v}: {b}" for b in signing.unkeyed_problems(store.fs, store.release_rel(mdl, v), manifests[v])]
             except ReleaseError as e:
                 problems.append(f"release {mdl} {v}: {e.what}" + "".join(f"; {k}: {val}" for k, val in e.details.items()))
                 continue
@@ -314,7 +343,13 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
                     problems.append(f"env {env}: copy of version {v} differs from its release: " + "; ".join(map(str, bad)) + hint)
             if st.live is not None:
                 problems += _pointer_warmup(store, env, mdl, st.live)
+            problems += verify_env.served_problems(store, env, mdl, st, manifests)
+            checked += verify_env.interrupted_note(env, st)
             checked.append(f"env {env}: live {st.live}, present {st.present}")
+        stale = verify_env.leftovers(store, mdl, store.lock_lease_s)
+        problems += [f"leftover {rel} of a killed copy (fix: `release gc` removes it)" for rel in stale]
+    for env in store.environments:
+        problems += verify_env.stray_problems(store, env, store.models())
     if problems:
         raise ReleaseError(f"release store {store.url} failed verification ({len(problems)} problem(s))",
                            fix="do not promote from it until fixed; see each problem", details={"problems": "\n    " + "\n    ".join(problems)})

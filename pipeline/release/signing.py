@@ -86,3 +86,28 @@ def verify_dir(fs: StoreFS, rel: str, public_key: str | Path) -> None:
                 fix="do not promote it; check --public-key, or restore the release from a trusted archive",
                 details={"release": fs.path(rel), "key": key, "error": f"{type(e).__name__}: {str(e)[:600]}"},
             ) from None
+
+
+def unkeyed_problems(fs: StoreFS, rel: str, manifest: dict) -> list[str]:
+    """What can be checked of ``rel/release.sig`` without a key: that it is a bundle and signs these very files.
+
+    Authenticity needs the public key; but a signature whose signed digests no longer match the release (a file or
+    the manifest changed after signing, or a bundle that is not one) is invalid for every key, so it is reported.
+    """
+    import base64
+    import hashlib
+    import json
+
+    try:
+        bundle = json.loads(fs.read_bytes(f"{rel}/{SIGNATURE}"))
+        statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+        signed = {r["name"]: r["digest"] for r in statement["predicate"]["resources"]}
+    except (ValueError, KeyError, TypeError) as e:
+        return [f"{SIGNATURE} is not a model-signing bundle ({type(e).__name__}): invalid for any key"]
+    actual = {f"files/{k}": v["sha256"] for k, v in manifest["files"].items()}
+    actual["manifest.json"] = hashlib.sha256(fs.read_bytes(f"{rel}/manifest.json")).hexdigest()
+    changed = sorted(n for n in set(signed) | set(actual) if signed.get(n) != actual.get(n))
+    if not changed:
+        return []
+    return [f"{SIGNATURE} does not sign these files (changed after signing: {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}):"
+            " invalid for any key; do not promote it"]

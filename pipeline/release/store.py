@@ -21,6 +21,7 @@ and history are replaced only if they are still what was read under the lock.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import posixpath
@@ -33,10 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import env_copy, lock, pointer, publish
+from pipeline.release import env_copy, faults, lock, pointer, publish
 from pipeline.release import manifest as mf
 from pipeline.release.fs import StoreFS
 from pipeline.release.s3 import Conflict
+from pipeline.release import signing
 from pipeline.release.signing import SIGNATURE
 
 RELEASE_ENTRIES = {"manifest.json", "files", SIGNATURE}
@@ -54,12 +56,33 @@ class EnvState:
     history: list[dict[str, Any]] = field(default_factory=list)
     pointer_tag: str | None = None  # version of config.pbtxt that was read (S3 ETag / sha256); None = absent
     history_tag: str | None = None
+    interrupted: dict[str, Any] | None = None  # the last switch, recorded as an intent whose pointer never flipped
+
+
+def reconcile(history: list[dict[str, Any]], pointer_bytes: bytes | None, live: int | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The history as it happened: an intent whose flip never came is marked aborted (and returned).
+
+    A switch records its event (with the sha256 of the pointer it is about to write) before it flips the
+    pointer, so a kill or an error between the two leaves an intent the pointer does not match. A pointer
+    that names the intent's version is taken as flipped even if its bytes differ: a hand edit after the
+    flip, which ``verify`` reports against the config the release renders.
+    """
+    if not history or "pointer_sha256" not in history[-1] or history[-1].get("aborted"):
+        return history, None
+    last = history[-1]
+    flipped = pointer_bytes is not None and hashlib.sha256(pointer_bytes).hexdigest() == last["pointer_sha256"]
+    if flipped or live == last.get("version"):
+        return history, None
+    aborted = {**last, "aborted": True, "aborted_why": "recorded, but the pointer was never flipped (killed or failed before the flip)"}
+    return history[:-1] + [aborted], aborted
 
 
 class ReleaseStore:
     """Read and write releases and environments in one store."""
 
-    def __init__(self, url: str | os.PathLike[str], environments: list[str] | None = None, lock_lease_s: float = 60.0) -> None:
+    def __init__(self, url: str | os.PathLike[str], environments: list[str] | None = None, lock_lease_s: float = 60.0,
+                 public_key: str | None = None, require_signature: bool = False) -> None:  # fmt: skip
+        self.public_key, self.require_signature = public_key, require_signature
         self.fs = StoreFS(url)
         self.url = self.fs.url
         self.environments = list(environments or ["dev", "staging", "production"])
@@ -228,7 +251,8 @@ class ReleaseStore:
                     f"the promotion history of '{env}' is corrupt", fix="restore it from a backup; the live version is still the one in config.pbtxt",
                     details={"file": self.fs.path(self.history_rel(env, model)), "error": e},
                 ) from None
-        return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None)
+        history, interrupted = reconcile(history, ptr[0] if ptr else None, live)
+        return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None, interrupted)
 
     def verify_env_copy(self, env: str, model: str, version: int, m: dict[str, Any]) -> list[mf.Mismatch]:
         """Differences between the environment's copy of ``version`` (``<N>/`` and ``warmup/<N>/``) and the release manifest."""
@@ -252,14 +276,42 @@ class ReleaseStore:
         As an environment serves it: its ``model_warmup`` reads ``warmup/<version>/`` (:func:`pointer.for_version`).
         """
         base = f"{self.release_rel(model, version)}/files"
-        if variant:
+        if variant and variant != "default":
+            self.check_variant(self.manifest(model, version), variant)
             rel = f"{base}/configs/{variant}.pbtxt"
-            if not self.fs.exists(rel):
-                have = [posixpath.splitext(n)[0] for n in self.fs.listdir(f"{base}/configs")]
-                raise ReleaseError(f"release {version} has no config variant '{variant}'", fix=f"use --variant with one of {have}")
             return pointer.for_version(pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), version), variant
         rel = f"{base}/config.pbtxt"
         return pointer.for_version(pointer.parse_config(self.fs.read_text(rel), self.fs.path(rel)), version), "default"
+
+    def check_signature(self, model: str, version: int, public_key: str | None = None) -> None:
+        """The store's signature policy for one release (``public_key``: a command's --public-key, else the store's).
+
+        Raises:
+            ReleaseError: a key is given and the signature is missing or invalid; or signatures are required and no key is.
+        """
+        key = public_key or self.public_key
+        if key:
+            signing.verify_dir(self.fs, self.release_rel(model, version), key)
+        elif self.require_signature:
+            raise ReleaseError("this store requires signed releases (release.require_signature) but no public key is configured",
+                               fix="set release.public_key to the PEM EC public key, or pass --public-key; nothing was changed")  # fmt: skip
+
+    @staticmethod
+    def variants(m: dict[str, Any]) -> list[str]:
+        """The config variants a release carries: the ``configs/<name>.pbtxt`` its manifest lists (and checks)."""
+        return sorted(k.removeprefix("configs/").removesuffix(".pbtxt") for k in m["files"]
+                      if k.startswith("configs/") and k.endswith(".pbtxt") and "/" not in k.removeprefix("configs/"))  # fmt: skip
+
+    def check_variant(self, m: dict[str, Any], variant: str) -> None:
+        """Refuse a variant that is not a name from the release's own manifest (so no path outside the release is read).
+
+        Raises:
+            ReleaseError: with the variants the release has.
+        """
+        have = self.variants(m)
+        if variant not in have:
+            raise ReleaseError(f"release {m['version']} of '{m['model']}' has no config variant {variant!r}",
+                               fix=f"use --variant with one of {have or '(none: the release has only config.pbtxt)'} or leave it out; nothing was changed")  # fmt: skip
 
     @contextlib.contextmanager
     def env_lock(self, env: str, model: str, command: str = "promote/rollback") -> Iterator[lock.Lease | Any]:
@@ -284,7 +336,12 @@ class ReleaseStore:
         """
         rel = f"{self.model_rel(env, model)}/config.pbtxt"
         try:
+            faults.point("before_flip", self.fs.path(rel))
             self.fs.write_if(rel, data, expect)
+        except OSError as e:
+            raise ReleaseError(f"could not write the pointer of '{env}': {e.strerror or e}; the live version is unchanged",
+                               fix="free space on (or fix access to) the store, then run the command again (the recorded intent is marked aborted)",
+                               details={"pointer": self.fs.path(rel)}) from None  # fmt: skip
         except Conflict:
             raise ReleaseError(
                 f"the pointer of '{env}' changed while this command held the lock; it was not overwritten",
@@ -292,21 +349,30 @@ class ReleaseStore:
                 details={"pointer": self.fs.path(rel)},
             ) from None
 
-    def append_history(self, env: str, model: str, event: dict[str, Any], state: EnvState) -> None:
-        """Record a promote/rollback after the flip (the pointer stays the truth if this fails).
+    def record_intent(self, env: str, model: str, event: dict[str, Any], state: EnvState) -> None:
+        """Record a promote/rollback *before* its flip, with the sha256 of the pointer it will write.
+
+        Readers (:func:`reconcile`) confirm the event by the pointer: flipped, it happened; not flipped, it is
+        marked aborted. So pointer and history cannot disagree after a kill or an error at any point.
 
         Raises:
-            ReleaseError: the history changed since ``state`` was read (the event is named so it can be re-added).
+            ReleaseError: the history changed since ``state`` was read, or could not be written (nothing changed).
         """
+        rel = self.history_rel(env, model)
         data = (json.dumps(state.history + [event], indent=2) + "\n").encode()
         try:
-            self.fs.write_if(self.history_rel(env, model), data, state.history_tag)
+            faults.point("record_intent", self.fs.path(rel))
+            self.fs.write_if(rel, data, state.history_tag)
         except Conflict:
             raise ReleaseError(
-                f"the history of '{env}' changed while this command held the lock; this event is not in it",
-                fix="the pointer was switched; add the event by hand or promote again to record it",
-                details={"event": json.dumps(event), "history": self.fs.path(self.history_rel(env, model))},
+                f"the history of '{env}' changed while this command held the lock; nothing was switched",
+                fix="someone wrote the history without the lock: run `release verify`, then switch again",
+                details={"history": self.fs.path(rel)},
             ) from None
+        except OSError as e:
+            raise ReleaseError(f"could not record the switch in the history of '{env}': {e.strerror or e}; nothing was switched",
+                               fix="free space on (or fix access to) the store, then run the command again",
+                               details={"history": self.fs.path(rel)}) from None  # fmt: skip
 
     def check_pointer(self, state: EnvState) -> None:
         """Refuse an environment whose pointer names a version that is not a release in the store.

@@ -28,6 +28,8 @@ from pipeline.core.errors import ConfigError, ToolError
 from pipeline.bench.run import run_bench
 from tests.tiny_triton import shipped_repository, variant_config
 
+pytestmark = pytest.mark.serial  # timing is judged: run alone, not beside other tests (README)
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PROCS = ("tritonserver", "triton_python_backend_stub")
 

@@ -19,7 +19,7 @@ from pipeline.serving.process import EmbeddedServer
 from tests.stages.test_bench import tiny_cfg
 from tests.tiny_triton import shipped_repository
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # timing is judged: run alone (README)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -20,7 +20,7 @@ from tests.stages.test_bench import procs_mentioning, stage_process, tiny_cfg
 from tests.stages.test_torchserve import ts_procs
 from tests.tiny_triton import shipped_repository
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # timing is judged: run alone (README)
 
 
 def peers_cfg() -> PipelineConfig:

@@ -27,6 +27,8 @@ from pipeline.serving.process import EmbeddedServer
 from tests.helpers.python_models import python_model
 from tests.tiny_triton import FEATURES, shipped_repository
 
+pytestmark = pytest.mark.serial  # timing is judged: run alone, not beside other tests (README)
+
 ROW = {"x": np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4)}
 
 

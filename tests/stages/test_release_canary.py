@@ -49,7 +49,7 @@ from pipeline.serving.perf_analyzer import locate_perf_analyzer
 from pipeline.serving.process import EmbeddedServer
 from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, standin_repository
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # timing is judged: run alone (README)
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = [(1, 8.0), (1, 8.0), (2, 8.0), (1, 40.0)]  # (weights seed, sleep per execute in ms) of releases 1-4
 # 4 rounds of about a second: some 40 answers per side each, so a round's p99 is not one stall of a busy machine.

@@ -83,6 +83,8 @@ def check_release(cfg: PipelineConfig, p: Problems) -> None:
         if bad:
             p.add("release.environments", envs, f"{show(bad)} not usable as directory names (letters, digits, _ . -)")
     p.number("release.lock_lease_s", r.lock_lease_s, 1, 3600)
+    if r.require_signature and not r.public_key:
+        p.add("release.require_signature", r.require_signature, "needs release.public_key: the PEM EC public key releases are checked with")
     check_canary(r.canary, p)
 
 

@@ -35,4 +35,7 @@ class ReleaseConfig:
     # Object stores: a promote/rollback holds a lock object this long past its last heartbeat; a lock whose
     # holder died is taken over after it (pipeline/release/lock.py).
     lock_lease_s: float = 60.0
+    # Signatures as policy: every command that reads or switches releases refuses unsigned or invalid ones.
+    require_signature: bool = False
+    public_key: str = ""  # PEM EC public key (path from the project root) the store's releases are checked with
     canary: CanaryConfig = field(default_factory=CanaryConfig)

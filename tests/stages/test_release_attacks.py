@@ -1,0 +1,201 @@
+"""The release store under attack and faults (issue 27): each test reproduces a finding on a tiny release.
+
+- ``--variant`` is a name from the release's own manifest, checked before anything is copied;
+- a SIGKILL or a full disk at the flip leaves pointer and history agreeing (fault points, local and S3);
+- ``verify`` checks what Triton would serve: the pointer's content, symlinks, planted models, the history, leftovers;
+- signatures as the store's policy, and an invalid ``release.sig`` reported without a key.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.errors import ReleaseError
+from pipeline.release.build import build_release
+from pipeline.release.promote import live_stack, promote, rollback, verify_store
+from pipeline.release.store import ReleaseStore
+from pipeline.release.verify_env import gc
+from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def two_releases(tmp: Path, store: ReleaseStore, sign_key: Path | None = None) -> None:
+    parity, lock = parity_report(tmp / "parity.json"), dvc_lock(tmp / "dvc.lock")
+    for i in (1, 2):
+        build_release(store, tiny_repository(tmp / f"repo{i}", marker=f"v{i}"), parity, None, lock, git_cwd=tmp, sign_key=sign_key, tag=False)
+
+
+def problems(store: ReleaseStore) -> str:
+    try:
+        verify_store(store)
+    except ReleaseError as e:
+        return str(e.details["problems"])
+    return ""
+
+
+# ---------------------------------------------------------------- --variant
+def test_a_variant_outside_the_release_is_refused_before_anything_is_copied(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    two_releases(tmp_path, store)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside/evil.pbtxt").write_text('name: "tiny"\nmax_batch_size: 3\n')
+    for bad in ("../../../../../outside/evil", "/etc/passwd", "missing"):
+        with pytest.raises(ReleaseError, match="has no config variant") as e:
+            promote(store, "production", version=1, variant=bad)
+        assert "latency" in e.value.fix and "throughput" in e.value.fix
+    assert not (tmp_path / "store/envs/production").exists()  # nothing copied, no pointer
+
+    # A real variant applies; asked again on the live version, another variant is switched to, not ignored.
+    promote(store, "production", version=1, variant="throughput")
+    res = promote(store, "production", version=1, variant="latency")
+    assert res.action == "promote" and any("switching it to 'latency'" in n for n in res.notes), res
+    st = store.env_state("production", "tiny")
+    assert st.history[-1]["variant"] == "latency" and "latency config" in (tmp_path / "store/envs/production/tiny/config.pbtxt").read_text()
+    assert promote(store, "production", version=1, variant="latency").action == "noop"
+    assert problems(store) == ""
+
+
+# ---------------------------------------------------------------- one durable step
+def _promote_with_fault(tmp: Path, url: str, fault: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "dev", "--version", "2", "--store", url, "--no-tag",
+         "--params", str(tmp / "lease.yaml")],
+        cwd=tmp, env={**os.environ, **env, "PYTHONPATH": str(ROOT), "TRITON_PIPELINE_FAULT": fault}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _store_for(kind: str, tmp: Path, request: pytest.FixtureRequest) -> tuple[ReleaseStore, str, dict[str, str]]:
+    if kind == "local":
+        return ReleaseStore(tmp / "store", lock_lease_s=1), str(tmp / "store"), {}
+    s3 = request.getfixturevalue("s3")
+    mp = request.getfixturevalue("monkeypatch")
+    for k, v in s3.env.items():
+        mp.setenv(k, v)
+    url = f"s3://{s3.bucket(f'att-{uuid.uuid4().hex[:12]}')}/st"
+    return ReleaseStore(url, lock_lease_s=1), url, dict(s3.env)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_kill_or_a_full_disk_at_the_flip_leaves_pointer_and_history_agreeing(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest, make_params: Callable[..., Path],
+) -> None:
+    store, url, env = _store_for(kind, tmp_path, request)
+    make_params("release.lock_lease_s=1", name="lease.yaml")  # a killed holder's S3 lock lapses at once
+    two_releases(tmp_path, store)
+    promote(store, "dev", version=1)
+
+    def agree(live: int) -> None:
+        st = store.env_state("dev", "tiny")
+        assert st.live == live and live_stack(st.history)[-1] == live, st.history
+        assert problems(store) == "", problems(store)
+
+    # Killed after the intent, before the flip: version 1 still live, the intent reads as aborted.
+    r = _promote_with_fault(tmp_path, url, "before_flip:kill", env)
+    assert r.returncode == -9, r.stderr
+    time.sleep(1.5)  # past the lease of the dead holder's lock (S3)
+    agree(1)
+    assert store.env_state("dev", "tiny").interrupted is not None
+    assert any("never flipped the pointer" in ln for ln in verify_store(store))
+
+    # Disk full writing the intent, then writing the pointer: one message, a non-zero exit, nothing switched.
+    for fault, says in (("record_intent:enospc", "nothing was switched"), ("before_flip:enospc", "the live version is unchanged")):
+        r = _promote_with_fault(tmp_path, url, fault, env)
+        assert r.returncode not in (0, -9) and r.stderr.startswith("ERROR ") and "No space left on device" in r.stderr and says in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+        agree(1)
+
+    # Killed right after the flip: version 2 is live and the history says so; rollback works.
+    r = _promote_with_fault(tmp_path, url, "after_flip:kill", env)
+    assert r.returncode == -9, r.stderr
+    time.sleep(1.5)
+    agree(2)
+    assert rollback(store, "dev").version == 1
+    agree(1)
+    aborted = [e for e in store.env_state("dev", "tiny").history if e.get("aborted")]
+    assert len(aborted) == 2, aborted  # the kill and the full disk before the flip: kept for the record, never replayed
+
+
+def test_a_history_that_lost_the_live_version_is_repaired_by_the_fix_verify_prints(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    two_releases(tmp_path, store)
+    promote(store, "dev", version=1)
+    promote(store, "dev", version=2)
+    hist = tmp_path / "store/history/dev/tiny.json"
+    hist.unlink()
+    assert "the promotion history is missing, but the pointer names version 2" in problems(store)
+    res = promote(store, "dev", version=2)  # the printed fix
+    assert res.action == "promote" and any("history does not record it" in n for n in res.notes), res
+    assert problems(store) == "" and live_stack(store.env_state("dev", "tiny").history) == [2]
+
+
+# ---------------------------------------------------------------- verify checks what is served
+def test_verify_reports_what_triton_would_serve(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    two_releases(tmp_path, store)
+    promote(store, "dev", version=1)
+    ptr = tmp_path / "store/envs/dev/tiny/config.pbtxt"
+    good = ptr.read_bytes()
+
+    ptr.write_text(good.decode().replace("max_batch_size: 8", "max_batch_size: 1"))  # a hand edit
+    assert "config.pbtxt is not the config release 1 renders" in problems(store)
+    assert "repaired in place" in " ".join(promote(store, "dev", version=1).notes)
+    assert ptr.read_bytes() == good and problems(store) == ""
+
+    (tmp_path / "elsewhere.pbtxt").write_bytes(good)
+    ptr.unlink()
+    ptr.symlink_to(tmp_path / "elsewhere.pbtxt")
+    assert "is a symlink" in problems(store)
+    ptr.unlink()
+    ptr.write_bytes(good)
+
+    planted = tmp_path / "store/envs/dev/backdoor/1"
+    planted.mkdir(parents=True)
+    (planted / "model.py").write_text("import os\n")
+    (planted.parent / "config.pbtxt").write_text('backend: "python"\n')
+    assert "envs/dev/backdoor is no model of this store" in problems(store)
+    (tmp_path / "store/envs/dev/tiny/notes.txt").write_text("x")
+    assert "envs/dev/tiny/notes.txt was not put there by a release" in problems(store)
+    import shutil
+
+    shutil.rmtree(planted.parent)
+    (tmp_path / "store/envs/dev/tiny/notes.txt").unlink()
+
+    left = tmp_path / "store/envs/dev/tiny/.staging-2-deadbeef"
+    left.mkdir()
+    (left / "model.onnx").write_bytes(b"partial")
+    os.utime(left, (1, 1))
+    assert "leftover envs/dev/tiny/.staging-2-deadbeef of a killed copy" in problems(store)
+    assert gc(store, "tiny") == ["envs/dev/tiny/.staging-2-deadbeef"] and not left.exists()
+    assert problems(store) == ""
+
+
+# ---------------------------------------------------------------- signatures as policy
+def test_a_store_that_requires_signatures_refuses_unsigned_and_reports_invalid_ones_without_a_key(tmp_path: Path) -> None:
+    pytest.importorskip("model_signing")
+    from tests.unit.test_release_signing import _keypair
+
+    priv, pub = _keypair(tmp_path, "release")
+    store = ReleaseStore(tmp_path / "store")
+    two_releases(tmp_path, store, sign_key=priv)
+    strict = ReleaseStore(tmp_path / "store", public_key=str(pub), require_signature=True)
+    assert promote(strict, "dev", version=1).version == 1
+    (tmp_path / "store/releases/tiny/2/release.sig").unlink()  # an attacker removes the signature
+    with pytest.raises(ReleaseError, match="is not signed"):
+        promote(strict, "dev", version=2)
+    with pytest.raises(ReleaseError, match="no public key is configured"):
+        promote(ReleaseStore(tmp_path / "store", require_signature=True), "dev", version=2)
+    assert store.env_state("dev", "tiny").live == 1
+
+    # Key or no key, verify reports a release.sig that does not sign the release's files.
+    (tmp_path / "store/releases/tiny/1/release.sig").write_text('{"dsseEnvelope": {"payload": "e30="}}')
+    assert "release.sig is not a model-signing bundle" in problems(store)
