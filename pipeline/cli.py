@@ -241,9 +241,13 @@ def _seconds(text: Optional[str]) -> Optional[float]:
     t = text.strip().lower()
     scale = 60.0 if t.endswith("m") else 1.0
     try:
-        return float(t.removesuffix("m").removesuffix("s")) * scale
+        seconds = float(t.removesuffix("m").removesuffix("s")) * scale
     except ValueError:
-        raise ReleaseError(f"--duration {text!r} is not a duration", fix="give seconds or minutes: --duration 60s, --duration 2m, --duration 90") from None
+        seconds = float("nan")
+    if not 0 < seconds <= 86400:  # also NaN and inf: a canary holds the environment's lock while it runs
+        raise ReleaseError(f"--duration {text!r} is not a duration between 1 s and 24 h",
+                           fix="give seconds or minutes: --duration 60s, --duration 2m, --duration 90")  # fmt: skip
+    return seconds
 
 
 @release_app.command("canary")
@@ -314,8 +318,14 @@ def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, p
         table = Table(title=f"{mdl} releases in {st.url}")
         for col in ("version", "created UTC", "commit", "parity", "files", "MB", "live in", "installed in"):
             table.add_column(col, no_wrap=True)
+        broken = []
         for v in st.versions(mdl):
-            m = st.manifest(mdl, v)
+            try:
+                m = st.manifest(mdl, v)
+            except ReleaseError as e:  # one bad manifest must not hide every other release
+                broken.append(f"  WARNING {mdl} {v}: {e.what}; fix: `release verify` names what is wrong")
+                table.add_row(str(v), "?", "?", "unreadable", "?", "?", "-", "-")
+                continue
             size = sum(f["size"] for f in m["files"].values()) / 1e6
             commit = (m.get("git") or {}).get("commit") or "-"
             table.add_row(
@@ -324,6 +334,8 @@ def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, p
                 ", ".join(e for e, s in states.items() if v in s.present) or "-",
             )
         _print_table(table)
+        for line in broken:
+            out.print(line)
         versions = st.versions(mdl)
         for e, s in states.items():
             if s.live is not None and s.live not in versions:

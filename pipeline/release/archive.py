@@ -67,7 +67,7 @@ def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tupl
             raise ReleaseError(f"{archive} must hold exactly one release (<model>/<N>/manifest.json), found {len(manifests)}", fix="write it with `release export`")
         rel_dir = manifests[0].parent
         m: dict[str, Any] = mf.load_manifest(manifests[0].read_bytes(), str(manifests[0]))
-        model, version = str(m["model"]), int(m["version"])
+        model, version = _identity(m, manifests[0])
         if (rel_dir.parent.name, rel_dir.name) != (model, str(version)):
             raise ReleaseError(f"archive layout {rel_dir.parent.name}/{rel_dir.name} does not match its manifest ({model}/{version})", fix="write it with `release export`")
         local = _LocalFS(rel_dir)
@@ -91,6 +91,21 @@ def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tupl
         publish.write_release(store, model, version, lambda _n: publish.ReleaseFiles(uploads, raw, publish.expected_of(uploads)))
         store.verify_release(model, version)
         return model, version, "imported"
+
+
+def _identity(m: dict[str, Any], path: Path) -> tuple[str, int]:
+    """The manifest's model and version, validated as ``release build`` names them (one message otherwise)."""
+    from pipeline.release.store import _NAME
+
+    model, version = m.get("model"), m.get("version")
+    if not isinstance(model, str) or not _NAME.match(model) or len(model.encode()) > 255:
+        raise ReleaseError(f"the manifest in the archive names model {model!r}, which is not a model name a store holds",
+                           fix="letters, digits, _ . - (not starting with '.'), at most 255 bytes: export the release again from a good store",
+                           details={"manifest": path.name})  # fmt: skip
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ReleaseError(f"the manifest in the archive names version {version!r} of '{model}', not a release number (an integer >= 1)",
+                           fix="export the release again from a good store", details={"manifest": path.name})  # fmt: skip
+    return model, version
 
 
 class _LocalFS:

@@ -199,3 +199,59 @@ def test_a_store_that_requires_signatures_refuses_unsigned_and_reports_invalid_o
     # Key or no key, verify reports a release.sig that does not sign the release's files.
     (tmp_path / "store/releases/tiny/1/release.sig").write_text('{"dsseEnvelope": {"payload": "e30="}}')
     assert "release.sig is not a model-signing bundle" in problems(store)
+
+
+# ---------------------------------------------------------------- rough edges
+def _crafted_archive(tmp: Path, store: ReleaseStore, model: object, version: object, layout: tuple[str, str]) -> Path:
+    """Release 1 exported, its manifest's model and version replaced, laid out as ``layout``."""
+    import json
+    import tarfile
+
+    src = tmp / "store/releases/tiny/1"
+    m = json.loads((src / "manifest.json").read_text())
+    m["version"] = version
+    if model is None:
+        del m["model"]
+    else:
+        m["model"] = model
+    out = tmp / f"crafted-{uuid.uuid4().hex[:6]}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        for f in sorted(src.rglob("*")):
+            if f.is_file() and f.name != "manifest.json":
+                tar.add(f, f"{layout[0]}/{layout[1]}/{f.relative_to(src).as_posix()}")
+        data = (json.dumps(m)).encode()
+        info = tarfile.TarInfo(f"{layout[0]}/{layout[1]}/manifest.json")
+        info.size = len(data)
+        import io
+
+        tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+@pytest.mark.parametrize(("model", "version", "layout", "says"), [
+    (None, 1, ("tiny", "1"), "names model None"),
+    ("tiny", "x", ("tiny", "x"), "not a release number"),
+    ("tiny", -1, ("tiny", "-1"), "not a release number"),
+    (".hid", 1, (".hid", "1"), "not a model name a store holds"),
+])  # fmt: skip
+def test_import_of_a_crafted_manifest_is_one_message(tmp_path: Path, model: object, version: object, layout: tuple[str, str], says: str) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    two_releases(tmp_path, store)
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "import", str(_crafted_archive(tmp_path, store, model, version, layout)),
+                        "--store", str(tmp_path / "other")], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0 and r.stderr.startswith("ERROR ") and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "other/releases").exists() or not any((tmp_path / "other/releases").rglob("manifest.json"))
+
+
+def test_list_survives_one_corrupt_manifest_and_canary_duration_is_bounded(tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    two_releases(tmp_path, store)
+    (tmp_path / "store/releases/tiny/1/manifest.json").write_text("{not json")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "list", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "unreadable" in r.stdout and "WARNING tiny 1: corrupt manifest" in r.stdout and "pass" in r.stdout, r.stdout  # release 2 still listed
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "canary", "--env", "dev", "--version", "2", "--duration", "inf",
+                        "--reload", "127.0.0.1:1", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0 and "between 1 s and 24 h" in r.stderr, r.stderr

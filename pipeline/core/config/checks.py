@@ -121,10 +121,19 @@ def s3_store_parts(url: str) -> tuple[str | None, str, str]:
     return endpoint, bucket, prefix
 
 
+# Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
+LIMITS = {
+    "max_batch_size": 65536, "instance_count": 64, "threads": 256, "instance_threads": 1024,
+    "max_queue_delay_us": 10_000_000, "max_queue_size": 1_000_000, "warmup_count": 1000, "name_bytes": 255,
+}  # fmt: skip
+
+
 def check_model(m: ModelConfig, p: Problems) -> None:
     """Name and input specs (what the source needs is checked at composition: files.check_source)."""
     if not _NAME.match(m.name or ""):
         p.add("model.name", m.name, "must be a plain Triton model directory name (letters, digits, _ . -, not starting with '.')")
+    elif len(m.name.encode()) > LIMITS["name_bytes"]:
+        p.add("model.name", f"{m.name[:24]}... ({len(m.name.encode())} bytes)", f"must be at most {LIMITS['name_bytes']} bytes: a directory name (and Triton's model name)")
     p.unique("model.inputs[*].name", [i.name for i in m.inputs])
     p.unique("model.outputs", list(m.outputs))
     for i, spec in enumerate(m.inputs):
@@ -243,10 +252,14 @@ def check_variant(v: VariantConfig, key: str, name: str, p: Problems, fixed_batc
     """Scheduling values Triton accepts, and dynamic batching consistent with max_batch_size."""
     if v.name != name:
         p.add(f"{key}.name", v.name, f"must be '{name}', the variant it configures")
-    p.number(f"{key}.max_batch_size", v.max_batch_size, 0)
-    p.number(f"{key}.instance_count", v.instance_count, 1)
-    p.number(f"{key}.intra_op_threads", v.intra_op_threads, 0)
-    p.number(f"{key}.inter_op_threads", v.inter_op_threads, 0)
+    p.number(f"{key}.max_batch_size", v.max_batch_size, 0, LIMITS["max_batch_size"])
+    p.number(f"{key}.instance_count", v.instance_count, 1, LIMITS["instance_count"])
+    p.number(f"{key}.intra_op_threads", v.intra_op_threads, 0, LIMITS["threads"])
+    p.number(f"{key}.inter_op_threads", v.inter_op_threads, 0, LIMITS["threads"])
+    if not p.has(key) and v.instance_count * max(v.intra_op_threads, 1) > LIMITS["instance_threads"]:
+        p.add(f"{key}.instance_count", v.instance_count,
+              f"x intra_op_threads {v.intra_op_threads} = {v.instance_count * max(v.intra_op_threads, 1)} threads, over {LIMITS['instance_threads']}:"
+              f" lower one of them (a machine runs about one thread per core well)")  # fmt: skip
     if v.graph_optimization_level not in GRAPH_LEVELS:
         p.add(f"{key}.graph_optimization_level", v.graph_optimization_level,
               "not a Triton ORT level: use 1 (extended), 0 (all, incl. layout), -1 (basic) or 2 (off)")
@@ -255,8 +268,8 @@ def check_variant(v: VariantConfig, key: str, name: str, p: Problems, fixed_batc
     if db is None:
         return
     dk = f"{key}.dynamic_batching"
-    p.number(f"{dk}.max_queue_delay_us", db.max_queue_delay_us, 0)
-    p.number(f"{dk}.max_queue_size", db.max_queue_size, 0)
+    p.number(f"{dk}.max_queue_delay_us", db.max_queue_delay_us, 0, LIMITS["max_queue_delay_us"])
+    p.number(f"{dk}.max_queue_size", db.max_queue_size, 0, LIMITS["max_queue_size"])
     if not p.each(f"{dk}.preferred_batch_sizes", db.preferred_batch_sizes, 1, non_empty=False):
         return
     if fixed_batch is not None:
@@ -274,7 +287,7 @@ def check_warmup(v: VariantConfig, key: str, p: Problems, fixed_batch: str | Non
     if w is None:
         return
     wk = f"{key}.warmup"
-    p.number(f"{wk}.count", w.count, 1)
+    p.number(f"{wk}.count", w.count, 1, LIMITS["warmup_count"])
     # Without a batch axis (max_batch_size 0, or a fixed-batch graph) the repository stage renders one sample at the
     # model's own shape, so only batching variants bound the sizes.
     top = v.max_batch_size if v.max_batch_size > 0 and fixed_batch is None else None

@@ -73,7 +73,7 @@ def collect(
     try:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PipelineConfig), raw))
     except OmegaConfBaseException as e:  # a shape the walk does not model: report it with the rest
-        p.add(getattr(e, "full_key", None) or "?", None, getattr(e, "msg", str(e)).splitlines()[0])
+        p.add(getattr(e, "full_key", None) or "?", None, str(e).splitlines()[0])  # str(): the message with its $VALUE filled in
         p.raise_if_any(origin)
         raise  # unreachable: add() recorded a problem
     assert isinstance(cfg, PipelineConfig)
@@ -171,6 +171,7 @@ def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
     try:
         node_type(value=value)
     except ValidationError as e:
-        return p.add(key, value, f"must be {'an' if typ is int else 'a'} {typ.__name__}: {str(e).splitlines()[0]}")
+        said = str(e).splitlines()[0].replace("$VALUE_TYPE", type(value).__name__).replace("$VALUE", str(value))  # OmegaConf's unfilled template
+        return p.add(key, value, f"must be {'an' if typ is int else 'a'} {typ.__name__}: {said}")
     return True
 

@@ -102,6 +102,8 @@ class Problems:
         """``low <= value <= high`` (either bound optional, ``*_open`` makes it strict); names the closest valid value."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # value != value: NaN
             return self.add(key, value, "must be a number")
+        if value in (float("inf"), float("-inf")):
+            return self.add(key, value, "must be finite" + (f" (closest valid: {_num(high if value > 0 else low)})" if (high if value > 0 else low) is not None else ""))
         too_low = low is not None and (value <= low if low_open else value < low)
         too_high = high is not None and (value >= high if high_open else value > high)
         if not (too_low or too_high):

@@ -13,7 +13,7 @@ from pipeline.core.config.schema_release import CanaryConfig
 
 def check_canary(c: CanaryConfig, p: Problems, key: str = "release.canary") -> None:
     """Bounds a candidate can meet and traffic that can measure it (the CLI runs this on its overrides too)."""
-    p.number(f"{key}.duration_s", c.duration_s, 0, low_open=True)
+    p.number(f"{key}.duration_s", c.duration_s, 0, 86400, low_open=True)
     p.number(f"{key}.rounds", c.rounds, 2)  # an interval needs two rounds
     p.number(f"{key}.min_round_requests", c.min_round_requests, 1)
     # A latency ratio is > 0 and an error rate >= 0: a bound below either fails every candidate by construction.
