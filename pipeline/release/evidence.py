@@ -147,6 +147,9 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
         theirs = measured.get("configs_sha256") if isinstance(measured.get("configs_sha256"), dict) else {}
         diff = sorted(k for k in configs.keys() | theirs.keys() if configs.get(k) != theirs.get(k))
         return _absent(f"{path} measured other config variants than the release ships (differ: {', '.join(diff)})")
+    default = model_dir / "config.pbtxt"  # what an environment serves without --variant: it must be a measured variant
+    if default.is_file() and file_digest(default)[0] not in configs.values():
+        return _absent(f"{path} measured no config equal to the release's config.pbtxt (edited after the bench?)")
     if not isinstance(data.get("summary"), dict):
         return _absent(f"{path} has no summary to record (rerun `dvc repro bench`)")
     return {"status": "measured", "report": str(path), "model_sha256": sha, "configs_sha256": configs, "summary": data["summary"]}

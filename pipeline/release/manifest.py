@@ -143,3 +143,22 @@ def load_manifest(raw: bytes, where: str) -> dict[str, Any]:
     if not isinstance(m, dict) or m.get("schema") != SCHEMA or not isinstance(m.get("files"), dict):
         raise ReleaseError(f"not a release manifest (schema {SCHEMA}): {where}", fix="restore the release from a backup or an exported archive")
     return m
+
+
+def inconsistent(m: dict[str, Any]) -> list[Mismatch]:
+    """Where the manifest contradicts itself: evidence that vouches for other bytes than its ``files`` table lists.
+
+    A tampered file whose new sha256 was written into ``files`` still disagrees with the sha256 parity (and the bench)
+    vouched for, which the manifest also records; on an unsigned store this is what catches it.
+    """
+    files, version, out = m.get("files") or {}, m.get("version"), []
+    for name, s in ((m.get("parity") or {}).get("served") or {}).items():
+        listed = (files.get(f"{version}/{name}") or {}).get("sha256")
+        if isinstance(s, dict) and listed != s.get("sha256"):
+            out.append(Mismatch("inconsistent", f"{version}/{name}", f"files lists sha256 {str(listed)[:12]}..., parity vouched for {str(s.get('sha256'))[:12]}..."))
+    bench = m.get("bench") or {}
+    for variant, sha in (bench.get("configs_sha256") or {}).items() if bench.get("status") == "measured" else ():
+        listed = (files.get(f"configs/{variant}.pbtxt") or {}).get("sha256")
+        if listed != sha:
+            out.append(Mismatch("inconsistent", f"configs/{variant}.pbtxt", f"files lists sha256 {str(listed)[:12]}..., the bench measured {str(sha)[:12]}..."))
+    return out

@@ -166,7 +166,7 @@ class ReleaseStore:
         extra = [e for e in self.fs.listdir(rel) if e not in RELEASE_ENTRIES and e != publish.CLAIM]
         problems = [mf.Mismatch("unexpected", e, "not part of a release") for e in extra]
         problems += mf.compare(m["files"], self.fs.walk_files(f"{rel}/files"), lambda f: self.fs.sha256(f"{rel}/files/{f}"))
-        return m, problems
+        return m, problems + mf.inconsistent(m)
 
     def verify_release(self, model: str, version: int) -> dict[str, Any]:
         """Re-hash every file of a release; refuse if one changed, vanished or was added.

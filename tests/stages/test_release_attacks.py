@@ -255,3 +255,28 @@ def test_list_survives_one_corrupt_manifest_and_canary_duration_is_bounded(tmp_p
     r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "canary", "--env", "dev", "--version", "2", "--duration", "inf",
                         "--reload", "127.0.0.1:1", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
     assert r.returncode != 0 and "between 1 s and 24 h" in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- evidence
+def test_a_hand_edited_served_config_loses_the_bench_and_a_rewritten_manifest_contradicts_itself(tmp_path: Path) -> None:
+    import hashlib
+    import json
+
+    from tests.helpers.release_repo import bench_report
+
+    repo = tiny_repository(tmp_path / "repo")
+    bench = bench_report(tmp_path / "bench.json", repo / "tiny")
+    cfg = repo / "tiny/config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 1"))  # after the bench measured it
+    store = ReleaseStore(tmp_path / "store")
+    res = build_release(store, repo, parity_report(tmp_path / "parity.json"), bench, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path, tag=False)
+    m = store.manifest("tiny", res.version)
+    assert m["bench"]["status"] == "absent" and "config.pbtxt" in m["bench"]["reason"], m["bench"]
+
+    # Tamper a served file and write its new sha256 into files: parity.served still names the old one.
+    rel = tmp_path / "store/releases/tiny/1"
+    onnx = rel / "files/1/model.onnx"
+    onnx.write_bytes(onnx.read_bytes() + b"\0")
+    m["files"]["1/model.onnx"] = {"sha256": hashlib.sha256(onnx.read_bytes()).hexdigest(), "size": onnx.stat().st_size}
+    (rel / "manifest.json").write_text(json.dumps(m, indent=2))
+    assert "inconsistent: 1/model.onnx (files lists sha256" in problems(store)
