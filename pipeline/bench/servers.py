@@ -10,6 +10,7 @@ import contextlib
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 from google.protobuf import json_format
@@ -60,6 +61,22 @@ class Target:
     standin_timers: bool = False  # /metrics also carries the python stand-in's own ORT timers
     memory: RssSampler | None = None  # the server's RSS, sampled all along (embedded only)
     grpc_url: str = ""  # the gRPC endpoint (the open-loop client's)
+    server: Any = None  # the embedded EmbeddedServer (None: external), so a run that failed can tell a dead server apart
+
+    def check_alive(self) -> None:
+        """Raise if our own embedded server exited: every later measurement would be INVALID for that one reason.
+
+        Raises:
+            ToolError: with the exit code and the server log's last error lines.
+        """
+        proc = getattr(self.server, "proc", None)
+        if proc is None or proc.poll() is None:
+            return
+        from pipeline.serving.install import error_lines
+
+        raise ToolError(f"the bench's own tritonserver exited (code {proc.returncode}) while measuring variant '{self.variant}'",
+                        fix="read its log (below, and in the bench's logs directory): a crashed backend or the machine's OOM killer; then rerun",
+                        details={"log": "\n".join(error_lines(self.server.log())) or "(empty)"})  # fmt: skip
 
     def client(self) -> TritonClient:
         """A client for this server over the bench's protocol (statistics work over either)."""
@@ -100,7 +117,7 @@ class EmbeddedMode:
         with srv.client(self.protocol) as client:
             ver = client.server_version()
         metrics = f"127.0.0.1:{srv.metrics_port}"
-        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol), self.backend == "python", mem, srv.grpc_url)
+        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol), self.backend == "python", mem, srv.grpc_url, srv)
                 for v, m in models.items()}  # fmt: skip
 
     @contextlib.contextmanager

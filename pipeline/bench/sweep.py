@@ -145,6 +145,8 @@ class Sweeper:
                 (self.work_dir / f"{tag}_c{c}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
                 points.append(_point(run, before, after, t_before, t_after))
                 p = points[-1]
+                if not p.valid:
+                    t.check_alive()  # a dead server of our own is the reason, not the address
                 observe(p, tm.delta(m_before, m_after), t.memory.window(t0, t1) if t.memory else None, b.queue_min_ms)
                 status = f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"
                 self.log(f"[bench] {tag} c={c}: {status}")

@@ -108,6 +108,24 @@ def test_triton_metrics_agree_with_perf_analyzer(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_dead_server_of_our_own_stops_the_sweep_with_its_log(tmp_path: Path) -> None:
+    """The bench's own tritonserver killed mid-bench: the first INVALID run says so, instead of measuring on against nothing."""
+    from pipeline.core.errors import ToolError
+
+    root = python_model(tmp_path / "repo", "m", sleep_s=0.001)
+    b = BenchConfig(measurement_interval_ms=300, stability_percentage=50, max_trials=3)
+    with EmbeddedServer(root, "m", timeout_s=60, log_dir=tmp_path / "logs") as srv:
+        t = _server_target(srv, "m")
+        t.server = srv
+        assert srv.proc is not None
+        srv.proc.kill()
+        srv.proc.wait()
+        with pytest.raises(ToolError, match="the bench's own tritonserver exited") as e:
+            _sweeper(tmp_path, b).run(t, [1, 2, 4], "dead")
+    assert "fix:" in e.value.render() and len(list(tmp_path.glob("dead_c*.log"))) == 1  # stopped at the first run
+
+
+@pytest.mark.slow
 def test_bounded_queue_rejects_cleanly_at_150_percent(tmp_path: Path) -> None:
     """20 ms per batch of 2: capacity 100/s. At 150/s the queue (max 4) fills; the rest must come back rejected, fast,
     none as a timeout, and the server's memory must stay flat."""
