@@ -313,47 +313,18 @@ def list_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, p
     if not models:
         out.print(f"no releases in {st.url}")
         return
+    from pipeline.release.listing import COLUMNS, describe
+
     for mdl in models:
-        states = {e: st.env_state(e, mdl) for e in st.environments}
+        rows, lines = describe(st, mdl)
         table = Table(title=f"{mdl} releases in {st.url}")
-        for col in ("version", "created UTC", "commit", "parity", "files", "MB", "live in", "installed in"):
+        for col in COLUMNS:
             table.add_column(col, no_wrap=True)
-        broken = []
-        for v in st.versions(mdl):
-            try:
-                m = st.manifest(mdl, v)
-            except ReleaseError as e:  # one bad manifest must not hide every other release
-                broken.append(f"  WARNING {mdl} {v}: {e.what}; fix: `release verify` names what is wrong")
-                table.add_row(str(v), "?", "?", "unreadable", "?", "?", "-", "-")
-                continue
-            size = sum(f["size"] for f in m["files"].values()) / 1e6
-            commit = (m.get("git") or {}).get("commit") or "-"
-            table.add_row(
-                str(v), m["created_at"][:16].replace("T", " "), commit[:7], "pass" if m.get("parity", {}).get("pass") else "?",
-                str(len(m["files"])), f"{size:.1f}", ", ".join(e for e, s in states.items() if s.live == v) or "-",
-                ", ".join(e for e, s in states.items() if v in s.present) or "-",
-            )
+        for row in rows:
+            table.add_row(*row)
         _print_table(table)
-        for line in broken:
+        for line in lines:
             out.print(line)
-        versions = st.versions(mdl)
-        for e, s in states.items():
-            if s.live is not None and s.live not in versions:
-                out.print(f"  WARNING {e}: its pointer names version {s.live}, which is not a release here; fix: release promote --to {e} --version <N>")
-        if st.fs.s3 is not None:
-            from pipeline.release.publish import unfinished
-
-            for u in unfinished(st, mdl):
-                out.print(f"  note: {mdl} {u.version}: {u.describe(st.lock_lease_s)}")
-        from pipeline.release.canary_report import read_record, summary_line
-
-        for e in st.environments:
-            out.print(f"  {e}: serve with tritonserver --model-repository={st.env_repository(e)} --model-control-mode=explicit --load-model={mdl}")
-            rec = read_record(st.fs, e, mdl)
-            if rec is not None:
-                out.print(f"  {e}: {summary_line(rec)}")
-        if st.fs.s3 is not None:
-            out.print("  (tritonserver reads S3 with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION from its environment)")
 
 
 def _print_table(table: Table) -> None:

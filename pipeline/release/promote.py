@@ -37,6 +37,7 @@ from typing import Any
 
 from pipeline.core.errors import ReleaseError
 from pipeline.release import env_copy, faults, gto_tags, pointer, publish, signing, verify_env
+from pipeline.release.history import live_stack, variant_of
 from pipeline.release import manifest as mf
 from pipeline.release.lock import Lease
 from pipeline.release.store import EnvState, ReleaseStore
@@ -57,28 +58,6 @@ class SwitchResult:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     retry: list[str] = field(default_factory=list)  # steps after the flip that failed: the switch stands, these must be redone
-
-
-def live_stack(history: list[dict[str, Any]]) -> list[int]:
-    """Replay promote/rollback events into the stack of live versions (top = live)."""
-    stack: list[int] = []
-    for e in history:
-        if e.get("aborted"):
-            continue
-        if e.get("action") == "promote" and (not stack or stack[-1] != e["version"]):
-            stack.append(int(e["version"]))
-        elif e.get("action") == "rollback" and stack:
-            stack.pop()
-    return stack
-
-
-def variant_of(history: list[dict[str, Any]], version: int) -> str | None:
-    """The config variant ``version`` was last promoted with (None = the release's default)."""
-    for e in reversed(history):
-        if e.get("version") == version and e.get("action") == "promote" and not e.get("aborted"):
-            v = e.get("variant")
-            return None if v in (None, "default") else v
-    return None
 
 
 def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str]:

@@ -21,7 +21,6 @@ and history are replaced only if they are still what was read under the lock.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import posixpath
@@ -35,6 +34,7 @@ from typing import Any
 
 from pipeline.core.errors import ReleaseError
 from pipeline.release import env_copy, faults, lock, pointer, publish
+from pipeline.release import history as hist_mod
 from pipeline.release import manifest as mf
 from pipeline.release.fs import StoreFS
 from pipeline.release.s3 import Conflict
@@ -57,24 +57,6 @@ class EnvState:
     pointer_tag: str | None = None  # version of config.pbtxt that was read (S3 ETag / sha256); None = absent
     history_tag: str | None = None
     interrupted: dict[str, Any] | None = None  # the last switch, recorded as an intent whose pointer never flipped
-
-
-def reconcile(history: list[dict[str, Any]], pointer_bytes: bytes | None, live: int | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The history as it happened: an intent whose flip never came is marked aborted (and returned).
-
-    A switch records its event (with the sha256 of the pointer it is about to write) before it flips the
-    pointer, so a kill or an error between the two leaves an intent the pointer does not match. A pointer
-    that names the intent's version is taken as flipped even if its bytes differ: a hand edit after the
-    flip, which ``verify`` reports against the config the release renders.
-    """
-    if not history or "pointer_sha256" not in history[-1] or history[-1].get("aborted"):
-        return history, None
-    last = history[-1]
-    flipped = pointer_bytes is not None and hashlib.sha256(pointer_bytes).hexdigest() == last["pointer_sha256"]
-    if flipped or live == last.get("version"):
-        return history, None
-    aborted = {**last, "aborted": True, "aborted_why": "recorded, but the pointer was never flipped (killed or failed before the flip)"}
-    return history[:-1] + [aborted], aborted
 
 
 class ReleaseStore:
@@ -251,7 +233,7 @@ class ReleaseStore:
                     f"the promotion history of '{env}' is corrupt", fix="restore it from a backup; the live version is still the one in config.pbtxt",
                     details={"file": self.fs.path(self.history_rel(env, model)), "error": e},
                 ) from None
-        history, interrupted = reconcile(history, ptr[0] if ptr else None, live)
+        history, interrupted = hist_mod.reconcile(history, ptr[0] if ptr else None, live)
         return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None, interrupted)
 
     def verify_env_copy(self, env: str, model: str, version: int, m: dict[str, Any]) -> list[mf.Mismatch]:

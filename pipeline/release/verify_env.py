@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from pipeline.release import pointer
+from pipeline.release.history import live_stack, variant_of
 from pipeline.release.store import EnvState, ReleaseStore
 
 STAGING = ".staging-"
@@ -22,8 +23,6 @@ STAGING = ".staging-"
 
 def served_problems(store: ReleaseStore, env: str, model: str, st: EnvState, manifests: dict[int, dict[str, Any]]) -> list[str]:
     """Problems with what ``env`` serves for ``model`` (its pointer, history and directory)."""
-    from pipeline.release.promote import live_stack, variant_of
-
     rel = store.model_rel(env, model)
     fix = f"`release promote --to {env} --version {st.live}` rewrites it from the release"
     out = []

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.http as th
 
-from pipeline.core.errors import ToolError
+from pipeline.core.errors import ReleaseError, ToolError
 from pipeline.release.build import build_release
 from pipeline.release.promote import promote, rollback, verify_store
 from pipeline.release.store import ReleaseStore
@@ -109,7 +109,14 @@ def test_the_same_on_an_s3_store_served_from_s3(tmp_path: Path, s3: S3Server, mo
     _releases(tmp_path, store)
     promote(store, "production", version=1)
     with s3_triton_server(store.env_repository("production"), "tiny", timeout_s=120, log_dir=tmp_path / "logs") as srv:
-        _switch_live(store, srv.http_url)
+        try:
+            _switch_live(store, srv.http_url)
+        except ReleaseError:
+            # Triton's S3 filesystem crashes now and then when a reload downloads two versions at once (rollback
+            # stages [2, 1]); that one crash is Triton's (docs/releasing.md), anything else fails the test.
+            if "Signal (11) received" in srv.log():
+                pytest.xfail("tritonserver crashed (SIGSEGV) reloading two versions from S3: a Triton bug, see docs/releasing.md")
+            raise
     keys = s3.keys(bucket, "store/envs/production/tiny/")
     assert {"store/envs/production/tiny/warmup/1/x", "store/envs/production/tiny/warmup/2/x"} <= set(keys), keys
     assert "env production: live 1, present [1, 2]" in verify_store(store)  # Triton ran a local copy: no caches in the store

@@ -12,7 +12,7 @@ from typing import Any
 from pipeline.core.config.enums import GRAPH_LEVELS, BenchProfile, BenchServer, HardwareCompatibility, TargetKind
 from pipeline.core.config.peer_checks import check_bench_peers
 from pipeline.core.config.precision_checks import check_choose, check_fleet_precision, check_int8
-from pipeline.core.config.problems import Problems, did_you_mean, show
+from pipeline.core.config.problems import LIMITS, Problems, did_you_mean, show
 from pipeline.core.config.release_checks import check_canary
 from pipeline.core.config.schema import (
     BenchConfig,
@@ -119,13 +119,6 @@ def s3_store_parts(url: str) -> tuple[str | None, str, str]:
     if bad:
         raise ValueError(f"prefix segments {show(bad)} must be letters, digits, . _ - and not empty (Triton reads no other S3 keys)")
     return endpoint, bucket, prefix
-
-
-# Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
-LIMITS = {
-    "max_batch_size": 65536, "instance_count": 64, "threads": 256, "instance_threads": 1024,
-    "max_queue_delay_us": 10_000_000, "max_queue_size": 1_000_000, "warmup_count": 1000, "name_bytes": 255,
-}  # fmt: skip
 
 
 def check_model(m: ModelConfig, p: Problems) -> None:

@@ -1,0 +1,46 @@
+"""The promotion history of an environment, replayed: the live stack, each version's variant, unflipped intents."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+def live_stack(history: list[dict[str, Any]]) -> list[int]:
+    """Replay promote/rollback events into the stack of live versions (top = live)."""
+    stack: list[int] = []
+    for e in history:
+        if e.get("aborted"):
+            continue
+        if e.get("action") == "promote" and (not stack or stack[-1] != e["version"]):
+            stack.append(int(e["version"]))
+        elif e.get("action") == "rollback" and stack:
+            stack.pop()
+    return stack
+
+
+def variant_of(history: list[dict[str, Any]], version: int) -> str | None:
+    """The config variant ``version`` was last promoted with (None = the release's default)."""
+    for e in reversed(history):
+        if e.get("version") == version and e.get("action") == "promote" and not e.get("aborted"):
+            v = e.get("variant")
+            return None if v in (None, "default") else v
+    return None
+
+
+def reconcile(history: list[dict[str, Any]], pointer_bytes: bytes | None, live: int | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The history as it happened: an intent whose flip never came is marked aborted (and returned).
+
+    A switch records its event (with the sha256 of the pointer it is about to write) before it flips the
+    pointer, so a kill or an error between the two leaves an intent the pointer does not match. A pointer
+    that names the intent's version is taken as flipped even if its bytes differ: a hand edit after the
+    flip, which ``verify`` reports against the config the release renders.
+    """
+    if not history or "pointer_sha256" not in history[-1] or history[-1].get("aborted"):
+        return history, None
+    last = history[-1]
+    flipped = pointer_bytes is not None and hashlib.sha256(pointer_bytes).hexdigest() == last["pointer_sha256"]
+    if flipped or live == last.get("version"):
+        return history, None
+    aborted = {**last, "aborted": True, "aborted_why": "recorded, but the pointer was never flipped (killed or failed before the flip)"}
+    return history[:-1] + [aborted], aborted
