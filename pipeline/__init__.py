@@ -19,12 +19,33 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: object
     if issubclass(kind, KeyboardInterrupt):
         print("\ninterrupted", file=_sys.stderr)
         return
+    if _sigint_seen:
+        # The Ctrl-C landed inside an extension module's import (numpy turns it into an ImportError): still an
+        # interruption, not a bug to show; exit with the status of one.
+        print("\ninterrupted", file=_sys.stderr)
+        _sys.stderr.flush()
+        _sys.stdout.flush()
+        import os
+
+        os._exit(130)
     _previous_hook(kind, value, tb)  # type: ignore[arg-type]
+
+
+_sigint_seen = False
+
+
+def _note_sigint(signum: int, frame: object) -> None:
+    """Python's own Ctrl-C behaviour (raise KeyboardInterrupt), remembering that it happened."""
+    global _sigint_seen
+    _sigint_seen = True
+    raise KeyboardInterrupt
 
 
 _previous_hook = _sys.excepthook
 if _sys.excepthook is _sys.__excepthook__:  # leave a debugger's or another tool's hook alone
     _sys.excepthook = _quiet_interrupt
+    if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
+        _signal.signal(_signal.SIGINT, _note_sigint)
 
 
 def exit_with(main: _Callable[[], int | None]) -> _NoReturn:
