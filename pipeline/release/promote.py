@@ -94,9 +94,8 @@ def switch(
     if state.live is not None and not store.is_release(model, state.live):
         res.notes.append(f"the pointer named version {state.live}, which is not a release in the store; it now names {target}")
     m = store.verify_release(model, target)
-    if variant not in (None, "default"):
-        store.check_variant(m, variant)  # before anything is copied
     store.check_signature(model, target, public_key)
+    cfg, variant_name = store.release_config(model, target, variant)  # a variant not in the manifest stops here, before any copy
     # With tagging on, a version GTO does not know is refused here, before anything changes.
     gto_tags.check_assignable(git_repo, model, target, (m.get("git") or {}).get("commit"))
     res.timings["verify_release_s"] = time.perf_counter() - t0
@@ -104,7 +103,6 @@ def switch(
     t = time.perf_counter()
     res.copy = store.install_version(env, model, target, m)
     res.timings["install_s"] = time.perf_counter() - t
-    cfg, variant_name = store.release_config(model, target, variant)
     missing = env_copy.missing_warmup(store, env, model, cfg)
     if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
         raise ReleaseError(f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
@@ -190,8 +188,6 @@ def promote(
     else:
         store.manifest(model, version)  # a clear "does not exist" before anything else
     state = store.env_state(env, model)
-    if variant not in (None, "default"):
-        store.check_variant(store.manifest(model, version), variant)  # a name from the release's own manifest
     live_variant = variant_of(state.history, version) or "default"
     if state.live == version and variant is not None and variant != live_variant:
         notes.append(f"version {version} is live in '{env}' with variant '{live_variant}': switching it to '{variant}'")
