@@ -20,6 +20,7 @@ from rich.table import Table
 
 from pipeline import exit_with
 from pipeline.core.config import PipelineConfig, ReleaseConfig, load_config
+from pipeline.cli_print import print_build, print_switch
 from pipeline.core.errors import CanaryRejected, PipelineError, ReleaseError, print_error
 
 _interrupt_said = False
@@ -113,6 +114,7 @@ StoreOpt = typer.Option(None, "--store", help="release store: a path or fsspec U
 ModelOpt = typer.Option(None, "--model", help="model name (default: the only model in the store)")
 ParamsOpt = typer.Option(Path("params.yaml"), "--params", help="composed config to read release.* from")
 TagOpt = typer.Option(True, "--tag/--no-tag", help="record the operation as a GTO git tag in the current repository")
+AllowUncheckedOpt = typer.Option(False, "--allow-unchecked-evidence", help="promote into production a release built with --unchecked-evidence")
 
 
 def _config(params: Path) -> PipelineConfig:
@@ -125,11 +127,13 @@ def _release_config(params: Path) -> ReleaseConfig:
     return _config(params).release
 
 
-def _store(store: Optional[str], params: Path, cfg: Optional[ReleaseConfig] = None):  # noqa: ANN202 - ReleaseStore, imported lazily
+def _store(store: Optional[str], params: Path, cfg: Optional[ReleaseConfig] = None, allow_unchecked: bool = False):  # noqa: ANN202 - ReleaseStore, imported lazily
     from pipeline.release.store import ReleaseStore
 
     cfg = cfg or _release_config(params)
-    return ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s, cfg.public_key or None, cfg.require_signature)
+    st = ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s, cfg.public_key or None, cfg.require_signature)
+    st.checked_evidence_envs = cfg.environments[-1:] if cfg.production_requires_checked_evidence and not allow_unchecked else []
+    return st
 
 
 def _git_repo(tag: bool) -> Optional[str]:
@@ -138,22 +142,6 @@ def _git_repo(tag: bool) -> Optional[str]:
     from pipeline.release.manifest import git_info
 
     return git_info(".")["toplevel"]
-
-
-def _print_switch(res: Any, tag: bool) -> None:
-    if not tag and res.tag is not None:
-        res.tag.note, res.tag.tag = "--no-tag", None
-    for n in res.notes:
-        out.print(f"note: {n}")
-    if res.action == "noop":
-        return
-    prev = "(none)" if res.previous is None else res.previous
-    out.print(f"{res.action}: {res.model} version {prev} -> {res.version} in '{res.env}' ({res.copy})")
-    out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}" for k, v in res.timings.items()))
-    if res.tag is not None:
-        out.print(f"git tag: {res.tag}" + (f" ({res.tag.note})" if res.tag.tag and res.tag.note != "assigned" else ""))
-    for r in res.retry:  # the switch stands (exit 0); these steps after it must be redone
-        out.print(f"warning: switched, but retry this step: {r}")
 
 
 # ---------------------------------------------------------------- release commands
@@ -165,6 +153,7 @@ def build(
     bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes in when it measured these exact files)"),
     dvc_lock: Path = typer.Option(Path("dvc.lock"), help="dvc.lock whose recorded hashes go into the manifest"),
     sign_key: Optional[Path] = typer.Option(None, help="PEM EC private key: sign the release with model-signing"),
+    unchecked_evidence: bool = typer.Option(False, "--unchecked-evidence", help="build from evidence that is not the DVC outputs dvc.lock records (recorded in the manifest)"),
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
 ) -> None:
     """Freeze the current repository into the next immutable, checksummed release (one per model in it).
@@ -175,7 +164,7 @@ def build(
     from pipeline.release.build import model_names, plan_release, publish_release
 
     st = _store(store, params)
-    dvc = dvc_check.check(repository)  # once for the whole repository
+    dvc = dvc_check.check(repository, parity, bench, unchecked_evidence)  # once for the whole repository
     # A repository with TensorRT engines holds <name> and <name>_trt: each has its own version line.
     # Both are checked before either is written, so they are released together or not at all.
     plans = [
@@ -183,22 +172,7 @@ def build(
         for name in ([model] if model else model_names(repository) or [None])
     ]
     for plan in plans:
-        _print_build(st, publish_release(st, plan, sign_key), sign_key)
-
-
-def _print_build(st: Any, res: Any, sign_key: Optional[Path]) -> None:
-    m = res.manifest
-    size = sum(f["size"] for f in m["files"].values())
-    out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.show(st.release_rel(res.model, res.version))}")
-    out.print(f"  files: {len(m['files'])} ({size / 1e6:.1f} MB), sha256 recorded for each")
-    out.print(f"  git commit: {m['git']['commit'] or '(none)'}{' (dirty work tree)' if m['git']['dirty'] else ''}")
-    dvc = m["dvc"]
-    out.print(f"  dvc: {'up to date (' + ', '.join(dvc['stages']) + ')' if dvc.get('checked') else 'not checked'}")
-    served = ", ".join(f"{f} = {s['artifact']}" for f, s in m["parity"]["served"].items())
-    out.print(f"  parity: passed ({served}); bench summary: {'recorded' if m['bench']['status'] == 'measured' else 'absent'}")
-    out.print(f"  signed: {'yes' if sign_key else 'no'}; git tag: {res.tag}")
-    for n in res.notes:
-        out.print(f"note: {n}")
+        print_build(out, st, publish_release(st, plan, sign_key), sign_key)
 
 
 @release_app.command("promote")
@@ -211,13 +185,14 @@ def promote_cmd(
     ),
     variant: Optional[str] = typer.Option(None, "--variant", help="config variant to serve (configs/<variant>.pbtxt; default: the release's config.pbtxt)"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature"),
+    allow_unchecked: bool = AllowUncheckedOpt,
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
 ) -> None:
     """Verify a release, install it in an environment and flip the environment's pointer to it."""
     from pipeline.release.promote import promote
 
-    res = promote(_store(store, params), to, model, version, variant, reload, str(public_key) if public_key else None, _git_repo(tag))
-    _print_switch(res, tag)
+    res = promote(_store(store, params, allow_unchecked=allow_unchecked), to, model, version, variant, reload, str(public_key) if public_key else None, _git_repo(tag))
+    print_switch(out, res, tag)
 
 
 @release_app.command("rollback")
@@ -231,7 +206,7 @@ def rollback_cmd(
     """Make the previously live version live again (the newer release is kept)."""
     from pipeline.release.promote import rollback
 
-    _print_switch(rollback(_store(store, params), env, model, reload, str(public_key) if public_key else None, _git_repo(tag)), tag)
+    print_switch(out, rollback(_store(store, params), env, model, reload, str(public_key) if public_key else None, _git_repo(tag)), tag)
 
 
 def _seconds(text: Optional[str]) -> Optional[float]:
@@ -268,13 +243,14 @@ def canary_cmd(
     abort: bool = typer.Option(False, "--abort", help="clean up after a canary that died: unload its candidate, serve what the pointer names"),
     variant: Optional[str] = typer.Option(None, "--variant", help="config variant of the candidate (default: the one the live version was promoted with)"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature on the candidate"),
+    allow_unchecked: bool = AllowUncheckedOpt,
     model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
 ) -> None:
     """Serve a candidate beside the live version, judge outputs, p99 and errors, then promote it or unload it."""
     from pipeline.release.canary import abort_canary, checked, run_canary
 
     cfg = _config(params)
-    st = _store(store, params, cfg.release)
+    st = _store(store, params, cfg.release, allow_unchecked)
     if abort:
         for line in abort_canary(st, env, model, reload, cfg.release.canary.load_timeout_s):
             out.print(f"abort: {line}")
@@ -297,7 +273,7 @@ def canary_cmd(
     out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.2f}" for k, v in res.timings.items()))
     out.print(f"record: {res.record} (and .md)")
     if res.promotion is not None:
-        _print_switch(res.promotion, tag)
+        print_switch(out, res.promotion, tag)
     if not res.passed:
         raise CanaryRejected(f"the canary rejected version {version} of '{res.report['model']}' in '{env}'",
                              fix="see the failed checks above; the bounds are release.canary.* (conf/release/default.yaml)",

@@ -92,7 +92,7 @@ def main() -> int:
             # Both wrap the same shipped model.onnx; a release needs a parity entry for its sha256
             # (this is a timing run of copies, not a release of the pipeline's output).
             parity = parity_for(next(repo.glob("*/1/model.onnx")), root / "parity.json")
-            build_release(store, repo, parity, None, lock, git_cwd=root, tag=False)
+            build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=root, tag=False)
         model = store.models()[0]
         promote(store, "dev", version=1)
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)

@@ -48,7 +48,7 @@ def one_store(url: str, repos: list[Path], parity: Path, lock: Path, root: Path)
     t: dict[str, float] = {}
     for i, repo in enumerate(repos, 1):
         s = time.perf_counter()
-        build_release(store, repo, parity, None, lock, git_cwd=root, tag=False)
+        build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=root, tag=False)
         t[f"build v{i}"] = time.perf_counter() - s
     for env in ("dev", "staging", "production"):
         s = time.perf_counter()

@@ -122,15 +122,18 @@ def plan_release(
     git_cwd: str | Path = ".",
     tag: bool = True,
     dvc: dict[str, Any] | None = None,
+    unchecked_evidence: bool = False,
 ) -> ReleasePlan:
     """Run every check of a release of ``repository`` without writing anything.
 
     ``dvc`` is a :func:`pipeline.release.dvc_check.check` result computed once for several
-    models of one repository (None: check here).
+    models of one repository (None: check here, with ``unchecked_evidence`` as
+    ``release build --unchecked-evidence`` passes it).
 
     Raises:
         ReleaseError: a config Triton cannot parse; the DVC pipeline is stale; parity is
-        missing, failed or vouches for other files; dvc.lock is missing; with ``tag``, GTO
+        missing, failed or vouches for other files; the evidence is not the DVC outputs dvc.lock
+        records (without ``unchecked_evidence``); dvc.lock is missing; with ``tag``, GTO
         would refuse the version tag (e.g. this commit already carries a version).
     """
     t0 = time.perf_counter()
@@ -142,21 +145,22 @@ def plan_release(
         fix = "re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"
         parsed.append(pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix=fix))
         _check_warmup_files(model_dir, cfg, parsed[-1])
-    dvc_state = dvc if dvc is not None else dvc_check.check(repository)
+    dvc_state = dvc if dvc is not None else dvc_check.check(repository, parity, bench, unchecked_evidence)
     outputs = [o.name for o in parsed[0].output]
     sections = {
         "git": mf.git_info(git_cwd),
         "dvc": dvc_state,
         "dvc_lock": mf.dvc_lock_hashes(dvc_lock),
         "parity": evidence.parity_section(parity, vdir, outputs),
-        "bench": evidence.bench_section(bench, model_dir.name, model_dir, vdir),
+        "bench": ({"status": "absent", "reason": dvc_state["bench_detached"]} if dvc_state.get("bench_detached")
+                  else evidence.bench_section(bench, model_dir.name, model_dir, vdir)),
         "environment": mf.environment(),
         "gto": {"artifact": gto_tags.gto_name(model_dir.name)},
     }
     samples, sections["samples"] = evidence.parity_samples(parity)
     notes = []
     if not dvc_state.get("checked"):
-        notes.append(f"not checked against dvc.lock: {dvc_state.get('reason')}")
+        notes.append(f"UNCHECKED EVIDENCE (--unchecked-evidence): {dvc_state.get('reason')}")
     if sections["git"]["dirty"]:
         notes.append("the git work tree has uncommitted changes: the recorded commit does not fully describe this release")
     if sections["bench"]["status"] != "measured":
@@ -205,11 +209,12 @@ def build_release(
     sign_key: str | Path | None = None,
     tag: bool = True,
     dvc: dict[str, Any] | None = None,
+    unchecked_evidence: bool = False,
 ) -> BuildResult:
     """Check (:func:`plan_release`), then write (:func:`publish_release`) the next release of one model.
 
     Raises:
         ReleaseError: see both; nothing is published when a check fails.
     """
-    plan = plan_release(store, repository, parity, bench, dvc_lock, model, git_cwd, tag, dvc)
+    plan = plan_release(store, repository, parity, bench, dvc_lock, model, git_cwd, tag, dvc, unchecked_evidence)
     return publish_release(store, plan, sign_key)

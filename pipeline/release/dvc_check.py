@@ -26,8 +26,15 @@ check, with DVC's own API:
    compared byte for byte: a difference means a checkpoint, ONNX file or model module
    changed since the last ``dvc repro``, which no dvc.lock entry can show yet.
 
-A repository outside any DVC project (a copy, a test) cannot be checked; the manifest then
-says ``{"checked": false, "reason": ...}``.
+4. the evidence (:func:`bind`): the repository, the parity report and the bench report must
+   each be the out of a stage of this project, byte for byte as dvc.lock records it. Parity's
+   stage is upstream of the repository (checked in 2.); a bench whose stage is out of date is
+   not attached (the release carries no bench summary then, and says why).
+
+Evidence from anywhere else (a copy, a repository outside any DVC project, a test) is refused
+unless the caller passes ``unchecked=True`` (``release build --unchecked-evidence``); the
+manifest then says ``{"checked": false, "unchecked_evidence": true, "reason": ...}`` and
+``promote`` refuses the release in production (``release.production_requires_checked_evidence``).
 """
 
 from __future__ import annotations
@@ -59,14 +66,21 @@ except PipelineError as e:
 """
 
 
-def check(repository: str | Path) -> dict[str, Any]:
-    """The manifest's ``dvc`` section for ``repository``, or refuse when the pipeline is stale.
+UNCHECKED_FIX = (
+    "release the pipeline's own outputs: run `dvc repro`, then `release build` with the default --repository, --parity and"
+    " --bench; or pass --unchecked-evidence to build from these files anyway (the manifest records it, and"
+    " `release promote` refuses such a release in production unless --allow-unchecked-evidence)"
+)
+
+
+def check(repository: str | Path, parity: str | Path | None = None, bench: str | Path | None = None, unchecked: bool = False) -> dict[str, Any]:
+    """The manifest's ``dvc`` section for ``repository`` and its evidence, or refuse when the pipeline is stale.
 
     Raises:
         ReleaseError: one message listing every stale stage with DVC's reason and the
-        command that fixes it; or the repository is in a DVC project but no stage writes
-        it; or DVC cannot read the project or is locked by a running command; or the
-        source records cannot be recomputed.
+        command that fixes it; or (without ``unchecked``) the repository, parity or bench is
+        not a DVC out matching dvc.lock; or DVC cannot read the project or is locked by a
+        running command; or the source records cannot be recomputed.
     """
     from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.lock import LockError
@@ -76,10 +90,12 @@ def check(repository: str | Path) -> dict[str, Any]:
     try:
         root = Path(Repo.find_root(str(path if path.is_dir() else path.parent)))
     except NotDvcRepoError:
-        return {"checked": False, "reason": f"{path} is not inside a DVC project: there is no dvc.lock to check it against"}
+        return _unchecked(f"{path} is not inside a DVC project: there is no dvc.lock to check it against", unchecked)
     try:
         with Repo(str(root)) as repo:
-            return _check(repo, root, path)
+            state = _check(repo, root, path)
+            problems = bind(repo, root, state, {"parity": parity, "bench": bench})
+            return _unchecked("; ".join(problems), unchecked, state) if problems else state
     except LockError as e:
         raise ReleaseError(
             f"the DVC project {root} is locked by another dvc command", fix="wait until it finishes (a running `dvc repro`?), then build again",
@@ -130,6 +146,55 @@ def _check(repo: Any, root: Path, path: Path) -> dict[str, Any]:
         "not_checked": {**{_name(s, root): "always changed (its source records are compared by content)" for s in always}, **skipped},
         "sources": {kind: _rel(p, root) for kind, (_, p) in sorted(records.items())},
     }
+
+
+def _unchecked(reason: str, allowed: bool, state: dict[str, Any] | None = None) -> dict[str, Any]:
+    if not allowed:
+        raise ReleaseError(f"the release's evidence is not vouched for by dvc.lock: {reason}", fix=UNCHECKED_FIX)
+    return {**(state or {}), "checked": False, "unchecked_evidence": True, "reason": reason}
+
+
+def bind(repo: Any, root: Path, state: dict[str, Any], evidence: dict[str, str | Path | None]) -> list[str]:
+    """Bind each evidence file to the stage out that holds it (into ``state["evidence"]``); the problems found.
+
+    An out must match its dvc.lock hash (DVC's own workspace check). Parity must come from a stage the
+    repository depends on (so 2. checked it); a bench from a stage that is up to date, else it is not
+    attached (``state["bench_detached"]`` says why) rather than refused: a bench is optional evidence.
+    """
+    problems: list[str] = []
+    bound = {"repository": {"stage": state["target"]}}
+    for kind, given in evidence.items():
+        if given is None:
+            continue
+        p = Path(given).resolve()
+        if kind == "bench" and not p.exists():
+            continue  # no bench report: the manifest says "absent"
+        found = _out_holding(repo, p)
+        if found is None:
+            problems.append(f"--{kind} {p} is not the output of any stage in {root}'s dvc.yaml")
+            continue
+        stage, out = found
+        name, changed = _name(stage, root), out.workspace_status()
+        if changed:
+            problems.append(f"--{kind} {_rel(p, root)} ({name}'s out) differs from dvc.lock: {describe([changed])}")
+        elif kind == "parity" and name not in state["stages"]:
+            problems.append(f"--parity {_rel(p, root)} is written by {name}, which the repository stage does not depend on")
+        elif kind == "bench":
+            stale = [describe(entries) for entries in repo.status(targets=[stage.addressing]).values()]
+            if stale:
+                state["bench_detached"] = f"the {name} stage is out of date ({'; '.join(stale)}): run `dvc repro {name}`"
+        bound[kind] = {"path": _rel(p, root), "stage": name, "md5": out.hash_info.value if out.hash_info else None}
+    state["evidence"] = bound
+    return problems
+
+
+def _out_holding(repo: Any, path: Path) -> tuple[Any, Any] | None:
+    for stage in repo.index.stages:
+        for out in stage.outs:
+            o = Path(out.fs_path)
+            if path == o or o in path.parents:
+                return stage, out
+    return None
 
 
 def _target_stage(repo: Any, root: Path, path: Path) -> Any:

@@ -42,6 +42,7 @@ from pipeline.release import manifest as mf
 from pipeline.release.lock import Lease
 from pipeline.release.store import EnvState, ReleaseStore
 from pipeline.release.triton_control import TritonReloader
+from pipeline.repository.warmup import WARMUP_DIR
 
 
 @dataclass
@@ -95,6 +96,8 @@ def switch(
         res.notes.append(f"the pointer named version {state.live}, which is not a release in the store; it now names {target}")
     m = store.verify_release(model, target)
     store.check_signature(model, target, public_key)
+    if action != "rollback":  # a rollback goes back to a version this environment already accepted
+        store.check_evidence(m, env)
     cfg, variant_name = store.release_config(model, target, variant)  # a variant not in the manifest stops here, before any copy
     # With tagging on, a version GTO does not know is refused here, before anything changes.
     gto_tags.check_assignable(git_repo, model, target, (m.get("git") or {}).get("commit"))
@@ -105,6 +108,7 @@ def switch(
     res.timings["install_s"] = time.perf_counter() - t
     missing = env_copy.missing_warmup(store, env, model, cfg)
     if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
+        _drop_unserved_copy(store, env, model, target, res.copy)
         raise ReleaseError(f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
                            fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
                            details={"missing": ", ".join(missing)})  # fmt: skip
@@ -143,6 +147,8 @@ def switch(
                     res.retry.append(f"{e.what} (fix: {e.fix})")
             res.timings["triton_retire_old_s"] = time.perf_counter() - t
     except BaseException:
+        if not flipped:
+            _drop_unserved_copy(store, env, model, target, res.copy)
         if not flipped and state.live is not None and staged:
             # A server that already loaded the new version beside the old one goes back to the old one
             # (the pointer, unchanged, still names it), so the fleet stays on one version.
@@ -160,6 +166,19 @@ def switch(
         res.retry.append(f"{e.what} (fix: {e.fix})")
     res.timings["total_s"] = time.perf_counter() - t0
     return res
+
+
+def _drop_unserved_copy(store: ReleaseStore, env: str, model: str, version: int, copy: str | None) -> None:
+    """A refused switch changed nothing: the copy it made for it (version dir and warmup rows) goes again.
+
+    Only a copy this command made ("copied"/"replaced"): one that was already there ("present") may be an
+    earlier version kept for rollback. The version dir first: its presence means the whole copy was made.
+    """
+    if copy not in ("copied", "replaced"):
+        return
+    with contextlib.suppress(Exception):  # the refusal is the error to report
+        for rel in (f"{store.model_rel(env, model)}/{version}", f"{store.model_rel(env, model)}/{WARMUP_DIR}/{version}"):
+            store.fs.remove_tree(rel)
 
 
 def reload_urls(reload_url: str | list[str] | None) -> list[str]:

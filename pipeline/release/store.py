@@ -65,6 +65,8 @@ class ReleaseStore:
     def __init__(self, url: str | os.PathLike[str], environments: list[str] | None = None, lock_lease_s: float = 60.0,
                  public_key: str | None = None, require_signature: bool = False) -> None:  # fmt: skip
         self.public_key, self.require_signature = public_key, require_signature
+        # Environments that refuse a release built with --unchecked-evidence (the last one, with release.production_requires_checked_evidence; the CLI sets it).
+        self.checked_evidence_envs: list[str] = []
         self.fs = StoreFS(url)
         self.url = self.fs.url
         self.environments = list(environments or ["dev", "staging", "production"])
@@ -277,6 +279,18 @@ class ReleaseStore:
         elif self.require_signature:
             raise ReleaseError("this store requires signed releases (release.require_signature) but no public key is configured",
                                fix="set release.public_key to the PEM EC public key, or pass --public-key; nothing was changed")  # fmt: skip
+
+    def check_evidence(self, m: dict[str, Any], env: str) -> None:
+        """Refuse a release whose evidence dvc.lock did not vouch for, in an environment that requires it.
+
+        Raises:
+            ReleaseError: ``env`` is in ``checked_evidence_envs`` and the manifest's ``dvc`` section is not checked.
+        """
+        dvc = m.get("dvc") or {}
+        if env in self.checked_evidence_envs and not dvc.get("checked"):
+            raise ReleaseError(f"release {m['version']} of '{m['model']}' was built from evidence dvc.lock does not vouch for, and '{env}' requires it",
+                               fix="build the release from the pipeline's outputs (`dvc repro`, then `release build`), or pass --allow-unchecked-evidence; nothing was changed",
+                               details={"reason": dvc.get("reason") or "(no dvc section)"})  # fmt: skip
 
     @staticmethod
     def variants(m: dict[str, Any]) -> list[str]:

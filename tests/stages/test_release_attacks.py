@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def two_releases(tmp: Path, store: ReleaseStore, sign_key: Path | None = None) -> None:
     parity, lock = parity_report(tmp / "parity.json"), dvc_lock(tmp / "dvc.lock")
     for i in (1, 2):
-        build_release(store, tiny_repository(tmp / f"repo{i}", marker=f"v{i}"), parity, None, lock, git_cwd=tmp, sign_key=sign_key, tag=False)
+        build_release(store, tiny_repository(tmp / f"repo{i}", marker=f"v{i}"), parity, None, lock, unchecked_evidence=True, git_cwd=tmp, sign_key=sign_key, tag=False)
 
 
 def problems(store: ReleaseStore) -> str:
@@ -269,7 +269,7 @@ def test_a_hand_edited_served_config_loses_the_bench_and_a_rewritten_manifest_co
     cfg = repo / "tiny/config.pbtxt"
     cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 1"))  # after the bench measured it
     store = ReleaseStore(tmp_path / "store")
-    res = build_release(store, repo, parity_report(tmp_path / "parity.json"), bench, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path, tag=False)
+    res = build_release(store, repo, parity_report(tmp_path / "parity.json"), bench, dvc_lock(tmp_path / "dvc.lock"), unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     m = store.manifest("tiny", res.version)
     assert m["bench"]["status"] == "absent" and "config.pbtxt" in m["bench"]["reason"], m["bench"]
 
@@ -280,3 +280,26 @@ def test_a_hand_edited_served_config_loses_the_bench_and_a_rewritten_manifest_co
     m["files"]["1/model.onnx"] = {"sha256": hashlib.sha256(onnx.read_bytes()).hexdigest(), "size": onnx.stat().st_size}
     (rel / "manifest.json").write_text(json.dumps(m, indent=2))
     assert "inconsistent: 1/model.onnx (files lists sha256" in problems(store)
+
+
+# ---------------------------------------------------------------- leftovers of a refused promote
+def test_a_refused_promote_leaves_no_copy_and_no_warmup_rows(tmp_path: Path) -> None:
+    """Finding 7: a promote refused after its copy (here: the server to reload is down) took its version and warmup rows back."""
+    store = ReleaseStore(tmp_path / "store")
+    parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
+    for i in (1, 2):
+        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=float(i)), parity, None, lock,
+                      unchecked_evidence=True, git_cwd=tmp_path, tag=False)  # fmt: skip
+    promote(store, "dev", version=1)
+    env = tmp_path / "store/envs/dev/tiny"
+    before = sorted(str(p.relative_to(env)) for p in env.rglob("*"))
+    with pytest.raises(ReleaseError, match="127.0.0.1:9"):
+        promote(store, "dev", version=2, reload_url="127.0.0.1:9")  # the discard port: nothing listens
+    assert sorted(str(p.relative_to(env)) for p in env.rglob("*")) == before  # no 2/, no warmup/2/
+    assert store.env_state("dev", "tiny").live == 1 and problems(store) == ""
+    # A version that was already there (kept for rollback) stays when a later promote of it is refused.
+    promote(store, "dev", version=2)
+    promote(store, "dev", version=1)
+    with pytest.raises(ReleaseError):
+        promote(store, "dev", version=2, reload_url="127.0.0.1:9")
+    assert (env / "2").is_dir() and (env / "warmup/2").is_dir() and problems(store) == ""

@@ -127,6 +127,13 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
     bench = {"schema": 1, "model": {"name": "tiny", "sha256": served, "configs_sha256": configs, "version": "1"},
              "summary": {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}}, "variants": {"latency": {"points": {"c1": {}}}}}
     (project / "artifacts/reports/bench.json").write_text(json.dumps(bench))
+    r = release_build(project)  # not what dvc.lock records as the bench stage's out: refused
+    assert r.returncode != 0 and "--bench artifacts/reports/bench.json (bench's out) differs from dvc.lock" in r.stderr, r.stdout + r.stderr
+    for d, f in (("bench", "report.md"), ("bench_curves", "latency.csv")):  # its other outs, as if the bench stage had written them
+        (project / "artifacts/reports" / d).mkdir(parents=True, exist_ok=True)
+        (project / "artifacts/reports" / d / f).write_text("x\n")
+    (project / "artifacts/metrics/bench.json").write_text("{}")
+    sh(project, sys.executable, "-m", "dvc", "commit", "-f", "bench")
 
     r = release_build(project)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -82,7 +82,7 @@ def _releases(tmp: Path, store: ReleaseStore, n: int, blobs: int = 0) -> None:
         repo = tiny_repository(tmp / f"repo{i}", marker=f"v{i}")
         for j in range(blobs):  # a switch that takes long enough for the other racer to arrive meanwhile
             (repo / "tiny/1" / f"blob{j}.bin").write_bytes(os.urandom(256 * 1024))
-        build_release(store, repo, parity, None, lock, git_cwd=tmp, tag=False)
+        build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=tmp, tag=False)
 
 
 def test_two_processes_race_exactly_one_wins(tmp_path: Path, s3: S3Server, bucket: str) -> None:
@@ -91,7 +91,7 @@ def test_two_processes_race_exactly_one_wins(tmp_path: Path, s3: S3Server, bucke
     _releases(tmp_path, store, 3, blobs=8)
     promote(store, "production", version=1)
     start = time.time() + 4  # past both interpreters' imports
-    procs = {v: subprocess.Popen([sys.executable, "-c", RACER, str(start), "release", "promote", "--to", "production", "--version", str(v),
+    procs = {v: subprocess.Popen([sys.executable, "-c", RACER, str(start), "release", "promote", "--to", "production", "--allow-unchecked-evidence", "--version", str(v),
                                   "--no-tag", "--store", url], cwd=tmp_path, env=_env(s3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for v in (2, 3)}  # fmt: skip
     out = {v: (p.communicate(timeout=120), p.returncode) for v, p in procs.items()}
@@ -149,7 +149,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
     for seed in (1, 2):
         repo = standin_repository(tmp_path / f"repo{seed}", seed)
         onnx = repo / "tiny/1/model.onnx"
-        build_release(store, repo, parity_report(tmp_path / f"parity{seed}.json", onnx=onnx), None, parity_lock, git_cwd=tmp_path, tag=False)
+        build_release(store, repo, parity_report(tmp_path / f"parity{seed}.json", onnx=onnx), None, parity_lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
         expected[seed] = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert not np.allclose(expected[1], expected[2], atol=1e-3)  # the two releases answer differently
     promote(store, "production", version=1)

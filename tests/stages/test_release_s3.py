@@ -75,12 +75,12 @@ def inputs(tmp: Path, n: int = 2, extra_files: int = 0, size: int = 0) -> list[P
 
 
 def build(store: ReleaseStore, tmp: Path, repo: Path) -> int:
-    return build_release(store, repo, tmp / "parity.json", None, tmp / "dvc.lock", git_cwd=tmp, tag=False).version
+    return build_release(store, repo, tmp / "parity.json", None, tmp / "dvc.lock", unchecked_evidence=True, git_cwd=tmp, tag=False).version
 
 
 def build_args(tmp: Path, repo: Path) -> list[str]:
     return ["build", "--repository", str(repo), "--parity", str(tmp / "parity.json"), "--dvc-lock", str(tmp / "dvc.lock"),
-            "--bench", str(tmp / "no-bench.json"), "--no-tag"]  # fmt: skip
+            "--bench", str(tmp / "no-bench.json"), "--no-tag", "--unchecked-evidence"]  # fmt: skip
 
 
 def live_and_history(store: ReleaseStore, env: str = "production") -> tuple[int | None, list[tuple[str, int]]]:
@@ -100,7 +100,7 @@ def test_every_release_command_works_on_s3(tmp_path: Path, s3: S3Server, bucket:
     store = ReleaseStore(url)
     assert build(store, tmp_path, repos[1]) == 2 and store.versions("tiny") == [1, 2]
     promote(store, "production", version=1)
-    r = cli(tmp_path, env, "promote", "--to", "production", "--version", "2", "--no-tag", "--store", url)
+    r = cli(tmp_path, env, "promote", "--to", "production", "--version", "2", "--no-tag", "--allow-unchecked-evidence", "--store", url)
     assert r.returncode == 0 and "version 1 -> 2 in 'production' (copied)" in r.stdout, r.stdout + r.stderr
     r = cli(tmp_path, env, "rollback", "--env", "production", "--no-tag", "--store", url)
     assert r.returncode == 0 and "rollback: tiny version 2 -> 1 in 'production' (present)" in r.stdout, r.stdout + r.stderr
@@ -210,7 +210,7 @@ def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(
         build(store, tmp_path, repo)
     promote(store, "production", version=1)
     params = make_params("release.lock_lease_s=3", name="lease.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "production", "--version", "2", "--no-tag",
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "production", "--version", "2", "--no-tag", "--allow-unchecked-evidence",
                              "--store", url, "--params", str(params)],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     _kill_when(proc, lambda: len(s3.keys(bucket, "st/envs/production/tiny/2/")) >= 5)
@@ -318,7 +318,7 @@ def test_pointer_naming_a_version_not_in_the_store(tmp_path: Path, s3: S3Server,
     assert r.returncode == 0 and "WARNING production: its pointer names version 7" in r.stdout, r.stdout
     assert live_and_history(store) == (7, [("promote", 1), ("promote", 2)])  # the refusals changed nothing
     # The fix the message gives works.
-    r = cli(tmp_path, s3.env, "promote", "--to", "production", "--version", "2", "--no-tag", "--store", url)
+    r = cli(tmp_path, s3.env, "promote", "--to", "production", "--version", "2", "--no-tag", "--allow-unchecked-evidence", "--store", url)
     assert r.returncode == 0 and "the pointer named version 7, which is not a release" in r.stdout, r.stdout + r.stderr
     assert live_and_history(store)[0] == 2 and verify_store(store)
 
@@ -335,7 +335,7 @@ def test_signed_release_on_s3(tmp_path: Path, s3: S3Server, bucket: str) -> None
     pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     (repo,) = inputs(tmp_path, n=1)
     store = ReleaseStore(f"s3://{bucket}/signed")
-    build_release(store, repo, tmp_path / "parity.json", None, tmp_path / "dvc.lock", git_cwd=tmp_path, sign_key=priv, tag=False)
+    build_release(store, repo, tmp_path / "parity.json", None, tmp_path / "dvc.lock", unchecked_evidence=True, git_cwd=tmp_path, sign_key=priv, tag=False)
     assert "signed/releases/tiny/1/release.sig" in s3.keys(bucket)
     s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/.claim", Body=b"{}")
     assert verify_store(store, public_key=str(pub))

@@ -36,11 +36,11 @@ def project(tmp_path: Path, *models: str) -> list[str]:
 def test_build_promote_rollback_list_verify(tmp_path: Path) -> None:
     store = project(tmp_path, "tiny")
     # Defaults: artifacts/model_repository, artifacts/reports/parity.json, dvc.lock, no params.yaml.
-    r = cli(tmp_path, "build", *store)
+    r = cli(tmp_path, "build", "--unchecked-evidence", *store)
     assert r.returncode == 0, r.stderr
     assert "built release tiny version 1" in r.stdout and "git tag: not tagged (no git repository)" in r.stdout
     (tmp_path / "artifacts/model_repository/tiny/1/model.py").write_text("# changed model\n")
-    assert cli(tmp_path, "build", *store).returncode == 0
+    assert cli(tmp_path, "build", "--unchecked-evidence", *store).returncode == 0
 
     r = cli(tmp_path, "promote", "--to", "dev", "--version", "1", *store)
     assert r.returncode == 0 and "promote: tiny version (none) -> 1 in 'dev' (copied)" in r.stdout, r.stdout + r.stderr
@@ -62,18 +62,18 @@ def test_build_promote_rollback_list_verify(tmp_path: Path) -> None:
 def test_build_refusals(tmp_path: Path) -> None:
     tiny_repository(tmp_path / "artifacts/model_repository")
     dvc_lock(tmp_path / "dvc.lock")
-    assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "s")), "parity report not found")
+    assert_one_message(cli(tmp_path, "build", "--unchecked-evidence", "--store", str(tmp_path / "s")), "parity report not found")
     parity_report(tmp_path / "artifacts/reports/parity.json", failed=("fp32",))
-    assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "s")), "parity failed", "fp32")
+    assert_one_message(cli(tmp_path, "build", "--unchecked-evidence", "--store", str(tmp_path / "s")), "parity failed", "fp32")
     parity_report(tmp_path / "artifacts/reports/parity.json")
     (tmp_path / "file").write_text("x")
-    assert_one_message(cli(tmp_path, "build", "--store", str(tmp_path / "file/store")), "the release store is not writable", "NotADirectoryError")
+    assert_one_message(cli(tmp_path, "build", "--unchecked-evidence", "--store", str(tmp_path / "file/store")), "the release store is not writable", "NotADirectoryError")
     assert_one_message(cli(tmp_path, "rollback", "--env", "dev", "--store", str(tmp_path / "s")), "no releases")
 
 
 def test_repository_with_two_models_gets_one_release_each(tmp_path: Path) -> None:
     store = project(tmp_path, "tiny", "tiny_trt")
-    r = cli(tmp_path, "build", *store)
+    r = cli(tmp_path, "build", "--unchecked-evidence", *store)
     assert r.returncode == 0, r.stderr
     assert "built release tiny version 1" in r.stdout and "built release tiny_trt version 1" in r.stdout
     assert_one_message(cli(tmp_path, "promote", "--to", "dev", *store), "holds 2 models; say which one", "--model")
@@ -84,9 +84,10 @@ def test_list_is_readable_in_a_pipe(tmp_path: Path) -> None:
     """Finding 11: off a terminal rich cut the table at 80 columns, so CI logs read "…"."""
     store = ["--store", str(tmp_path / ("a-store-with-a-long-path-" + "x" * 40))]
     project(tmp_path, "tiny")
-    assert cli(tmp_path, "build", *store).returncode == 0
+    assert cli(tmp_path, "build", "--unchecked-evidence", *store).returncode == 0
+    assert_one_message(cli(tmp_path, "promote", "--to", "production", *store), "does not vouch for, and 'production' requires it", "--allow-unchecked-evidence")
     for env in ("dev", "staging", "production"):
-        assert cli(tmp_path, "promote", "--to", env, *store).returncode == 0
+        assert cli(tmp_path, "promote", "--to", env, "--allow-unchecked-evidence", *store).returncode == 0
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # no COLUMNS: what a CI job has
     r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "list", *store], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
@@ -136,7 +137,7 @@ def test_ctrl_c_anywhere_prints_one_line(tmp_path: Path) -> None:
     for where in ("import", "parse", "check", "upload"):
         cwd = tmp_path / where
         store = project(cwd, "tiny")
-        r = subprocess.run([sys.executable, "-c", INTERRUPT_AT, where, "release", "build", *store], cwd=cwd, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-c", INTERRUPT_AT, where, "release", "build", "--unchecked-evidence", *store], cwd=cwd, capture_output=True, text=True,
                            timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)})
         releases = cwd / "store/releases/tiny"
         if (r.returncode not in (130, -2)  # -2: the interpreter re-raised SIGINT after the hook printed

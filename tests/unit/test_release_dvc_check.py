@@ -20,8 +20,9 @@ import pytest
 from pipeline.core.errors import ReleaseError
 from pipeline.params import compose
 from pipeline.release.build import build_release
+from pipeline.release.promote import promote
 from pipeline.release.store import ReleaseStore
-from tests.helpers.release_repo import parity_report, retrain_onnx
+from tests.helpers.release_repo import bench_report, retrain_onnx
 from tests.helpers.tiny_models import export_tiny_onnx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,9 +56,13 @@ stages:
     deps: [machine/host.json, build/model.onnx]
     params: [choose]
     outs: [choice.json]
+  parity:
+    cmd: python steps.py parity
+    deps: [steps.py, build/model.onnx]
+    outs: [parity.json]
   repository:
     cmd: python steps.py repository
-    deps: [steps.py, build/model.onnx, engines, choice.json]
+    deps: [steps.py, build/model.onnx, engines, choice.json, parity.json]
     params: [variants]
     outs: [model_repository]
   bench:
@@ -77,6 +82,9 @@ if step == "export":
 elif step == "engine":
     Path("engines", sys.argv[2]).mkdir(parents=True, exist_ok=True)
     Path("engines", sys.argv[2], "manifest.json").write_text('{"status": "skipped"}')
+elif step == "parity":
+    from tests.helpers.release_repo import parity_report
+    parity_report(Path("parity.json"), onnx=Path("build/model.onnx"))
 elif step == "choose":
     Path("choice.json").write_text('{"precision": "fp32"}')
 elif step == "repository":
@@ -124,10 +132,9 @@ def project(_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
     return proj
 
 
-def build(project: Path, store: ReleaseStore, repository: Path | None = None) -> dict:
-    repo = repository or project / "model_repository"
-    parity = parity_report(project.parent / "parity.json", onnx=repo / "tiny/1/model.onnx")
-    return build_release(store, repo, parity, project / "bench.json", project / "dvc.lock", git_cwd=project, tag=False).manifest
+def build(project: Path, store: ReleaseStore, repository: Path | None = None, parity: Path | None = None, unchecked: bool = False) -> dict:
+    repo, parity = repository or project / "model_repository", parity or project / "parity.json"
+    return build_release(store, repo, parity, project / "bench.json", project / "dvc.lock", unchecked_evidence=unchecked, git_cwd=project, tag=False).manifest
 
 
 def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp_path: Path) -> None:
@@ -135,7 +142,7 @@ def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp
     (project / "machine/probe.json").write_text('{"gpus": ["another machine"]}')  # engines are guarded elsewhere
     dvc = build(project, store)["dvc"]
     assert dvc["checked"] is True and dvc["target"] == "repository" and dvc["project"] == str(project)
-    assert dvc["stages"] == ["export", "choose", "repository"]  # transitive deps from DVC's graph; bench is downstream
+    assert dvc["stages"] == ["export", "parity", "choose", "repository"]  # transitive deps from DVC's graph; bench is downstream
     assert set(dvc["not_checked"]) == {"probe", "engine@cpu"} and "machine/probe.json" in dvc["not_checked"]["engine@cpu"]
     assert dvc["sources"] == {"data": "sources/data.json", "model": "sources/model.json"}
 
@@ -188,7 +195,7 @@ def test_a_stale_choice_is_refused(project: Path, tmp_path: Path) -> None:
 def test_code_change_and_missing_record_are_refused(project: Path, tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     (project / "steps.py").write_text((project / "steps.py").read_text() + "# edited\n")
-    with pytest.raises(ReleaseError, match="2 stage") as e:
+    with pytest.raises(ReleaseError, match="3 stage") as e:
         build(project, store)
     assert "export: changed deps: steps.py (modified)" in e.value.render() and "repository: changed deps: steps.py (modified)" in e.value.render()
     run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
@@ -201,3 +208,65 @@ def test_repository_inside_the_project_but_written_by_no_stage_is_refused(projec
     shutil.copytree(project / "model_repository", project / "elsewhere")
     with pytest.raises(ReleaseError, match="no stage writes it"):
         build(project, ReleaseStore(tmp_path / "store"), project / "elsewhere")
+
+
+# ---------------------------------------------------------------- evidence bound to dvc.lock (issue 27, finding 5)
+def test_swapped_evidence_is_refused_unless_unchecked_and_production_refuses_unchecked(project: Path, tmp_path: Path) -> None:
+    """A parity copy (a failed entry relabelled), a repository copy with an edited config.pbtxt: not dvc.lock's outputs."""
+    store = ReleaseStore(tmp_path / "store")
+    copy = tmp_path / "parity-copy.json"
+    copy.write_text((project / "parity.json").read_text().replace('"failed"', '"skipped"'))
+    with pytest.raises(ReleaseError, match="not vouched for by dvc.lock") as e:
+        build(project, store, parity=copy)
+    assert f"--parity {copy} is not the output of any stage" in e.value.render() and "--unchecked-evidence" in e.value.render()
+    outside = tmp_path / "repo-copy"
+    shutil.copytree(project / "model_repository", outside)
+    (outside / "tiny/config.pbtxt").write_text((outside / "tiny/config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 1"))
+    with pytest.raises(ReleaseError, match="is not inside a DVC project"):
+        build(project, store, repository=outside)
+    assert not (tmp_path / "store").exists()  # nothing written
+
+    # Edited in place: DVC's own check of the out against dvc.lock says so (parity is upstream of the repository).
+    original = (project / "parity.json").read_text()
+    (project / "parity.json").write_text(original.replace('"passed": true', '"passed": true '))
+    with pytest.raises(ReleaseError, match="is out of date") as e:
+        build(project, store)
+    assert "parity: changed outs: parity.json (modified)" in e.value.render()
+    (project / "parity.json").write_text(original)
+
+    # --unchecked-evidence builds it, says so in the manifest, and production refuses it by default.
+    m = build(project, store, repository=outside, unchecked=True)
+    assert m["dvc"]["checked"] is False and m["dvc"]["unchecked_evidence"] is True and "not inside a DVC project" in m["dvc"]["reason"]
+    store.checked_evidence_envs = ["production"]  # what the CLI sets from release.production_requires_checked_evidence
+    promote(store, "staging", version=1)
+    with pytest.raises(ReleaseError, match="evidence dvc.lock does not vouch for, and 'production' requires it") as e:
+        promote(store, "production", version=1)
+    assert "--allow-unchecked-evidence" in e.value.render() and not (tmp_path / "store/envs/production").exists()
+    store.checked_evidence_envs = []  # --allow-unchecked-evidence
+    assert promote(store, "production", version=1).version == 1
+
+    # The pipeline's own outputs: bound by stage and md5.
+    m = build(project, store)
+    assert m["dvc"]["checked"] is True and m["dvc"]["evidence"]["parity"]["stage"] == "parity"
+    assert m["dvc"]["evidence"]["parity"]["md5"] and m["dvc"]["evidence"]["repository"] == {"stage": "repository"}
+
+
+def test_a_bench_edited_in_place_is_refused_and_a_stale_one_is_not_attached(project: Path, tmp_path: Path) -> None:
+    store = ReleaseStore(tmp_path / "store")
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "bench")
+    (project / "bench.json").write_text('{"summary": {"latency_p50_ms": 0.001}}')
+    with pytest.raises(ReleaseError, match="bench.json .bench's out. differs from dvc.lock"):
+        build(project, store)
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "bench")
+    m = build(project, store)
+    assert m["bench"]["status"] == "absent" and m["dvc"]["evidence"]["bench"]["stage"] == "bench"  # "{}" measured nothing
+    # The repository changes after the bench ran: the old bench is not attached, and the release says why.
+    (project / "params.yaml").write_text(compose([*BASE, "variants.throughput.dynamic_batching.max_queue_delay_us=700"], project / "conf"))
+    run(project, sys.executable, "-m", "dvc", "repro", "-q", "repository")
+    m = build(project, store)
+    assert m["bench"]["status"] == "absent" and "the bench stage is out of date (changed deps: model_repository" in m["bench"]["reason"], m["bench"]
+    assert "run `dvc repro bench`" in m["bench"]["reason"]
+    # A bench that fits these files, from another path: refused like any evidence dvc.lock does not name.
+    fitting = bench_report(tmp_path / "bench-copy.json", project / "model_repository/tiny")
+    with pytest.raises(ReleaseError, match="--bench .*bench-copy.json is not the output of any stage"):
+        build_release(store, project / "model_repository", project / "parity.json", fitting, project / "dvc.lock", git_cwd=project, tag=False)

@@ -14,7 +14,7 @@ from tests.helpers.release_repo import ONNX_BYTES, bench_report, dvc_lock, parit
 
 
 def _build(tmp_path: Path, repo: Path, parity: Path, bench: Path | None = None, model: str | None = None):  # noqa: ANN202
-    return build_release(ReleaseStore(tmp_path / "store"), repo, parity, bench, dvc_lock(tmp_path / "dvc.lock"), model=model, git_cwd=tmp_path, tag=False)
+    return build_release(ReleaseStore(tmp_path / "store"), repo, parity, bench, dvc_lock(tmp_path / "dvc.lock"), model=model, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
 
 
 def test_parity_of_another_model_is_refused_naming_both_shas(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
 
 
 def _build(store: ReleaseStore, inputs: dict[str, Path], repo: str = "repo1") -> int:
-    return build_release(store, inputs[repo], inputs["parity"], inputs["bench"], inputs["lock"], git_cwd=inputs["cwd"], tag=False).version
+    return build_release(store, inputs[repo], inputs["parity"], inputs["bench"], inputs["lock"], unchecked_evidence=True, git_cwd=inputs["cwd"], tag=False).version
 
 
 def test_build_records_everything_and_numbers_versions(tmp_path: Path, inputs: dict[str, Path]) -> None:
@@ -164,18 +164,18 @@ def test_damaged_copy_in_environment(tmp_path: Path, inputs: dict[str, Path]) ->
 def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str, Path]) -> None:
     store = ReleaseStore(tmp_path / "store")
     with pytest.raises(ReleaseError, match="parity report not found") as e:
-        build_release(store, inputs["repo1"], tmp_path / "nope.json", None, inputs["lock"], git_cwd=tmp_path, tag=False)
+        build_release(store, inputs["repo1"], tmp_path / "nope.json", None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     assert "dvc repro parity" in e.value.render()
     failed = parity_report(tmp_path / "failed.json", failed=("fp16",))
     with pytest.raises(ReleaseError, match="parity failed") as e:
-        build_release(store, inputs["repo1"], failed, None, inputs["lock"], git_cwd=tmp_path, tag=False)
+        build_release(store, inputs["repo1"], failed, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     assert "fp16" in e.value.render()
     # The parity stage's one reader (pipeline.parity.report.load_report) decides what a report is:
     # shapes the stage never writes (no schema, a bare top-level "pass", a list of artifacts) are refused.
     for name, body in (("noverdict", {"artifacts": {}}), ("minimal", {"pass": True, "artifacts": [{"name": "fp32", "pass": True}]})):
         (tmp_path / f"{name}.json").write_text(json.dumps(body))
         with pytest.raises(ReleaseError, match="unknown format") as e:
-            build_release(store, inputs["repo1"], tmp_path / f"{name}.json", None, inputs["lock"], git_cwd=tmp_path, tag=False)
+            build_release(store, inputs["repo1"], tmp_path / f"{name}.json", None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
         assert "rerun the parity stage" in e.value.render()
     assert not (tmp_path / "store").exists()
 
@@ -183,7 +183,7 @@ def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str
 def test_parity_skipped_artifact_does_not_block(tmp_path: Path, inputs: dict[str, Path]) -> None:
     store = ReleaseStore(tmp_path / "store")
     p = parity_report(tmp_path / "skip.json", skipped=("trt@a100",))
-    r = build_release(store, inputs["repo1"], p, None, inputs["lock"], git_cwd=tmp_path, tag=False)
+    r = build_release(store, inputs["repo1"], p, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     assert r.manifest["parity"]["artifacts"]["trt@a100"] == {"pass": None, "status": "skipped"}
 
 

@@ -26,7 +26,7 @@ def _store(tmp_path: Path, warmups: list[float | None]) -> ReleaseStore:
     store = ReleaseStore(tmp_path / "store")
     parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
     for i, w in enumerate(warmups, 1):
-        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=w), parity, None, lock, git_cwd=tmp_path, tag=False)
+        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=w), parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     return store
 
 
@@ -118,7 +118,7 @@ def test_a_repository_whose_warmup_files_are_missing_is_not_released(tmp_path: P
     (repo / "tiny/warmup/x").unlink()
     store = ReleaseStore(tmp_path / "store")
     with pytest.raises(ReleaseError, match="has a model_warmup whose data files are not in") as e:
-        build_release(store, repo, parity_report(tmp_path / "parity.json"), None, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path, tag=False)
+        build_release(store, repo, parity_report(tmp_path / "parity.json"), None, dvc_lock(tmp_path / "dvc.lock"), unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     assert "missing: warmup/x" in e.value.render() and store.versions("tiny") == []
 
 

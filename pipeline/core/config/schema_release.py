@@ -38,4 +38,7 @@ class ReleaseConfig:
     # Signatures as policy: every command that reads or switches releases refuses unsigned or invalid ones.
     require_signature: bool = False
     public_key: str = ""  # PEM EC public key (path from the project root) the store's releases are checked with
+    # The last environment (production) refuses a release built with `release build --unchecked-evidence`
+    # (promote --allow-unchecked-evidence overrides).
+    production_requires_checked_evidence: bool = True
     canary: CanaryConfig = field(default_factory=CanaryConfig)
