@@ -23,6 +23,8 @@ def print_build(out: Console, st: Any, res: Any, sign_key: Path | None) -> None:
         out.print(f"  dvc: NOT CHECKED (--unchecked-evidence): {dvc.get('reason')}")
     served = ", ".join(f"{f} = {s['artifact']}" for f, s in m["parity"]["served"].items())
     out.print(f"  parity: passed ({served}); bench summary: {'recorded' if m['bench']['status'] == 'measured' else 'absent'}")
+    for kind, why in (m["parity"].get("not_shipped") or {}).items():
+        out.print(f"  not shipped (judged only on what it ships): {kind}: {why}")
     out.print(f"  signed: {'yes' if sign_key else 'no'}; git tag: {res.tag}")
     for n in res.notes:
         out.print(f"note: {n}")

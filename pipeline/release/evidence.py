@@ -43,23 +43,20 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
 
     ``outputs`` are the output names the release's config serves (they explain a mismatch).
 
+    The release is judged on the files it ships: an artifact it does not ship (int8 on an fp32 fleet) that failed,
+    errored or was skipped goes into ``not_shipped`` with its reason and blocks nothing.
+
     Raises:
-        ReleaseError: the report is missing or not a parity report; it failed; the version
-        directory holds no ONNX model or TensorRT plan; or a served file's sha256 matches
-        no passed artifact of the report (both shas and the fix in the message).
+        ReleaseError: the report is missing or not a parity report; a served file is an
+        artifact that did not pass; the version directory holds no ONNX model or TensorRT
+        plan; or a served file's sha256 matches no passed artifact of the report (both shas
+        and the fix in the message).
     """
     try:
         report = load_report(path)
     except ParityError as e:
         raise ReleaseError(e.what, fix=(e.fix or "run `dvc repro parity`") + " (a release needs a passed parity gate)", details=e.details) from None
     arts: dict[str, dict[str, Any]] = {k: v for k, v in (report.get("artifacts") or {}).items() if isinstance(v, dict)}
-    failed = {k: artifact_passed(report, k)[1] for k, a in arts.items() if a.get("status") in ("failed", "error")}
-    if report.get("passed") is not True or failed:
-        raise ReleaseError(
-            "parity failed: refusing to build a release from a repository that did not pass the parity gate",
-            fix="run the parity stage (`dvc repro parity`) and fix what it reports before building a release",
-            details={"report": path, "overall pass": report.get("passed"), "failed artifacts": "; ".join(f"{k}: {why}" for k, why in failed.items()) or "(none listed)"},
-        )
     served = served_files(version_dir)
     if not served:
         raise ReleaseError(
@@ -73,8 +70,18 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
         if hits:
             matched[name] = {"sha256": sha, "artifact": hits[0]}
             continue
+        same = [k for k, a in wanted.items() if a.get("sha256") == sha]
+        if same:  # the served file itself did not pass: the parity gate, as the report states it
+            problems.append(f"{name} is the {same[0]} artifact, and it did not pass: {artifact_passed(report, same[0])[1]}")
+            continue
         have = ", ".join(f"{k} {str(a.get('sha256') or 'no sha256')[:12]} ({a.get('status')})" for k, a in wanted.items()) or "none"
         problems.append(f"{name} sha256 {sha[:12]}... matches no passed {'ONNX' if kind == 'onnx' else 'TensorRT'} artifact of the report (report: {have})")
+    if any(" did not pass: " in p for p in problems):
+        raise ReleaseError(
+            "parity failed for a file this release ships: refusing to build it",
+            fix="run the parity stage (`dvc repro parity`) and fix what it reports before building a release",
+            details={"report": path, "files": "\n    " + "\n    ".join(problems)},
+        )
     if problems:
         compared = sorted({o for k, a in arts.items() if not k.startswith(_TRT) for o in (a.get("outputs") or {})})
         details: dict[str, object] = {"report": path, "files": "\n    " + "\n    ".join(problems)}
@@ -83,7 +90,11 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
         if report.get("model"):
             details["report's model"] = report["model"]
         raise ReleaseError(f"the parity report does not vouch for the files this release ships ({version_dir})", fix=_PARITY_FIX, details=details)
-    return {"pass": True, "report": str(path), "served": matched, "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
+    shipped = {m["artifact"] for m in matched.values()}
+    # Judged only on what it ships: every other artifact that did not pass is recorded with its reason, never fatal.
+    optional = {k: artifact_passed(report, k)[1] for k in arts if k not in shipped and not artifact_passed(report, k)[0]}
+    return {"pass": True, "report": str(path), "served": matched, "not_shipped": optional,
+            "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
 
 
 def parity_samples(path: str | Path) -> tuple[Path | None, dict[str, Any]]:

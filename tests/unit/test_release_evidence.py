@@ -41,9 +41,9 @@ def test_parity_entry_must_have_passed_and_carry_a_sha(tmp_path: Path) -> None:
     report = json.loads(p.read_text())
     report["artifacts"]["fp16"] = {"status": "skipped", "passed": None, "sha256": sha256(ONNX_BYTES), "reason": "no GPU"}
     p.write_text(json.dumps(report))
-    with pytest.raises(ReleaseError, match="model.onnx sha256 .* matches no passed ONNX artifact") as e:
+    with pytest.raises(ReleaseError, match="parity failed for a file this release ships") as e:
         _build(tmp_path, repo, p)
-    assert "fp16 " + sha256(ONNX_BYTES)[:12] + " (skipped)" in e.value.render()
+    assert "model.onnx is the fp16 artifact, and it did not pass: parity skipped: no GPU" in e.value.render()
     # A report written before parity recorded sha256 vouches for nothing.
     for art in report["artifacts"].values():
         art.pop("sha256", None)

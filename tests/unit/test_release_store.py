@@ -166,10 +166,10 @@ def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str
     with pytest.raises(ReleaseError, match="parity report not found") as e:
         build_release(store, inputs["repo1"], tmp_path / "nope.json", None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     assert "dvc repro parity" in e.value.render()
-    failed = parity_report(tmp_path / "failed.json", failed=("fp16",))
-    with pytest.raises(ReleaseError, match="parity failed") as e:
+    failed = parity_report(tmp_path / "failed.json", failed=("fp32",))  # fp32 is the served model.onnx
+    with pytest.raises(ReleaseError, match="parity failed for a file this release ships") as e:
         build_release(store, inputs["repo1"], failed, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
-    assert "fp16" in e.value.render()
+    assert "model.onnx is the fp32 artifact, and it did not pass: parity failed for outputs ['y']" in e.value.render()
     # The parity stage's one reader (pipeline.parity.report.load_report) decides what a report is:
     # shapes the stage never writes (no schema, a bare top-level "pass", a list of artifacts) are refused.
     for name, body in (("noverdict", {"artifacts": {}}), ("minimal", {"pass": True, "artifacts": [{"name": "fp32", "pass": True}]})):
@@ -185,6 +185,17 @@ def test_parity_skipped_artifact_does_not_block(tmp_path: Path, inputs: dict[str
     p = parity_report(tmp_path / "skip.json", skipped=("trt@a100",))
     r = build_release(store, inputs["repo1"], p, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     assert r.manifest["parity"]["artifacts"]["trt@a100"] == {"pass": None, "status": "skipped"}
+    assert r.manifest["parity"]["not_shipped"] == {"trt@a100": "parity skipped: no GPU"}
+
+
+def test_a_failed_artifact_the_release_does_not_ship_is_recorded_not_fatal(tmp_path: Path, inputs: dict[str, Path]) -> None:
+    """Issue 28, finding 1: int8 failed its gate on an fp32 fleet; the release of the fp32 model that passed is built."""
+    store = ReleaseStore(tmp_path / "store")
+    p = parity_report(tmp_path / "int8.json", failed=("fp16",))  # not in the repository: it serves fp32 only
+    m = build_release(store, inputs["repo1"], p, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False).manifest
+    assert m["parity"]["served"]["model.onnx"]["artifact"] == "fp32"
+    assert m["parity"]["not_shipped"] == {"fp16": "parity failed for outputs ['y']"}
+    assert m["parity"]["artifacts"]["fp16"]["pass"] is False
 
 
 def test_store_not_writable(tmp_path: Path, inputs: dict[str, Path]) -> None:
