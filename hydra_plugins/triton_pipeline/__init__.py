@@ -1,4 +1,4 @@
-"""This project's Hydra plugin: registers the OmegaConf resolvers (``pipeline_checked``, ``pipeline_engine_precision``, ``pipeline_int8_in_fleet``), nothing else.
+"""This project's Hydra plugin: registers the OmegaConf resolvers (``pipeline_checked``, ``pipeline_engine_precision``, ``pipeline_*in_fleet``), nothing else.
 
 `dvc exp run -S ...` composes conf/ into params.yaml itself (dvc.utils.hydra.compose_and_dump) and never
 calls our code, but it first loads the Hydra plugins found under ``hydra_plugins/`` on its plugins path

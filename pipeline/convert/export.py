@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core import onnx_tools
+from pipeline.core import model_outputs, onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ExportConfig, ModelConfig
 from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError
@@ -44,8 +44,55 @@ def build_module(model: ModelConfig) -> Any:
             fix="return the nn.Module from your factory",
         )
     if model.checkpoint:
-        module.load_state_dict(load_checkpoint(Path(model.checkpoint)))
+        load_state(module, load_checkpoint(Path(model.checkpoint)), Path(model.checkpoint))
     return module.eval()
+
+
+def load_state(module: Any, state: dict[str, Any], path: Path) -> None:
+    """``module.load_state_dict(state)``, strictly; keys or shapes that do not fit are one message, a common prefix named.
+
+    Raises:
+        ModelSourceError: missing or unexpected keys (with the prefix that would make them match, and how to drop
+        or add it), or a tensor whose shape differs from the module's.
+    """
+    want, got = set(module.state_dict()), set(state)
+    if want != got:
+        missing, unexpected = sorted(want - got), sorted(got - want)
+        details: dict[str, object] = {"checkpoint": path, "missing": _few(missing), "unexpected": _few(unexpected)}
+        prefix = _prefix(got, want)
+        if prefix is not None:
+            extra, where = prefix
+            fix = (f"every checkpoint key starts with '{extra}', which the module's keys do not: save it without the prefix, "
+                   f"torch.save({{k.removeprefix('{extra}'): v for k, v in sd.items()}}, '{path.name}'), or return the wrapped module from the factory"
+                   if where == "checkpoint" else
+                   f"every module key starts with '{extra}', which the checkpoint's keys do not: save it with the prefix, "
+                   f"torch.save({{'{extra}' + k: v for k, v in sd.items()}}, '{path.name}'), or return the inner module from the factory")  # fmt: skip
+        else:
+            fix = "point model.checkpoint at the state_dict of this model, or model.factory at the model it was saved from"
+        raise ModelSourceError(f"checkpoint {path.name} does not fit the model: {len(missing)} missing and {len(unexpected)} unexpected keys",
+                               fix=fix, details=details)  # fmt: skip
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as e:  # shapes: "size mismatch for fc.weight: copying a param with shape ..."
+        lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
+        raise ModelSourceError(f"checkpoint {path.name} does not fit the model: {len(lines) or 'some'} tensor shape(s) differ",
+                               fix="point model.checkpoint at a checkpoint of this architecture, or set model.factory's arguments to the ones it was trained with",
+                               details={"checkpoint": path, "shapes": _few(lines) if lines else str(e).splitlines()[0]}) from None  # fmt: skip
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    return (", ".join(items[:n]) + (f", ... ({len(items) - n} more)" if len(items) > n else "")) if items else "(none)"
+
+
+def _prefix(got: set[str], want: set[str]) -> tuple[str, str] | None:
+    """A dotted prefix on every key of one side that, dropped, makes both sides equal: (prefix, "checkpoint" | "module")."""
+    for keys, other, side in ((got, want, "checkpoint"), (want, got, "module")):
+        first = {k.split(".", 1)[0] for k in keys}
+        if len(first) == 1 and all("." in k for k in keys):
+            p = next(iter(first)) + "."
+            if {k.removeprefix(p) for k in keys} == other:
+                return p, side
+    return None
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
@@ -105,6 +152,11 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
     for o in model.outputs:
         dynamic[o] = {0: export.batch_axis}
     args = tuple(torch.from_numpy(feed[n]) for n in names)
+    with torch.no_grad():  # before the exporter, whose own count error names neither the outputs nor the fix
+        returned, fields = model_outputs.flatten(module(*args))
+    if len(returned) != len(model.outputs):
+        what, fix = model_outputs.count_problem(fields, len(returned), list(model.outputs))
+        raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
     with torch.no_grad(), warnings.catch_warnings():
         # The TorchScript exporter warns about its own deprecation and about traced Python branches.
         warnings.simplefilter("ignore", category=DeprecationWarning)
@@ -125,13 +177,10 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
     diffs: dict[str, float] = {}
     for sample in checks:
         with torch.no_grad():
-            expected = module(*(torch.from_numpy(sample[n]) for n in names))
-        expected_list = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+            expected_list, fields = model_outputs.flatten(module(*(torch.from_numpy(sample[n]) for n in names)))
         if len(expected_list) != len(model.outputs):
-            raise ModelSourceError(
-                f"the model returns {len(expected_list)} outputs but model.outputs names {len(model.outputs)}",
-                fix="make model.outputs list one name per returned tensor", details={"model.outputs": model.outputs},
-            )
+            what, fix = model_outputs.count_problem(fields, len(expected_list), list(model.outputs))
+            raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
         got = onnx_tools.run(sess, sample, "exported model")
         for name, ref in zip(model.outputs, expected_list):
             r = ref.detach().numpy()

@@ -107,6 +107,8 @@ def _find_module(dotted: str, key: str) -> tuple[str, Path]:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             break
+        if spec is not None and spec.origin is None and spec.submodule_search_locations:
+            continue  # a namespace package (a folder without __init__.py): Python imports from it, so do we
         if spec is None or spec.origin in (None, "built-in", "frozen"):
             break
         found = (name, Path(spec.origin))

@@ -22,7 +22,7 @@ from polygraphy.comparator import Comparator, RunResults, SimpleCompareFunc
 from polygraphy.exception import PolygraphyException
 from polygraphy.logger import G_LOGGER
 
-from pipeline.core import atomic
+from pipeline.core import atomic, model_outputs
 from pipeline.core.config import TensorSpec
 from pipeline.core.errors import ParityError
 from pipeline.engines.trt import available
@@ -57,12 +57,10 @@ class TorchCpuRunner(BaseRunner):
         with torch.no_grad():
             out = self.module(*args)
         self.inference_time = time.perf_counter() - start
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs, fields = model_outputs.flatten(out)
         if len(outs) != len(self.output_names):
-            raise ParityError(
-                f"the reference model returns {len(outs)} outputs but model.outputs names {len(self.output_names)}",
-                fix="make model.outputs list one name per returned tensor", details={"model.outputs": self.output_names},
-            )
+            what, fix = model_outputs.count_problem(fields, len(outs), list(self.output_names))
+            raise ParityError(f"the reference {what.removeprefix('the ')}", fix=fix, details={"model.outputs": self.output_names})
         return OrderedDict((n, o.detach().cpu().numpy()) for n, o in zip(self.output_names, outs))
 
     def deactivate_impl(self) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core import atomic, holdout, onnx_tools, quality
+from pipeline.core import atomic, holdout, onnx_tools, optional, quality
 from pipeline.parity import contract
 from pipeline.parity import polygraphy as pg
 from pipeline.parity.contract import Contract
@@ -246,6 +246,9 @@ def run_parity(
         judging = Judging.of(cfg, feeds, reference, source_onnx)
         arts: dict[str, dict[str, Any]] = {}
         for kind, path in artifacts.items():
+            if (why := optional.reason(path)) is not None:  # a precision no target serves, whose conversion failed
+                arts[kind] = {"status": "skipped", "passed": None, "reason": f"not available: {why}", "file": str(path)}
+                continue
             tol = getattr(cfg.parity, kind)
             # Load once here so a missing/corrupt file gets the pipeline's own message, not ORT's.
             declared = Contract.of(*graph_io(onnx_tools.load_model(path, f"{kind} ONNX artifact")))
@@ -260,7 +263,7 @@ def run_parity(
         "model": cfg.model.name,
         "passed": bool(compared) and all(a.get("passed") is True for a in compared),
         "gating": sorted(gates),
-        "not_gating": {k: "no target serves int8 as configured: its verdict is reported, and under precision auto it decides "
+        "not_gating": {k: f"no target serves {k} as configured: its verdict is reported, and under precision auto it decides "
                        "whether auto may choose it" for k in arts if k not in gates},
         "reference": {
             "source": source,
@@ -297,12 +300,13 @@ def reference_coverage(reference: Any, judging: Judging) -> dict[str, dict[str, 
 
 
 def gating_kinds(cfg: PipelineConfig, arts: Mapping[str, Any]) -> set[str]:
-    """Which compared artifacts must pass for the stage to pass: fp32, fp16 and every engine (as always), and int8 when
-    a target serves it (the ONNX Runtime model's target, or an engine built from it). Under ``auto``, int8 is a candidate:
-    its verdict is reported and the choose stage takes only a candidate that passed."""
-    wanted = {"fp32", "fp16"} | {k for k in arts if k.startswith("trt@")}
-    if cfg.serving.precision == "int8" or "int8" in {str(p) for t, p in cfg.engine_precision.items() if cfg.target_specs[t].kind == "gpu"}:
-        wanted.add("int8")
+    """Which compared artifacts must pass for the stage to pass: fp32 and every engine (as always), and fp16 or int8 when
+    a target serves it (the ONNX Runtime model's target, or an engine built from it). Under ``auto``, fp16 and int8 are
+    candidates: their verdicts are reported and the choose stage takes only a candidate that passed. An artifact no
+    target serves never fails the stage (nothing optional blocks what was asked)."""
+    wanted = {"fp32"} | {k for k in arts if k.startswith("trt@")}
+    engines = {str(p) for t, p in cfg.engine_precision.items() if cfg.target_specs[t].kind == "gpu"}
+    wanted |= {p for p in ("fp16", "int8") if str(cfg.serving.precision) == p or p in engines}
     return {k for k in arts if k in wanted}
 
 

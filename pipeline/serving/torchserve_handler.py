@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -95,7 +95,8 @@ class PipelineHandler:
         def run(feed: Feed) -> Feed:
             with torch.inference_mode():
                 out = model(*(torch.from_numpy(feed[n]) for n in names))
-            out = out if isinstance(out, (tuple, list)) else (out,)
+            # A mapping (a Hugging Face ModelOutput) in field order, as pipeline.core.model_outputs flattens it (not imported: see above).
+            out = [v for v in out.values() if v is not None] if isinstance(out, Mapping) else out if isinstance(out, (tuple, list)) else (out,)
             return {k: v.numpy() for k, v in zip(outputs, out)}
 
         return run

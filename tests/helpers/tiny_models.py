@@ -174,3 +174,21 @@ class TinyTanh(nn.Module):
 def build_tiny_tanh(seed: int = 0) -> nn.Module:
     """A factory for TinyTanh (the TorchServe native deployment of the tiny bench model)."""
     return TinyTanh(seed).eval()
+
+
+class _FieldsOut(dict):
+    """A mapping output like a Hugging Face ``ModelOutput``: fields in the order the model sets them."""
+
+
+class _MappingMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = build_mlp()
+
+    def forward(self, x: torch.Tensor) -> _FieldsOut:
+        return _FieldsOut(logits=self.body(x), hidden=None)  # an unset field is left out, as ModelOutput does
+
+
+def build_mapping_mlp() -> nn.Module:
+    """The tiny MLP returning a mapping with one set field, ``logits`` (a classifier head's ModelOutput)."""
+    return _MappingMLP()

@@ -76,7 +76,8 @@ def run_parity(params: Path, d: Path, **files: Path) -> tuple[int, dict]:
 
 def test_fp16_whose_last_nodes_stay_fp32_keeps_fp32_outputs_and_parity_refuses_a_dtype_change(make_params, tmp_path: Path) -> None:
     src = detector(tmp_path / "detector.onnx")
-    params = make_params("model=onnx", f"model.path={src}", "precision.node_block_list=[sig,stanh]")
+    # A fleet that serves the FP16 file, so its parity verdict gates the stage.
+    params = make_params("model=onnx", f"model.path={src}", "precision.node_block_list=[sig,stanh]", "target_specs.cpu.precision=fp16")
     p = build(params, tmp_path)
     m = onnx.load(str(p["fp16"]))
     # The converter alone gives y and stateN FLOAT16 (a Cast in front of each output); the stage serves the FP32 values.

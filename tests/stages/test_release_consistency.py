@@ -153,3 +153,60 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
             assert all(set(o) == {"max_abs", "atol"} for o in art["outputs"].values())
     assert m["bench"] == {"status": "measured", "report": "artifacts/reports/bench.json", "model_sha256": served,
                           "configs_sha256": configs, "summary": bench["summary"]}
+
+
+def _serve_pointer(env_model: Path, out: Path) -> Path:
+    """The environment's model dir as the embedded stand-in serves it: its pointer config is the one variant."""
+    from pipeline.serving.embedded import build_embedded_repository
+
+    src = out / "env" / env_model.name
+    shutil.copytree(env_model, src)
+    (src / "configs").mkdir()
+    shutil.copy(src / "config.pbtxt", src / "configs/pointer.pbtxt")
+    build_embedded_repository(src, out / "served", backend="python")
+    return out / "served"
+
+
+def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Path) -> None:
+    """Issue 28, item 4: `dvc repro` -> release build -> promote dev, staging, production -> verify -> Triton serves
+    production -> a second version -> promote -> rollback. The default config apart from the model; any refusal fails it."""
+    import numpy as np
+    import tritonclient.http as th
+
+    from pipeline.serving.process import EmbeddedServer
+    from pipeline.serving.tritonserver import validate_repository
+
+    store = str(project.parent / "store")
+
+    def release(*args: str) -> str:
+        return sh(project, sys.executable, "-m", "pipeline.cli", "release", *args, "--store", store).stdout
+
+    repro = sh(project, sys.executable, "-m", "dvc", "repro")
+    assert "Running stage 'bench'" in repro.stdout, repro.stdout[-2000:]
+    commit(project, "dvc repro")
+    built = release("build")
+    assert "built release tiny version 1" in built and "evidence from dvc.lock: repository = repository, parity = parity, bench = bench" in built, built
+    assert "bench summary: recorded" in built and "git tag: tiny@v1.0.0" in built, built
+    for env in ("dev", "staging", "production"):
+        assert f"-> 1 in '{env}'" in release("promote", "--to", env)
+    assert "all checksums match" in release("verify")
+
+    production = project.parent / "store/envs/production"
+    checked = validate_repository(production)
+    assert checked.only_missing_backend and not checked.errors, checked.log  # a strict tritonserver accepts what production serves
+    with EmbeddedServer(_serve_pointer(production / "tiny", tmp_path), "tiny", timeout_s=120, log_dir=tmp_path / "logs") as srv:
+        x = th.InferInput("x", [2, 8], "FP32")
+        x.set_data_from_numpy(np.ones((2, 8), np.float32))
+        assert th.InferenceServerClient(srv.http_url).infer("tiny", [x]).as_numpy("y").shape == (2, 4)
+
+    # A second version: a config change, its repository rebuilt; the bench of the first is not attached to it.
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "variants.throughput.dynamic_batching.max_queue_delay_us=700")
+    sh(project, sys.executable, "-m", "dvc", "repro", "repository")
+    commit(project, "a shorter queue delay")
+    built = release("build")
+    assert "built release tiny version 2" in built and "bench summary: absent" in built, built
+    m = json.loads((project.parent / "store/releases/tiny/2/manifest.json").read_text())
+    assert "the bench stage is out of date" in m["bench"]["reason"], m["bench"]
+    assert "-> 2 in 'dev'" in release("promote", "--to", "dev")
+    assert "rollback: tiny version 2 -> 1 in 'dev'" in release("rollback", "--env", "dev")
+    assert "all checksums match" in release("verify")

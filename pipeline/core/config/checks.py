@@ -33,15 +33,15 @@ FP16_MAX = 65504.0
 
 def check_config(
     cfg: PipelineConfig, p: Problems, *, fixed_batch: str | None = None, serving: dict[str, Any] | None = None,
-    outputs: list[str] | None = None, engine_precision: dict[str, Any] | None = None, int8_in_fleet: Any = None,
+    outputs: list[str] | None = None, engine_precision: dict[str, Any] | None = None, in_fleet: dict[str, Any] | None = None,
 ) -> None:
     """Run every section's rules on ``cfg``.
 
     ``fixed_batch`` (see files.fixed_batch) relaxes the batching rules the repository stage overrides for a
     model without a batch axis; ``serving`` is the raw ``serving`` section, derived in conf/config.yaml and
     compared with what it derives from (None: absent or unresolvable, nothing to compare); ``outputs`` are the
-    model's output names when known (parity per-output keys must name one); ``engine_precision`` and ``int8_in_fleet``
-    are the raw derived values of those names (None: absent).
+    model's output names when known (parity per-output keys must name one); ``engine_precision`` and ``in_fleet``
+    ({"int8_in_fleet": ..., "fp16_in_fleet": ...}) are the raw derived values of those names (None: absent).
     """
     check_model(cfg.model, p)
     check_export(cfg, p)
@@ -49,7 +49,7 @@ def check_config(
     check_precision(cfg.precision, p)
     check_int8(cfg.int8, p)
     check_fleet(cfg, p, serving)
-    check_fleet_precision(cfg, p, engine_precision, int8_in_fleet)
+    check_fleet_precision(cfg, p, engine_precision, in_fleet)
     for name, target in cfg.target_specs.items():
         check_target(target, f"target_specs.{name}", p)
     for key in ("latency", "throughput"):

@@ -66,9 +66,9 @@ def collect(
     if serving is not None and not (isinstance(serving, dict) and set(serving) <= {"target", "kind", "precision"}):
         p.add("serving", serving, "is derived from targets[0] and its target_specs entry: never set it")
         serving = None
-    # The same for `engine_precision` (what each engine stage reads) and `int8_in_fleet`, both derived from the fleet.
+    # The same for `engine_precision` (what each engine stage reads) and `<precision>_in_fleet`, all derived from the fleet.
     engine_precision = raw.pop("engine_precision", None)
-    int8_in_fleet = raw.pop("int8_in_fleet", None)
+    in_fleet = {f"{k}_in_fleet": raw.pop(f"{k}_in_fleet", None) for k in precision_checks.IN_FLEET}
     _walk(PipelineConfig, raw, "", p)
     try:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PipelineConfig), raw))
@@ -80,7 +80,7 @@ def collect(
     graph = files.read_graph(cfg.model, base)
     outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else None)
     checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs,
-                        engine_precision=engine_precision, int8_in_fleet=int8_in_fleet)
+                        engine_precision=engine_precision, in_fleet=in_fleet)
     if check_source:
         files.check_source(cfg, graph, p, base)
     p.raise_if_any(origin)
@@ -88,6 +88,7 @@ def collect(
     cfg.serving = ServingConfig(target=cfg.targets[0], kind=first.kind, precision=first.precision)
     cfg.engine_precision = {t: Precision(v) for t, v in precision_checks.derived_engine_precision(cfg).items()}
     cfg.int8_in_fleet = precision_checks.derived_int8_in_fleet(cfg)
+    cfg.fp16_in_fleet = precision_checks.derived_in_fleet(cfg, "fp16")
     return cfg, graph
 
 

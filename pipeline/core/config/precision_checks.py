@@ -26,19 +26,32 @@ def derived_engine_precision(cfg: PipelineConfig) -> dict[str, str]:
     return {t: engine_onnx_precision(cfg.target_specs[t].kind, cfg.target_specs[t].precision) for t in cfg.targets if t in cfg.target_specs}
 
 
+IN_FLEET = ("fp16", "int8")  # the optional precisions: `<p>_in_fleet` says whether the fleet may serve them
+
+
+def in_fleet(precisions: list[str], precision: str) -> bool:
+    """``<precision>_in_fleet`` from the fleet targets' precisions: some target serves it, or auto (which may choose it)."""
+    return any(str(p) in (str(precision), str(Precision.auto)) for p in precisions)
+
+
 def int8_in_fleet(precisions: list[str]) -> bool:
-    """``int8_in_fleet`` from the fleet targets' precisions: some target serves int8, or auto (which may choose it)."""
-    return any(str(p) in (str(Precision.int8), str(Precision.auto)) for p in precisions)
+    """``int8_in_fleet`` from the fleet targets' precisions."""
+    return in_fleet(precisions, str(Precision.int8))
+
+
+def derived_in_fleet(cfg: PipelineConfig, precision: str) -> bool:
+    """``<precision>_in_fleet`` as conf/config.yaml derives it."""
+    return in_fleet([cfg.target_specs[t].precision for t in cfg.targets if t in cfg.target_specs], precision)
 
 
 def derived_int8_in_fleet(cfg: PipelineConfig) -> bool:
     """``int8_in_fleet`` as conf/config.yaml derives it."""
-    return int8_in_fleet([cfg.target_specs[t].precision for t in cfg.targets if t in cfg.target_specs])
+    return derived_in_fleet(cfg, str(Precision.int8))
 
 
-def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: dict[str, Any] | None, in_fleet: Any = None) -> None:
+def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: dict[str, Any] | None, fleet: dict[str, Any] | None = None) -> None:
     """What each target's precision needs: auto only where it can be timed, INT8 from real samples in a form TensorRT
-    reads, and the derived engine_precision and int8_in_fleet as derived."""
+    reads, and the derived engine_precision and <precision>_in_fleet as derived (``fleet``: their raw values by key)."""
     q = cfg.int8
     for t in dict.fromkeys(cfg.targets):
         spec = cfg.target_specs.get(t)
@@ -58,8 +71,10 @@ def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: di
                 p.add("int8.activation_type", q.activation_type, f"target '{t}' builds a TensorRT engine from the INT8 ONNX: TensorRT reads "
                       "symmetric int8 only, set int8.activation_type=int8 and int8.activation_symmetric=true")
     precision_problem = any(p.has(f"target_specs.{t}.precision") for t in cfg.targets)
-    if in_fleet is not None and in_fleet != derived_int8_in_fleet(cfg) and not precision_problem:
-        p.add("int8_in_fleet", in_fleet, f"is derived from targets and target_specs.<target>.precision ({derived_int8_in_fleet(cfg)}): never set it")
+    for prec in IN_FLEET:
+        got_flag, want_flag = (fleet or {}).get(f"{prec}_in_fleet"), derived_in_fleet(cfg, prec)
+        if got_flag is not None and got_flag != want_flag and not precision_problem:
+            p.add(f"{prec}_in_fleet", got_flag, f"is derived from targets and target_specs.<target>.precision ({want_flag}): never set it")
     if engine_precision is None:
         return
     want = derived_engine_precision(cfg)

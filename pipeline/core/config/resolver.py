@@ -27,6 +27,7 @@ from pipeline.core.config.problems import Problems
 RESOLVER = "pipeline_checked"
 ENGINE_RESOLVER = "pipeline_engine_precision"
 INT8_RESOLVER = "pipeline_int8_in_fleet"
+IN_FLEET_RESOLVER = "pipeline_in_fleet"  # ${pipeline_in_fleet:fp16}
 CHECK_KEY = "config_check"
 PASSED = "passed (pipeline/core/config)"
 ORIGIN = "the config composed from conf/ (params.yaml not written)"
@@ -65,7 +66,7 @@ def check_composed(*, _root_: DictConfig) -> str:
             unresolved.add(str(key))
             # `serving` is interpolated from targets[0]: when that fails, the fleet checks say why, and if they
             # do not, OmegaConf's own resolution of `serving` right after this resolver still fails loudly.
-            if key not in ("serving", "engine_precision", "int8_in_fleet"):
+            if key not in ("serving", "engine_precision", "int8_in_fleet", "fp16_in_fleet"):
                 p.add(str(key), None, f"cannot resolve: {str(e).splitlines()[0]}")
     base = _BASE.get()
     _dvc_params_present(raw, (base or Path.cwd()) / "dvc.yaml", unresolved, p)
@@ -131,11 +132,20 @@ def int8_in_fleet(*, _root_: DictConfig) -> bool:
     return precision_checks.int8_in_fleet([str(s.get("precision")) for s in found if s is not None])
 
 
+def in_fleet(precision: str, *, _root_: DictConfig) -> bool:
+    """``fp16_in_fleet: ${pipeline_in_fleet:fp16}``: whether some fleet target serves ``precision``, or auto."""
+    specs = _root_.get("target_specs") or {}
+    found = [specs.get(t) for t in _root_.get("targets") or []] if isinstance(specs, DictConfig) else []
+    return precision_checks.in_fleet([str(s.get("precision")) for s in found if s is not None], precision)
+
+
 def register() -> None:
     """Register the resolvers once per process (Hydra's plugin scan may execute the plugin module again)."""
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, check_composed)
     if not OmegaConf.has_resolver(ENGINE_RESOLVER):
         OmegaConf.register_new_resolver(ENGINE_RESOLVER, engine_precision)
+    if not OmegaConf.has_resolver(IN_FLEET_RESOLVER):
+        OmegaConf.register_new_resolver(IN_FLEET_RESOLVER, in_fleet)
     if not OmegaConf.has_resolver(INT8_RESOLVER):
         OmegaConf.register_new_resolver(INT8_RESOLVER, int8_in_fleet)

@@ -372,6 +372,8 @@ class PipelineConfig:
     # Derived in conf/config.yaml from the fleet (some target serves int8 or auto); never set. The int8 stage runs its
     # automatic fallback search only when it is true.
     int8_in_fleet: bool = False
+    # Derived likewise for fp16; never set. When false, the fp16 stage is best effort: a failure is recorded, not fatal.
+    fp16_in_fleet: bool = False
     choose: ChooseConfig = field(default_factory=ChooseConfig)
     variants: VariantsConfig = field(default_factory=VariantsConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)

@@ -1,0 +1,38 @@
+"""Tiny structural twins of real-world models that broke the journey (issue 28), built in the test, no downloads.
+
+Each is a few nodes in the shape of its family, so a stage meets the same graph features a real model has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T, helper as h, numpy_helper as nh
+
+
+def if_onnx(path: Path) -> Path:
+    """A voice-activity-detector twin: ``x [N, 4]`` and a rank-0 int64 ``sr`` whose value picks an ``If`` branch.
+
+    The then-branch reads an outer-scope initializer (``W``), which is what breaks FP16 conversion of subgraphs:
+    the converter casts ``W`` to FP16 while the branch still receives FP32 ``x``.
+    """
+    w = nh.from_array(np.full((4, 4), 0.5, np.float32), "W")
+    b = nh.from_array(np.full((4,), 0.25, np.float32), "b")
+    zero = nh.from_array(np.array(8000.0, np.float32), "threshold")
+    then_g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["t_out"])], "then", [], [h.make_tensor_value_info("t_out", T.FLOAT, ["N", 4])])
+    else_g = h.make_graph([h.make_node("Add", ["x", "b"], ["e_out"])], "else", [], [h.make_tensor_value_info("e_out", T.FLOAT, ["N", 4])])
+    nodes = [
+        h.make_node("Cast", ["sr"], ["srf"], to=T.FLOAT),
+        h.make_node("Greater", ["srf", "threshold"], ["cond"]),
+        h.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g),
+        h.make_node("Tanh", ["z"], ["y"]),
+    ]
+    g = h.make_graph(nodes, "vad_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, [])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w, b, zero])  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)  # ir 8: what this ONNX Runtime reads
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
