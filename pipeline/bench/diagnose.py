@@ -221,7 +221,9 @@ def invalid_measurement(res: BenchResult, name: str) -> Finding | None:
     if not bad:
         return None
     return Finding("invalid_measurement", "warning", name, f"no stable measurement at {', '.join(bad)} (not reported as numbers)",
-                   "raise bench.measurement_interval_ms or bench.stability_percentage; stop other load")  # fmt: skip
+                   f"raise the window that measured them: bench.paired_measurement_interval_ms (the rounds', {res.settings.paired_measurement_interval_ms} ms) "
+                   f"or bench.measurement_interval_ms (the sweep's, {res.settings.measurement_interval_ms} ms), or "
+                   "bench.stability_percentage; stop other load")  # fmt: skip
 
 
 def diagnose(res: BenchResult, configs: dict[str, mc.ModelConfig], graph_dtypes: dict[str, str], cores: int, threshold: float,

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -31,7 +31,7 @@ from pipeline.bench.estimate import StopRule
 from pipeline.bench.inputs import BenchInputs
 from pipeline.bench.inserver import WARM_RUNS, InServerOrt
 from pipeline.bench.machine import cpu_budget, loadavg, machine
-from pipeline.bench.measured import Baseline, OrtSettings, Point, Sweep, Tuning
+from pipeline.bench.measured import Baseline, OrtSettings, Point, Sweep, Tuning, fitted_window_ms
 from pipeline.bench.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
 from pipeline.bench.progress import Progress
 from pipeline.bench.ratios import ratios
@@ -77,6 +77,8 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
         base = Baseline(baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs),
                         baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
+        b = fit_windows(b, base, progress.log)
+        cfg = replace(cfg, bench=b)
         # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
         gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
                         b.paired_measurement_interval_ms / 1000)  # fmt: skip
@@ -129,6 +131,19 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     if prod.soak is not None and prod.soak.partial:
         raise KeyboardInterrupt  # the soak was interrupted: its partial data is written (marked partial), now stop as asked
     return res
+
+
+def fit_windows(b: BenchConfig, base: Baseline, log: Callable[[str], None]) -> BenchConfig:
+    """``b`` with both measurement windows fitted to the model (:func:`fitted_window_ms`); the change is logged, and
+    the report's config records the windows that were used."""
+    top = max([1, *b.concurrency, *b.paired_throughput_concurrency])
+    sweep, rounds = fitted_window_ms(base, b.measurement_interval_ms, top), fitted_window_ms(base, b.paired_measurement_interval_ms, top)
+    if (sweep, rounds) == (b.measurement_interval_ms, b.paired_measurement_interval_ms):
+        return b
+    log(f"[bench] measurement windows fitted to the model (>= 4 of its request latencies at c={top}, from the in-process baseline): "
+        f"bench.measurement_interval_ms {b.measurement_interval_ms} -> {sweep} ms, "
+        f"bench.paired_measurement_interval_ms {b.paired_measurement_interval_ms} -> {rounds} ms")
+    return replace(b, measurement_interval_ms=sweep, paired_measurement_interval_ms=rounds)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from pipeline.core import atomic, holdout
 from pipeline.core.config import CalibrationConfig, ModelConfig
 from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import rows_of
-from pipeline.core.samples import input_specs, load_samples
+from pipeline.core.samples import contiguous, input_specs, load_samples
 from pipeline.core.specs import IOSpec, graph_io
 
 Feed = dict[str, np.ndarray]
@@ -118,7 +118,7 @@ def build(model: ModelConfig, graph: onnx.ModelProto, cfg: CalibrationConfig, sy
     feeds = load_samples(model, specs, batch_sizes=list(synthetic_batch_sizes))
     names = {s.name for s in inputs}
     ignored = sorted({k for f in feeds for k in f if k not in names})  # a hook may return more than the graph takes
-    feeds = [{k: np.ascontiguousarray(v) for k, v in f.items() if k in names} for f in feeds]
+    feeds = [{k: contiguous(v) for k, v in f.items() if k in names} for f in feeds]
     check_feeds(feeds, inputs)
     total = sum(rows_of(f) for f in feeds)
     batched = holdout.batched(specs)

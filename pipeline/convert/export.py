@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 import warnings
@@ -33,11 +34,15 @@ def build_module(model: ModelConfig) -> Any:
     try:
         module = instantiate(model.factory)
     except InstantiationException as e:
-        raise ModelSourceError(
-            f"cannot build the model from model.factory._target_={target}",
-            fix="make sure the package is installed (pip install -e <your project>) and the name is importable",
-            details={"error": str(e).splitlines()[-1]},
-        ) from None
+        last = str(e).splitlines()[-1]
+        bad_kw = re.search(r"unexpected keyword argument '([^']+)'", last)
+        if bad_kw:  # the import worked: the config passes an argument the function does not take
+            fix = f"remove it (`~model.factory.{bad_kw.group(1)}`) or add it to {target}'s signature"
+        elif "required positional argument" in last or "missing" in last and "argument" in last:
+            fix = f"set the missing argument under model.factory (model.factory.<name>=<value>) as {target} takes it"
+        else:
+            fix = "make sure the package is installed (pip install -e <your project>) and the name is importable"
+        raise ModelSourceError(f"cannot build the model from model.factory._target_={target}", fix=fix, details={"error": last}) from None
     if not isinstance(module, torch.nn.Module):
         raise ModelSourceError(
             f"model.factory._target_={target} returned {type(module).__name__}, not a torch.nn.Module",
@@ -204,6 +209,14 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
         raise ModelSourceError("model.source=onnx needs model.path", fix="pass model.path=<file.onnx>")
     src = Path(model.path)
     proto = onnx_tools.load_model(src, "model.path", fix="set model.path to an existing, complete .onnx file")
+    external = onnx_tools.external_data_files(src)
+    if external:
+        raise ModelSourceError(
+            f"model.path={src} keeps its weights in external data ({', '.join(external)}), which the pipeline's stages do not carry yet",
+            fix="for a model under 2 GB, save it as one file: python -c \"import onnx; onnx.save(onnx.load('<in.onnx>'), '<out.onnx>')\"; "
+                "then point model.path at it",
+            details={"external data": ", ".join(str(src.parent / f) for f in external)},
+        )
     inputs, _ = graph_io(proto)
     check_input_names([s.name for s in model.inputs], [i.name for i in inputs], f"graph in {src}")
     onnx_tools.check_model(src, f"model.path={src}")

@@ -107,6 +107,8 @@ def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
+    if cfg.mode != QuantMode.dynamic and cfg.per_channel:
+        src = opset_for_qdq(src, out.parent)
     try:
         with _quiet():
             if cfg.mode == QuantMode.dynamic:
@@ -134,6 +136,37 @@ def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list
             "ONNX Runtime could not quantize the model", details={"mode": str(cfg.mode), "op types": ops, "error": f"{type(e).__name__}: {e}"[:400]},
             fix="leave the failing node FP32 (int8.nodes_to_exclude) or its op type out of int8.op_types; int8.mode=dynamic needs no calibration",
         ) from None
+
+
+QDQ_PER_CHANNEL_OPSET = 13  # DequantizeLinear's `axis` (per-channel scales) exists from opset 13
+
+
+def opset_for_qdq(src: Path, work: Path) -> Path:
+    """``src``, or a copy converted to opset 13 in ``work`` when its opset is older (reused by later attempts).
+
+    ONNX Runtime's quantizer writes per-channel DequantizeLinear nodes with an ``axis`` attribute whatever the graph's
+    opset; below 13 that graph is invalid and ONNX Runtime refuses to load it. The converter is ONNX's own.
+
+    Raises:
+        QuantizationError: the graph cannot be converted (the message says how to quantize per tensor instead).
+    """
+    from onnx import version_converter
+
+    model = onnx.load(str(src), load_external_data=False)
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=QDQ_PER_CHANNEL_OPSET)
+    if opset >= QDQ_PER_CHANNEL_OPSET:
+        return src
+    dest = work / f"{src.stem}.opset{QDQ_PER_CHANNEL_OPSET}.onnx"
+    if not dest.is_file():
+        try:
+            onnx.save(version_converter.convert_version(onnx.load(str(src)), QDQ_PER_CHANNEL_OPSET), str(dest))
+        except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/ConvertError per unsupported op
+            raise QuantizationError(
+                f"per-channel INT8 needs opset {QDQ_PER_CHANNEL_OPSET} and the graph is opset {opset}, which ONNX cannot convert",
+                fix="quantize per tensor (int8.per_channel=false), or re-export the model at opset 13 or newer",
+                details={"error": f"{type(e).__name__}: {e}"[:300]},
+            ) from None
+    return dest
 
 
 def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str],

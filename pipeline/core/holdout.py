@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.core.config import TensorSpec
+from pipeline.core.samples import contiguous
 
 Feed = dict[str, np.ndarray]
 
@@ -52,7 +53,7 @@ def row_digests(feeds: list[Feed], batched: bool = True) -> list[str]:
         for u in units:
             h = hashlib.sha256()
             for name in sorted(u):
-                a = np.ascontiguousarray(u[name])
+                a = contiguous(u[name])
                 h.update(f"{name}|{a.dtype.str}|{a.shape[1:] if batched else a.shape}|".encode())
                 h.update(a.tobytes())
             out.append(h.hexdigest())

@@ -23,6 +23,14 @@ def load_model(path: str | Path, what: str = "ONNX model", fix: str | None = Non
     try:
         model = onnx.load(str(p))
     except Exception as e:  # noqa: BLE001 - protobuf DecodeError, google.protobuf.message errors, OSError
+        if "should be stored in" in str(e):  # onnx's message for an external-data file that is not there
+            missing = str(e).split("should be stored in", 1)[1].split(",")[0].strip()
+            raise OnnxModelError(
+                f"{what} keeps its weights in an external data file that is not there: {missing}",
+                fix=f"put the data file beside {p.name} under the name the graph records (ONNX files over 2 GB are shipped as "
+                    "model.onnx plus its data file; copy both, or save it again with onnx.save(..., save_as_external_data=True))",
+                details={"path": p, "error": str(e).splitlines()[0]},
+            ) from None
         raise OnnxModelError(
             f"{what} is not a readable ONNX file (truncated or corrupt): {p}",
             fix=fix or "re-export or re-download the file; `python -c \"import onnx; onnx.load('<file>')\"` reproduces it",
@@ -35,6 +43,15 @@ def load_model(path: str | Path, what: str = "ONNX model", fix: str | None = Non
             details={"path": p, "size_bytes": p.stat().st_size},
         )
     return model
+
+
+def external_data_files(path: str | Path) -> list[str]:
+    """The external-data file names the tensors of the ONNX file at ``path`` point to (empty: all in the file)."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    names = {e.value for t in _get_all_tensors(model) if uses_external_data(t) for e in t.external_data if e.key == "location"}
+    return sorted(names)
 
 
 def check_model(path: str | Path, what: str = "ONNX model") -> None:
@@ -62,7 +79,8 @@ def session(path: str | Path, what: str = "ONNX model", intra_op_threads: int = 
     except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/InvalidGraph/RuntimeException types
         raise OnnxModelError(
             f"ONNX Runtime cannot open the {what}: {path}",
-            fix="the graph is invalid for ONNX Runtime; check the op types and the opset (export.opset)",
+            fix="the graph is invalid for ONNX Runtime: check the op types and the opset (a PyTorch model: export.opset; "
+                "a converted artifact: the stage's own keys, e.g. precision.op_block_list for fp16)",
             details={"error": str(e).splitlines()[0]},
         ) from None
 

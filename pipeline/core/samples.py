@@ -38,6 +38,12 @@ def synthetic_feed(specs: list[TensorSpec], batch: int, seed: int, default_len: 
     return feed
 
 
+def contiguous(a: Any) -> np.ndarray:
+    """``a`` as a C-contiguous array of the same shape: ``np.ascontiguousarray`` turns a rank-0 input into shape [1]."""
+    arr = np.asarray(a)
+    return np.ascontiguousarray(arr).reshape(arr.shape)
+
+
 def specs_from_graph(graph_inputs: list[IOSpec]) -> list[TensorSpec]:
     """TensorSpecs for a graph whose config lists no inputs (model=onnx)."""
     return [TensorSpec(name=i.name, dtype=i.dtype, shape=[d if isinstance(d, int) else (d or f"dim{k}") for k, d in enumerate(i.dims)]) for i in graph_inputs]

@@ -23,6 +23,7 @@ from polygraphy.exception import PolygraphyException
 from polygraphy.logger import G_LOGGER
 
 from pipeline.core import atomic, model_outputs
+from pipeline.core.samples import contiguous
 from pipeline.core.config import TensorSpec
 from pipeline.core.errors import ParityError
 from pipeline.engines.trt import available
@@ -52,7 +53,7 @@ class TorchCpuRunner(BaseRunner):
     def infer_impl(self, feed_dict: Feed) -> OrderedDict[str, np.ndarray]:
         import torch
 
-        args = [torch.from_numpy(np.ascontiguousarray(feed_dict[s.name])) for s in self._inputs]
+        args = [torch.from_numpy(contiguous(feed_dict[s.name])) for s in self._inputs]
         start = time.perf_counter()
         with torch.no_grad():
             out = self.module(*args)

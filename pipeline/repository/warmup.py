@@ -17,7 +17,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.config import ModelConfig, WarmupConfig
-from pipeline.core.samples import input_specs, load_samples, request_rows, uniform_rows
+from pipeline.core.samples import contiguous, input_specs, load_samples, request_rows, uniform_rows
 from pipeline.core.specs import IOSpec
 
 WARMUP_DIR = "warmup"  # Triton reads input_data_file from this sub-directory of the model directory
@@ -32,7 +32,7 @@ def sample_row(model: ModelConfig, inputs: list[IOSpec], batched: bool) -> Feed:
     samples = load_samples(model, input_specs(model, inputs))
     names = {i.name: i.dtype for i in inputs}
     row = uniform_rows(request_rows([{k: v for k, v in f.items() if k in names} for f in samples], batched))[0]
-    return {k: np.ascontiguousarray(v.astype(names[k])) for k, v in row.items()}
+    return {k: contiguous(v.astype(names[k])) for k, v in row.items()}
 
 
 def file_names(row: Feed, batched: bool) -> dict[str, str]:

@@ -21,6 +21,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import ToolError
+from pipeline.core.samples import contiguous
 
 PROTOCOLS = ("http", "grpc")
 # Loading a model (ORT session, python stub start) can take minutes; a health call should not.
@@ -29,7 +30,6 @@ LOAD_TIMEOUT_S = 300.0
 
 def infer_inputs(row: dict[str, Any], protocol: str = "http") -> list[Any]:
     """A request row (name -> numpy array) as tritonclient inputs of ``protocol`` (binary tensors)."""
-    import numpy as np
     from tritonclient.utils import np_to_triton_dtype
 
     if protocol == "grpc":
@@ -39,7 +39,7 @@ def infer_inputs(row: dict[str, Any], protocol: str = "http") -> list[Any]:
     out = []
     for name, arr in row.items():
         x = module.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
-        x.set_data_from_numpy(np.ascontiguousarray(arr))
+        x.set_data_from_numpy(contiguous(arr))
         out.append(x)
     return out
 

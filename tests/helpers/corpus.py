@@ -36,3 +36,17 @@ def if_onnx(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(path))
     return path
+
+
+def conv_opset12_onnx(path: Path) -> Path:
+    """An OCR-network twin exported at opset 12 (as PaddlePaddle's exporter writes them): Conv + Relu on ``x [N, 3, H, W]``."""
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "W")
+    g = h.make_graph([h.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"), h.make_node("Relu", ["c"], ["y"], name="relu")],
+                     "ocr_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 16, 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8, 16, 16])], [w])  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 12)], ir_version=7)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path

@@ -1,8 +1,9 @@
 """Nothing optional blocks what was asked (issue 28): a precision no fleet target serves is built best effort.
 
-On a graph whose FP16 conversion ONNX Runtime rejects (an ``If`` reading an outer-scope weight) and whose rank-0
-input the calibration set cannot fit, the default fp32 fleet still gets through fp16, calibrate, int8 and parity:
-each failure is recorded (a marker file, a report saying ``unavailable``) and parity lists the artifact as skipped.
+On a graph whose FP16 conversion ONNX Runtime rejects (an ``If`` reading an outer-scope weight, beside a rank-0
+input), the default fp32 fleet still gets through fp16, calibrate, int8 and parity: the failure is recorded (a
+marker file, a report saying ``unavailable``) and parity lists the artifact as skipped; a calibration set that
+does not exist stands in for the int8 file the same way.
 A fleet that serves fp16 keeps the hard error, and no marker stands in for its file.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.convert import calibration
 from pipeline.core import optional
 from pipeline.stages import calibrate, fp16, int8, parity
 from tests.helpers.corpus import if_onnx
@@ -35,13 +37,20 @@ def test_optional_precisions_that_fail_are_recorded_and_block_nothing(make_param
     assert json.loads((tmp_path / "fp16.metrics.json").read_text()) == {"status": "unavailable"}
     assert "fp16 not available (fp16_in_fleet=false, so this blocks nothing)" in capsys.readouterr().out
 
+    # The rank-0 input stays rank 0 in the calibration set (np.ascontiguousarray made it [1]), so int8 is real here.
     assert calibrate.main(["--params", str(params), "--onnx", str(src), "--out", str(tmp_path / "samples.json"), "--report", str(tmp_path / "cal.json")]) == 0
+    assert {f["sr"].shape for f in calibration.load(tmp_path / "samples.json")} == {()}
     assert int8.main(["--params", str(params), "--onnx", str(src), "--calibration", str(tmp_path / "samples.json"),
                       "--out", str(tmp_path / "model.int8.onnx"), "--report", str(tmp_path / "int8.json")]) == 0  # fmt: skip
-    assert optional.reason(tmp_path / "model.int8.onnx") is not None
+    assert optional.reason(tmp_path / "model.int8.onnx") is None
+    # A calibration set that could not be made: int8 records it in turn.
+    optional.write(tmp_path / "none.json", "calibration set", "3 rows, fewer than int8.calibration.min_samples=8")
+    assert int8.main(["--params", str(params), "--onnx", str(src), "--calibration", str(tmp_path / "none.json"),
+                      "--out", str(tmp_path / "model.int8b.onnx"), "--report", str(tmp_path / "int8b.json")]) == 0  # fmt: skip
+    assert "the calibration set is not available: 3 rows" in str(optional.reason(tmp_path / "model.int8b.onnx"))
 
     rc = parity.main(["--params", str(params), "--source-onnx", str(src), "--fp32", str(src), "--fp16", str(tmp_path / "model.fp16.onnx"),
-                      "--int8", str(tmp_path / "model.int8.onnx"), "--inputs", str(tmp_path / "in.json"), "--reference", str(tmp_path / "ref.json"),
+                      "--int8", str(tmp_path / "model.int8b.onnx"), "--inputs", str(tmp_path / "in.json"), "--reference", str(tmp_path / "ref.json"),
                       "--report", str(tmp_path / "parity.json")])  # fmt: skip
     assert rc == 0
     rep = json.loads((tmp_path / "parity.json").read_text())
@@ -65,3 +74,23 @@ def test_the_marker_is_read_from_its_first_bytes_only(tmp_path: Path) -> None:
     assert optional.reason(tmp_path / "real.onnx") is None and optional.reason(tmp_path / "absent.onnx") is None
     (tmp_path / "bad.onnx").write_text('{"pipeline_unavailable": ')
     assert optional.reason(tmp_path / "bad.onnx") == "marked unavailable (unreadable marker)"
+
+
+def test_per_channel_int8_of_an_opset_12_graph_loads(tmp_path: Path) -> None:
+    """Finding 2: per-channel QDQ needs opset 13; the quantizer wrote `axis` into an opset-12 graph ONNX Runtime refused."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from pipeline.convert.int8 import quantize
+    from pipeline.core.config import Int8Config
+    from tests.helpers.corpus import conv_opset12_onnx
+
+    src = conv_opset12_onnx(tmp_path / "ocr.onnx")
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    cfg = Int8Config()
+    assert cfg.per_channel
+    quantize(src, tmp_path / "q.onnx", cfg, feeds, ["Conv"], [], tmp_path / "cache")
+    sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    assert sess.run(None, feeds[0])[0].shape == (1, 8, 16, 16)
+    assert (tmp_path / "ocr.opset13.onnx").is_file()  # the converted graph the attempts share

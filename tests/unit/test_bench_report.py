@@ -278,3 +278,22 @@ def test_bench_talks_to_triton_only_through_the_one_client() -> None:
     bench = Path(tune.__file__).parent
     offenders = [p.name for p in bench.glob("*.py") if p.name != "servers.py" and "urllib" in p.read_text()]
     assert offenders == []
+
+
+def test_the_measurement_window_fits_a_slow_model_and_leaves_a_fast_one_alone() -> None:
+    """Issue 28, finding 7: at ~44 infer/s every 500 ms window was INVALID; the window now spans 4 request latencies."""
+    from pipeline.bench.measured import WINDOW_CAP_MS, fitted_window_ms
+    from pipeline.bench.run import fit_windows
+
+    s = OrtSettings(1, 1, 1)
+    minilm = Baseline(Latency(9.6, 10.0, 12.0, 9.8, 200, s), Throughput({1: 110.9, 8: 143.6, 16: 131.6}, s))  # the journey's numbers
+    assert fitted_window_ms(minilm, 500, 16) == 500 and fitted_window_ms(minilm, 3000, 16) == 3000
+    resnet = Baseline(Latency(60.0, 62.0, 70.0, 61.0, 50, s), Throughput({1: 16.0, 8: 44.4}, s))  # c=16: 360 ms a request
+    assert fitted_window_ms(resnet, 500, 16) == 1441 and fitted_window_ms(resnet, 500, 1) == 500
+    glacial = Baseline(Latency(5000.0, 5100.0, 5200.0, 5050.0, 5, s), Throughput({1: 0.2}, s))
+    assert fitted_window_ms(glacial, 500, 16) == WINDOW_CAP_MS
+    logged: list[str] = []
+    b = fit_windows(BenchConfig(measurement_interval_ms=1000, paired_measurement_interval_ms=500), resnet, logged.append)
+    assert (b.measurement_interval_ms, b.paired_measurement_interval_ms) == (1441, 1441)
+    assert "bench.paired_measurement_interval_ms 500 -> 1441 ms" in logged[0]
+    assert fit_windows(BenchConfig(), minilm, logged.append) == BenchConfig() and len(logged) == 1

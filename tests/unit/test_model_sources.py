@@ -60,3 +60,40 @@ def test_a_model_folder_without_init_is_fingerprinted(tmp_path: Path, monkeypatc
     assert "tests.helpers.tiny_models" in entry["imports"]
     with pytest.raises(ConfigError, match="names no importable module"):
         code_entry("user_models.nothing.build", "model.factory._target_", tmp_path)
+
+
+def test_external_data_is_named_not_called_corrupt(tmp_path: Path, make_params) -> None:
+    """Finding 4: a model saved with external data is one message naming the data file, never "truncated or corrupt"."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T, helper as h, numpy_helper as nh
+
+    from pipeline.core import onnx_tools
+    from pipeline.core.config import load_config
+    from pipeline.core.errors import OnnxModelError
+
+    g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["y"])], "ext", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])], [nh.from_array(np.ones((8, 8), np.float32), "W")])  # fmt: skip
+    d = tmp_path / "m"
+    d.mkdir()
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(d / "model.onnx"),
+              save_as_external_data=True, location="model.onnx.data", size_threshold=0)  # fmt: skip
+    assert onnx_tools.external_data_files(d / "model.onnx") == ["model.onnx.data"]
+    cfg = load_config(make_params("model=onnx", f"model.path={d / 'model.onnx'}"))
+    with pytest.raises(ModelSourceError, match="keeps its weights in external data .model.onnx.data.") as e:
+        run_export(cfg.model, cfg.export, tmp_path / "out.onnx")
+    assert "onnx.save(onnx.load(" in e.value.render()
+    (d / "model.onnx.data").unlink()
+    with pytest.raises(OnnxModelError, match="external data file that is not there") as e2:
+        onnx_tools.load_model(d / "model.onnx", "model.path")
+    assert "truncated" not in e2.value.render() and "model.onnx.data" in e2.value.render()
+
+
+def test_a_factory_argument_the_function_does_not_take_is_named(tiny_cfg) -> None:
+    from pipeline.convert.export import build_module
+
+    cfg = tiny_cfg()
+    cfg.model.factory["num_classes"] = 3  # build_mlp takes classes=, not num_classes=
+    with pytest.raises(ModelSourceError, match="cannot build the model") as e:
+        build_module(cfg.model)
+    assert "remove it (`~model.factory.num_classes`)" in e.value.render()
