@@ -26,12 +26,14 @@ What a record holds:
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata
 import json
 import importlib.util
 import site
 import sys
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +85,15 @@ def tree_entries(folder: Path, root: Path, pattern: str = "*") -> list[dict[str,
     return [file_entry(f, root) for f in sorted(files)]
 
 
+@functools.lru_cache(maxsize=1)
+def _packages() -> Mapping[str, list[str]]:
+    """{import name: distributions}: one scan of every installed distribution's metadata (0.6 s here) per process."""
+    return importlib.metadata.packages_distributions()
+
+
 def _distribution(top_level: str) -> dict[str, str] | None:
     """Name and version of the installed distribution that provides import name ``top_level``."""
-    names = importlib.metadata.packages_distributions().get(top_level)
+    names = _packages().get(top_level)
     if not names:
         return None
     name = sorted(names)[0]

@@ -31,6 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+# The bench's default phases, shorter: two rounds of each headline, no cold-start or overload servers.
+SHORT_BENCH = [
+    "bench.paired_rounds=2", "bench.paired_max_rounds=2", "bench.paired_throughput_rounds=2", "bench.paired_throughput_max_rounds=2",
+    "bench.paired_throughput_concurrency=[1,8]", "bench.alternations=2", "bench.rounds_budget_s=10", "bench.cold_start=false",
+    "bench.overload=false", "bench.warmup_runs=5", "bench.baseline_runs=50", "bench.baseline_seconds=0.2", "bench.baseline_batch_sizes=[1,8]",
+]  # fmt: skip
 
 
 def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -171,7 +177,8 @@ def _serve_pointer(env_model: Path, out: Path) -> Path:
 
 def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Path) -> None:
     """Issue 28, item 4: `dvc repro` -> release build -> promote dev, staging, production -> verify -> Triton serves
-    production -> a second version -> promote -> rollback. The default config apart from the model; any refusal fails it."""
+    production -> a second version -> promote -> rollback. The default config apart from the model and the bench's
+    durations (its default phases on a tiny model take minutes: this suite's budget); any refusal fails it."""
     import numpy as np
     import tritonclient.http as th
 
@@ -183,7 +190,9 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
     def release(*args: str) -> str:
         return sh(project, sys.executable, "-m", "pipeline.cli", "release", *args, "--store", store).stdout
 
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH)  # bench-only keys: nothing upstream reruns
     repro = sh(project, sys.executable, "-m", "dvc", "repro")
+    assert "Running stage 'repository'" not in repro.stdout
     assert "Running stage 'bench'" in repro.stdout, repro.stdout[-2000:]
     commit(project, "dvc repro")
     built = release("build")
@@ -202,7 +211,7 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
         assert th.InferenceServerClient(srv.http_url).infer("tiny", [x]).as_numpy("y").shape == (2, 4)
 
     # A second version: a config change, its repository rebuilt; the bench of the first is not attached to it.
-    sh(project, sys.executable, "-m", "pipeline.params", *BASE, "variants.throughput.dynamic_batching.max_queue_delay_us=700")
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH, "variants.throughput.dynamic_batching.max_queue_delay_us=700")
     sh(project, sys.executable, "-m", "dvc", "repro", "repository")
     commit(project, "a shorter queue delay")
     built = release("build")
