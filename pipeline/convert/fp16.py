@@ -15,10 +15,10 @@ from typing import Any
 
 import onnx
 
-from pipeline.convert import fp16_io, fp16_safety
+from pipeline.convert import fp16_io, fp16_ort, fp16_safety
 from pipeline.core import onnx_tools
 from pipeline.core.config import ModelConfig, PrecisionConfig
-from pipeline.core.errors import PrecisionError
+from pipeline.core.errors import OnnxModelError, PrecisionError
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 
@@ -29,6 +29,7 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
 
     ops = sorted(set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list))
     nodes = sorted(set(cfg.node_block_list) | set(extra_nodes or []))
+    nodes = sorted({*nodes, *fp16_ort.nested_names(model, nodes)})  # a control-flow node stays FP32 with its bodies
     try:
         with warnings.catch_warnings():
             # One warning per clipped constant (hundreds for MiniLM); clipping is configured and reported.
@@ -44,6 +45,7 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
             details={"error": f"{type(e).__name__}: {e}"},
         ) from None
     fix_float_casts(converted, nodes)
+    fp16_ort.cast_outer_inputs(converted, nodes)
     # The converter's value_info can also claim FLOAT16 where a node still computes FLOAT (e.g. a
     # Softmax reading an FP32 graph output that keep_io_types cast back). value_info is optional:
     # drop it and let ONNX Runtime infer types from the (consistent) nodes.
@@ -123,10 +125,9 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
             for b in safety["blocked_nodes"]}
     ops = sorted(block_ops)
+    converted, sess, rejected = _loadable(converted, fp32, cfg, out, set(auto))
+    auto.update({n: f"fallback (ONNX Runtime refused the FP16 graph): {why}" for n, why in rejected.items()})
     nodes = sorted(set(cfg.node_block_list) | set(auto))
-    onnx_tools.save_model(converted, out)
-    # Cast/Resize type errors only show when a session is opened, so open one here, not in a later stage.
-    sess = onnx_tools.session(out, "FP16 model")
     float16_in = {i.name for i in sess.get_inputs() if i.type == "tensor(float16)"}  # keep_io_types=false promises them
     for i, feed in enumerate(feeds):
         feed = {k: v.astype("float16") if k in float16_in and v.dtype == "float32" else v for k, v in feed.items()}
@@ -146,11 +147,38 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
         "kept_fp32": kept,
         "kept_fp32_count": len(kept),
         "fallback_blocked_count": len(auto),
+        "ort_rejected": [{"node": n, "error": why} for n, why in rejected.items()],
         "fallback": safety,
         "size_bytes_fp32": src.stat().st_size,
         "size_bytes_fp16": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def _loadable(converted: onnx.ModelProto, fp32: onnx.ModelProto, cfg: PrecisionConfig, out: Path,
+              blocked: set[str]) -> tuple[onnx.ModelProto, Any, dict[str, str]]:  # fmt: skip
+    """Save ``converted`` to ``out`` and open it; while ONNX Runtime refuses it naming nodes, keep those FP32 and convert
+    again (at most precision.fallback.max_attempts more times). Returns (model, session, {node kept: ORT's error}).
+
+    Cast/Resize type errors only show when a session is opened, so one is opened here, not in a later stage.
+
+    Raises:
+        OnnxModelError: ONNX Runtime still refuses the graph, names no node of it, or the attempts ran out.
+    """
+    rejected: dict[str, str] = {}
+    for _ in range(max(cfg.fallback.max_attempts, 0) + 1):
+        onnx_tools.save_model(converted, out)
+        try:
+            return converted, onnx_tools.session(out, "FP16 model"), rejected
+        except OnnxModelError as e:
+            error = str(e.details.get("error", "")).split(" failed:", 1)[-1]  # drop "Load model from <temp file>"
+            new = [n for n in fp16_ort.rejected_nodes(error, fp32) if n not in blocked and n not in rejected]
+            if not new or not cfg.fallback.enabled:
+                raise
+            rejected.update(dict.fromkeys(new, error[:300]))
+            converted = convert(fp32, cfg, sorted(blocked | set(rejected)))[0]
+    onnx_tools.save_model(converted, out)
+    return converted, onnx_tools.session(out, "FP16 model"), rejected
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

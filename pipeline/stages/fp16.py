@@ -29,6 +29,8 @@ def _body(a: argparse.Namespace) -> None:
         for b in report["fallback"]["blocked_nodes"]:
             what = f"{b['role']} '{b['value']}': " if b["value"] else ""
             print(f"[fp16]   kept FP32: {b['node']} ({b['op']}) {what}{b['reason']}")
+        for r in report["ort_rejected"]:
+            print(f"[fp16]   kept FP32: {r['node']} (ONNX Runtime refused the FP16 graph there: {r['error'][:160]})")
         for attempt in report["fallback"]["attempts"]:
             c = attempt["cross_check"]
             print(f"[fp16]   attempt {attempt['attempt']}: true-FP16 cross-check {c['status']}" + (f" ({c['error']})" if c.get("error") else ""))

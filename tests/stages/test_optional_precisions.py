@@ -29,7 +29,7 @@ def _fp16(params: Path, src: Path, d: Path) -> int:
 
 def test_optional_precisions_that_fail_are_recorded_and_block_nothing(make_params, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = if_onnx(tmp_path / "vad.onnx")
-    params = make_params(*BASE, f"model.path={src}")
+    params = make_params(*BASE, f"model.path={src}", "precision.fallback.enabled=false")  # no fallback: the FP16 graph stays invalid
     assert _fp16(params, src, tmp_path) == 0
     why = optional.reason(tmp_path / "model.fp16.onnx")
     assert why is not None and "ONNX Runtime cannot open the FP16 model" in why
@@ -59,9 +59,35 @@ def test_optional_precisions_that_fail_are_recorded_and_block_nothing(make_param
         assert rep["artifacts"][kind]["status"] == "skipped" and rep["artifacts"][kind]["reason"].startswith("not available: "), rep["artifacts"][kind]
 
 
-def test_a_fleet_that_serves_fp16_keeps_the_hard_error(make_params, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fp16_through_if_keeps_the_node_onnx_runtime_refuses_fp32(make_params, tmp_path: Path) -> None:
+    """Finding 2: the If's branch read an outer weight the converter made FLOAT16; the node ORT names stays FP32,
+    with its branches, and the branch reads the weight through a Cast. A fleet serving fp16 gets a gated artifact."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
     src = if_onnx(tmp_path / "vad.onnx")
     params = make_params(*BASE, f"model.path={src}", "target_specs.cpu.precision=fp16")
+    assert _fp16(params, src, tmp_path) == 0
+    report = json.loads((tmp_path / "fp16.json").read_text())
+    assert [r["node"] for r in report["ort_rejected"]] == ["If_2"] and "MatMul" in report["ort_rejected"][0]["error"]
+    assert "If_2" in {k["node"] for k in report["kept_fp32"]}
+    fp16_model = onnx.load(str(tmp_path / "model.fp16.onnx"))
+    then = next(a.g for n in fp16_model.graph.node if n.op_type == "If" for a in n.attribute if a.name == "then_branch")
+    assert then.node[0].op_type == "Cast"  # W, FLOAT16 outside, read as FLOAT inside
+    a, b = (ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (src, tmp_path / "model.fp16.onnx"))
+    for sr in (16000, 100):  # both branches
+        feed = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), "sr": np.array(sr, np.int64)}
+        assert np.abs(a.run(None, feed)[0] - b.run(None, feed)[0]).max() < 1e-2
+    rc = parity.main(["--params", str(params), "--source-onnx", str(src), "--fp32", str(src), "--fp16", str(tmp_path / "model.fp16.onnx"),
+                      "--inputs", str(tmp_path / "in.json"), "--reference", str(tmp_path / "ref.json"), "--report", str(tmp_path / "parity.json")])  # fmt: skip
+    rep = json.loads((tmp_path / "parity.json").read_text())
+    assert rc == 0 and "fp16" in rep["gating"] and rep["artifacts"]["fp16"]["passed"] is True
+
+
+def test_a_fleet_that_serves_fp16_keeps_the_hard_error(make_params, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = if_onnx(tmp_path / "vad.onnx")
+    params = make_params(*BASE, f"model.path={src}", "target_specs.cpu.precision=fp16", "precision.fallback.enabled=false")
     assert _fp16(params, src, tmp_path) != 0
     assert "ERROR [fp16] ONNX Runtime cannot open the FP16 model" in capsys.readouterr().err
     assert not (tmp_path / "model.fp16.onnx").exists() and not (tmp_path / "fp16.json").exists()
