@@ -8,6 +8,7 @@ input dims and the target's ``profile`` section: the batch axis takes
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,15 @@ class InputProfile:
     def from_dict(cls, name: str, data: Mapping[str, Sequence[int]]) -> InputProfile:
         """The inverse of :meth:`as_dict` (a manifest's ``profiles[name]``)."""
         return cls(name, tuple(data["min"]), tuple(data["opt"]), tuple(data["max"]))
+
+
+def typeable(axis: str) -> str:
+    """An axis name as a Hydra key can spell it: every character other than letters, digits and ``_`` becomes ``_``.
+
+    ``profile.dims`` matches an axis by its own name or by this spelling (``p2o.DynamicDimension.0`` ->
+    ``p2o_DynamicDimension_0``), since a dotted key is a path to Hydra.
+    """
+    return re.sub(r"\W", "_", axis)
 
 
 def resolve_target(cfg: PipelineConfig, name: str) -> TargetConfig:
@@ -79,13 +89,14 @@ def compute_profiles(inputs: Sequence[IOSpec], profile: ProfileConfig, target_na
                 rng = [d, d, d]
             elif d == batch_axis or (i == 0 and not isinstance(d, str)):
                 rng = list(profile.batch)
-            elif isinstance(d, str) and d in profile.dims:
-                rng = list(profile.dims[d])
+            elif isinstance(d, str) and (d in profile.dims or typeable(d) in profile.dims):
+                rng = list(profile.dims[d] if d in profile.dims else profile.dims[typeable(d)])
             else:
                 axis = d if isinstance(d, str) else f"<unnamed axis {i}>"
                 raise EngineError(
                     f"input '{spec.name}' axis {i} ('{axis}') is dynamic but target '{target_name}' gives it no range",
-                    fix=f"set {key}.dims.{axis}=[min, opt, max]" if isinstance(d, str) else "export the model with a named dynamic axis",
+                    # A name with dots (p2o.DynamicDimension.0) is no Hydra key path: its typeable spelling is.
+                    fix=f"set +{key}.dims.{typeable(axis)}=[min, opt, max]" if isinstance(d, str) else "export the model with a named dynamic axis",
                     details={"input dims": list(spec.dims), "known axes": [batch_axis, *profile.dims]},
                 )
             mins.append(rng[0])

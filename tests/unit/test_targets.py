@@ -85,3 +85,21 @@ def test_dynamic_axis_without_range_names_the_key() -> None:
 def test_custom_batch_axis_name() -> None:
     out = compute_profiles([IOSpec("x", "float32", ("N", 4))], ProfileConfig(batch=[1, 2, 3]), "a10", batch_axis="N")
     assert out[0].max == (3, 4)
+
+
+def test_a_dotted_axis_name_gets_a_key_hydra_can_type() -> None:
+    """Issue 28, finding 6: PaddlePaddle names axes p2o.DynamicDimension.0; the suggested key must compose."""
+    import yaml
+
+    from pipeline.core.errors import EngineError
+    from pipeline.params import compose
+
+    inputs = [IOSpec("x", "float32", ("batch", 3, "p2o.DynamicDimension.0", 320))]
+    with pytest.raises(EngineError) as e:
+        compute_profiles(inputs, ProfileConfig(batch=[1, 4, 8]), "a100")
+    fix = e.value.fix or ""
+    assert fix == "set +target_specs.a100.profile.dims.p2o_DynamicDimension_0=[min, opt, max]", fix
+    key = fix.removeprefix("set ").replace("[min, opt, max]", "[32,320,960]")
+    dims = yaml.safe_load(compose(["targets=[cpu,a100]", key]))["target_specs"]["a100"]["profile"]["dims"]
+    out = compute_profiles(inputs, ProfileConfig(batch=[1, 4, 8], dims=dims), "a100")
+    assert (out[0].min, out[0].max) == ((1, 3, 32, 320), (8, 3, 960, 320))
