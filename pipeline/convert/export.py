@@ -14,9 +14,9 @@ import numpy as np
 from pipeline.core import model_outputs, onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ExportConfig, ModelConfig
-from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError
-from pipeline.core.samples import input_specs, load_samples
-from pipeline.core.specs import graph_io, op_counts
+from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError, PipelineError
+from pipeline.core.samples import DEFAULT_LEN, input_specs, load_samples, synthetic_feed
+from pipeline.core.specs import graph_io, op_counts, typeable
 
 
 def build_module(model: ModelConfig) -> Any:
@@ -222,11 +222,50 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
     onnx_tools.check_model(src, f"model.path={src}")
     sess = onnx_tools.session(src, f"model.path={src}")
     specs = input_specs(model, inputs)
-    outputs = onnx_tools.run(sess, load_samples(model, specs, count=1)[0], f"model.path={src}")
+    try:
+        outputs = onnx_tools.run(sess, load_samples(model, specs, count=1)[0], f"model.path={src}")
+    except OnnxModelError as e:
+        raise sample_dims_hint(e, model, specs, sess) from None
     if bad := onnx_tools.nonfinite(outputs):
         raise OnnxModelError(f"model.path={src} produces NaN/Inf on a sample", details={"outputs": bad})
     shutil.copyfile(src, out)
     return {"source": "onnx", "path": str(src)}
+
+
+SIZE_LADDER = (32, 64, 128, 224, 256, 320, 512, 640)  # sizes models commonly need (strides of 32, ImageNet, detectors)
+
+
+def sample_dims_hint(error: OnnxModelError, model: ModelConfig, specs: list[Any], sess: Any) -> PipelineError:
+    """Why synthetic samples failed, and the ``model.sample_dims`` that fixes it, found by trying :data:`SIZE_LADDER`.
+
+    Returns ``error`` itself when the samples are real (model.data) or no dynamic axis was guessed.
+    """
+    if model.data is not None:
+        return error
+    guessed = sorted({str(d) for s in specs for i, d in enumerate(s.shape) if i > 0 and isinstance(d, str)}
+                     - set(model.sample_dims) - {typeable(k) for k in model.sample_dims})  # fmt: skip
+    if not guessed:
+        return error
+
+    def keys(size: object) -> str:
+        return " ".join(f"++model.sample_dims.{typeable(a)}={size}" for a in guessed)
+
+    for size in SIZE_LADDER:
+        dims = {**model.sample_dims, **dict.fromkeys(guessed, size)}
+        try:
+            onnx_tools.run(sess, synthetic_feed(specs, 2, model.seed, dims=dims), "model")
+        except OnnxModelError:
+            continue
+        return ModelSourceError(
+            f"ONNX Runtime cannot run model.path on synthetic inputs whose dynamic axes {guessed} are {DEFAULT_LEN}; it runs with {size}",
+            fix=f"set {keys(size)} (the size synthetic samples give those axes), or model.data to real samples",
+            details={"error at the default size": error.details.get("error", error.what)},
+        )
+    return ModelSourceError(
+        f"ONNX Runtime cannot run model.path on synthetic inputs: its dynamic axes {guessed} fit none of {[DEFAULT_LEN, *SIZE_LADDER]}",
+        fix=f"set {keys('<size>')} to sizes the model takes, or model.data to real samples",
+        details={"error at the default size": error.details.get("error", error.what)},
+    )
 
 
 def run_export(model: ModelConfig, export: ExportConfig, out: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +18,25 @@ import numpy as np
 
 from pipeline.core.config import ModelConfig, TensorSpec
 from pipeline.core.errors import ConfigError, ModelSourceError
-from pipeline.core.specs import IOSpec
+from pipeline.core.specs import IOSpec, typeable
 
 Feed = dict[str, np.ndarray]
 
 
-def synthetic_feed(specs: list[TensorSpec], batch: int, seed: int, default_len: int = 16) -> Feed:
-    """Deterministic random inputs: dynamic axes get ``batch`` (axis 0) or ``default_len``."""
+DEFAULT_LEN = 16  # the size of a dynamic non-batch axis in synthetic samples, unless model.sample_dims names it
+
+
+def _dim(dims: Mapping[str, int], axis: str, default: int) -> int:
+    return int(dims.get(axis, dims.get(typeable(axis), default)))
+
+
+def synthetic_feed(specs: list[TensorSpec], batch: int, seed: int, default_len: int = DEFAULT_LEN, dims: Mapping[str, int] | None = None) -> Feed:
+    """Deterministic random inputs: dynamic axes get ``batch`` (axis 0), their ``dims`` entry, or ``default_len``."""
     rng = np.random.default_rng(seed)
+    dims = dims or {}
     feed: Feed = {}
     for s in specs:
-        shape = [batch if i == 0 and not isinstance(d, int) else (d if isinstance(d, int) else default_len) for i, d in enumerate(s.shape)]
+        shape = [batch if i == 0 and not isinstance(d, int) else (d if isinstance(d, int) else _dim(dims, str(d), default_len)) for i, d in enumerate(s.shape)]
         dt = np.dtype(s.dtype)
         if np.issubdtype(dt, np.integer):
             feed[s.name] = rng.integers(int(s.low), max(int(s.high), int(s.low) + 1), size=shape, dtype=dt)
@@ -117,8 +126,8 @@ def load_samples(
     if not specs:
         raise ConfigError("no input specs to build samples from", fix="list model.inputs in the model config")
     if batch_sizes:
-        return [synthetic_feed(specs, b, model.seed + i) for i, b in enumerate(batch_sizes)]
-    return [synthetic_feed(specs, batch, model.seed + i) for i in range(count)]
+        return [synthetic_feed(specs, b, model.seed + i, dims=model.sample_dims) for i, b in enumerate(batch_sizes)]
+    return [synthetic_feed(specs, batch, model.seed + i, dims=model.sample_dims) for i in range(count)]
 
 
 # ---------------------------------------------------------------- requests a client sends

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,3 +81,12 @@ def op_counts(model: onnx.ModelProto) -> dict[str, int]:
     for n in model.graph.node:
         counts[n.op_type] = counts.get(n.op_type, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def typeable(axis: str) -> str:
+    """An axis name as a Hydra key can spell it: every character other than letters, digits and ``_`` becomes ``_``.
+
+    ``profile.dims`` and ``model.sample_dims`` match an axis by its own name or by this spelling (``p2o.DynamicDimension.0`` ->
+    ``p2o_DynamicDimension_0``), since a dotted key is a path to Hydra.
+    """
+    return re.sub(r"\W", "_", axis)

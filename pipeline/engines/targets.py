@@ -8,13 +8,12 @@ input dims and the target's ``profile`` section: the batch axis takes
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.core.config import PipelineConfig, ProfileConfig, TargetConfig
 from pipeline.core.errors import ConfigError, EngineError
-from pipeline.core.specs import IOSpec
+from pipeline.core.specs import IOSpec, typeable
 
 Shape = tuple[int, ...]
 
@@ -37,14 +36,6 @@ class InputProfile:
         """The inverse of :meth:`as_dict` (a manifest's ``profiles[name]``)."""
         return cls(name, tuple(data["min"]), tuple(data["opt"]), tuple(data["max"]))
 
-
-def typeable(axis: str) -> str:
-    """An axis name as a Hydra key can spell it: every character other than letters, digits and ``_`` becomes ``_``.
-
-    ``profile.dims`` matches an axis by its own name or by this spelling (``p2o.DynamicDimension.0`` ->
-    ``p2o_DynamicDimension_0``), since a dotted key is a path to Hydra.
-    """
-    return re.sub(r"\W", "_", axis)
 
 
 def resolve_target(cfg: PipelineConfig, name: str) -> TargetConfig:

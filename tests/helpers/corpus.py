@@ -50,3 +50,21 @@ def conv_opset12_onnx(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(path))
     return path
+
+
+def stride32_onnx(path: Path) -> Path:
+    """A detector twin with dynamic H and W that only runs on multiples of 32 (a stride-32 feature map added back
+    to the input, as an FPN does): ``x [N, 3, H, W]`` -> ``y``; at 16 x 16 ONNX Runtime fails to broadcast."""
+    scales = nh.from_array(np.array([1, 1, 32, 32], np.float32), "scales")
+    nodes = [
+        h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[32, 32], strides=[32, 32], name="stride32"),
+        h.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest", name="up32"),
+        h.make_node("Add", ["x", "u"], ["y"], name="fpn_add"),
+    ]
+    g = h.make_graph(nodes, "detector_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 3, "H", "W"])], [scales])  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path

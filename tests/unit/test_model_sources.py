@@ -97,3 +97,21 @@ def test_a_factory_argument_the_function_does_not_take_is_named(tiny_cfg) -> Non
     with pytest.raises(ModelSourceError, match="cannot build the model") as e:
         build_module(cfg.model)
     assert "remove it (`~model.factory.num_classes`)" in e.value.render()
+
+
+def test_dynamic_spatial_dims_that_need_multiples_of_32_get_the_key_that_fits(tmp_path: Path, make_params) -> None:
+    """Finding 3: 16 x 16 synthetic inputs broke a detector; the export tries a ladder of sizes and names the key."""
+    from pipeline.core.config import load_config
+    from tests.helpers.corpus import stride32_onnx
+
+    src = stride32_onnx(tmp_path / "det.onnx")
+    cfg = load_config(make_params("model=onnx", f"model.path={src}"))
+    with pytest.raises(ModelSourceError, match=r"dynamic axes \['H', 'W'\] are 16; it runs with 32") as e:
+        run_export(cfg.model, cfg.export, tmp_path / "out.onnx")
+    fix = e.value.fix or ""
+    assert fix.startswith("set ++model.sample_dims.H=32 ++model.sample_dims.W=32"), fix
+    keys = fix.removeprefix("set ").split(" (")[0].split()
+    cfg = load_config(make_params("model=onnx", f"model.path={src}", *keys, name="fixed.yaml"))
+    assert cfg.model.sample_dims == {"H": 32, "W": 32}
+    info = run_export(cfg.model, cfg.export, tmp_path / "out.onnx")
+    assert [i["dims"] for i in info["inputs"]] == [["N", 3, "H", "W"]]  # still dynamic: only the samples' size was set

@@ -148,6 +148,8 @@ def check_model(m: ModelConfig, p: Problems) -> None:
             p.add(f"model.output_axes.{out}", axis, "axis 0 is the batch axis; name the class or embedding axis (e.g. 1, or -1 for the last)")
     p.number("model.seq_len", m.seq_len, 1)
     p.number("model.seed", m.seed, 0)
+    for axis, size in m.sample_dims.items():
+        p.number(f"model.sample_dims.{axis}", size, 1, 65536)
 
 
 def check_export(cfg: PipelineConfig, p: Problems) -> None:

@@ -64,6 +64,10 @@ class ModelConfig:
     data: Optional[dict[str, Any]] = None
     seq_len: int = 128  # used by text models' interpolations
     seed: int = 0
+    # The size synthetic samples give each dynamic axis, by the axis name (the graph's, or model.inputs'), where the
+    # default (16) does not fit the model: {height: 32, width: 32} for a detector that needs multiples of 32. The batch
+    # axis takes the samples' batch sizes. (The export stage tries a few sizes and names this key when 16 fails.)
+    sample_dims: dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- export / simplify / precision
