@@ -53,9 +53,19 @@ def contiguous(a: Any) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(arr.shape)
 
 
+INT_HIGH = 2  # an integer input the graph says nothing about gets 0 and 1 (masks, flags); a Gather's table bounds the rest
+
+
 def specs_from_graph(graph_inputs: list[IOSpec]) -> list[TensorSpec]:
-    """TensorSpecs for a graph whose config lists no inputs (model=onnx)."""
-    return [TensorSpec(name=i.name, dtype=i.dtype, shape=[d if isinstance(d, int) else (d or f"dim{k}") for k, d in enumerate(i.dims)]) for i in graph_inputs]
+    """TensorSpecs for a graph whose config lists no inputs (model=onnx): integer inputs range over the table they index
+    (``IOSpec.index_range``), else over {0, 1}; floats over [0, 1)."""
+    out = []
+    for i in graph_inputs:
+        shape = [d if isinstance(d, int) else (d or f"dim{k}") for k, d in enumerate(i.dims)]
+        integer = np.issubdtype(np.dtype(i.dtype), np.integer)
+        high = float(i.index_range or INT_HIGH) if integer else 1.0
+        out.append(TensorSpec(name=i.name, dtype=i.dtype, shape=shape, low=0.0, high=high))
+    return out
 
 
 def input_specs(model: ModelConfig, graph_inputs: list[IOSpec]) -> list[TensorSpec]:

@@ -34,6 +34,9 @@ class IOSpec:
     name: str
     dtype: str
     dims: tuple[int | str | None, ...] = field(default_factory=tuple)
+    # An integer input that indexes a table (a Gather on an initializer: token ids, token types): the table's size,
+    # so synthetic samples stay inside it (None: not known from the graph).
+    index_range: int | None = None
 
     @property
     def dynamic_axes(self) -> dict[int, str]:
@@ -68,11 +71,42 @@ def _value_info_spec(vi: onnx.ValueInfoProto) -> IOSpec:
 
 
 def graph_io(model: onnx.ModelProto) -> tuple[list[IOSpec], list[IOSpec]]:
-    """Real inputs (initializers excluded) and outputs of a graph."""
+    """Real inputs (initializers excluded) and outputs of a graph; an integer input's ``index_range`` when it has one."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [_value_info_spec(v) for v in model.graph.input if v.name not in inits]
     outputs = [_value_info_spec(v) for v in model.graph.output]
-    return inputs, outputs
+    ranges = index_ranges(model, [i.name for i in inputs if np.issubdtype(np.dtype(i.dtype), np.integer)])
+    return [IOSpec(i.name, i.dtype, i.dims, ranges.get(i.name)) for i in inputs], outputs
+
+
+_PASS_THROUGH = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Identity", "Expand"}  # keep the values, change the layout
+
+
+def index_ranges(model: onnx.ModelProto, names: list[str]) -> dict[str, int]:
+    """{input: rows of the table it indexes}, for inputs that reach a ``Gather`` on an initializer (the indices, input 1)
+    through layout-only ops; the smallest table when it reaches several."""
+    tables = {i.name: list(i.dims) for i in model.graph.initializer}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in model.graph.node:
+        for x in n.input:
+            consumers.setdefault(x, []).append(n)
+    out: dict[str, int] = {}
+    for name in names:
+        seen, todo, sizes = {name}, [name], []
+        while todo:
+            value = todo.pop()
+            for n in consumers.get(value, []):
+                if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == value and n.input[0] in tables:
+                    axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+                    dims = tables[n.input[0]]
+                    if dims and -len(dims) <= axis < len(dims):
+                        sizes.append(int(dims[axis]))
+                elif n.op_type in _PASS_THROUGH and n.input and n.input[0] == value:
+                    todo += [o for o in n.output if o not in seen]
+                    seen.update(n.output)
+        if sizes:
+            out[name] = min(sizes)
+    return out
 
 
 def op_counts(model: onnx.ModelProto) -> dict[str, int]:

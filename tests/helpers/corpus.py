@@ -68,3 +68,42 @@ def stride32_onnx(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(path))
     return path
+
+
+def bert_like_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 3) -> Path:
+    """A three-input BERT-style classifier twin: ``input_ids`` and ``token_type_ids`` index embedding tables (Gather),
+    ``attention_mask`` weighs the mean; ``logits [N, labels]``. Random integers beyond a table's rows break it."""
+    rng = np.random.default_rng(0)
+    words = nh.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "word_embeddings")
+    types = nh.from_array(rng.standard_normal((2, hidden)).astype(np.float32), "token_type_embeddings")
+    head = nh.from_array(rng.standard_normal((hidden, labels)).astype(np.float32), "classifier")
+    axes = nh.from_array(np.array([-1], np.int64), "last")
+    nodes = [
+        h.make_node("Gather", ["word_embeddings", "input_ids"], ["w"], name="words"),
+        h.make_node("Gather", ["token_type_embeddings", "token_type_ids"], ["t"], name="types"),
+        h.make_node("Add", ["w", "t"], ["e"], name="embed"),
+        h.make_node("Cast", ["attention_mask"], ["m"], to=T.FLOAT, name="mask_f"),
+        h.make_node("Unsqueeze", ["m", "last"], ["m3"], name="mask_3d"),
+        h.make_node("Mul", ["e", "m3"], ["me"], name="masked"),
+        h.make_node("ReduceMean", ["me"], ["pooled"], axes=[1], keepdims=0, name="pool"),
+        h.make_node("MatMul", ["pooled", "classifier"], ["logits"], name="head"),
+    ]
+    ins = [h.make_tensor_value_info(n, T.INT64, ["batch", "sequence"]) for n in ("input_ids", "token_type_ids", "attention_mask")]
+    g = h.make_graph(nodes, "bert_twin", ins, [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])], [words, types, head, axes])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
+
+
+def fixed_batch_onnx(path: Path) -> Path:
+    """A model exported with a fixed batch of 4 (no dynamic axis at all): ``x [4, 8]`` -> ``y [4, 8]``."""
+    w = nh.from_array(np.eye(8, dtype=np.float32) * 0.5, "W")
+    g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["z"], name="mm"), h.make_node("Relu", ["z"], ["y"], name="relu")], "fixed_twin",
+                     [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, [4, 8])], [w])  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path

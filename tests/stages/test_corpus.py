@@ -1,0 +1,90 @@
+"""Real-world model shapes (issue 28, item 5), each built in the test as a tiny structural twin, from ``model=onnx``
+through every model stage to a repository a strict tritonserver accepts, with at most a line or two of config.
+
+| family | what breaks a naive pipeline | config it needs |
+|---|---|---|
+| voice detector: ``If`` + rank-0 ``sr`` | FP16 through the branch (kept FP32 automatically); rank 0 in calibration | none |
+| detector: dynamic H, W in strides of 32 | 16 x 16 samples fail to broadcast | ``++model.sample_dims.H=32 ++model.sample_dims.W=32`` |
+| OCR net exported at opset 12 | per-channel INT8 writes an opset-13 attribute | none |
+| BERT-style, three int64 inputs | random ids beyond the embedding tables | none (ranges read from the Gather tables) |
+| fixed batch of 4 | no batch axis: max_batch_size 0 | none |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.core import optional
+from pipeline.repository import config as triton_config
+from pipeline.serving.tritonserver import validate_repository
+from pipeline.stages import calibrate, choose, export, fp16, int8, parity, repository, simplify
+from tests.helpers import corpus
+
+pytestmark = pytest.mark.slow
+
+FAMILIES: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
+    "vad": (corpus.if_onnx, []),
+    "detector": (corpus.stride32_onnx, ["++model.sample_dims.H=32", "++model.sample_dims.W=32"]),
+    "ocr": (corpus.conv_opset12_onnx, []),
+    "bert": (corpus.bert_like_onnx, []),
+    "fixed": (corpus.fixed_batch_onnx, []),
+}
+
+
+def chain(params: Path, d: Path) -> dict[str, int]:
+    """Every model stage, as dvc.yaml runs them; the exit code of each."""
+    p, a = ["--params", str(params)], lambda name: str(d / name)
+    onnx_files = ["--fp32", a("model.fp32.onnx"), "--fp16", a("model.fp16.onnx"), "--int8", a("model.int8.onnx")]
+    (d / "engines").mkdir(exist_ok=True)
+    steps: list[tuple[str, Callable[[list[str]], int], list[str]]] = [
+        ("export", export.main, [*p, "--out", a("model.onnx"), "--report", a("export.json")]),
+        ("simplify", simplify.main, [*p, "--onnx", a("model.onnx"), "--out", a("model.fp32.onnx"), "--report", a("simplify.json")]),
+        ("fp16", fp16.main, [*p, "--onnx", a("model.fp32.onnx"), "--out", a("model.fp16.onnx"), "--report", a("fp16.json")]),
+        ("calibrate", calibrate.main, [*p, "--onnx", a("model.fp32.onnx"), "--out", a("samples.json"), "--report", a("calibrate.json")]),
+        ("int8", int8.main, [*p, "--onnx", a("model.fp32.onnx"), "--calibration", a("samples.json"), "--out", a("model.int8.onnx"),
+                             "--report", a("int8.json")]),
+        ("parity", parity.main, [*p, "--source-onnx", a("model.onnx"), *onnx_files, "--engines", a("engines"), "--inputs", a("in.json"),
+                                 "--reference", a("ref.json"), "--report", a("parity.json")]),
+        ("choose", choose.main, [*p, *onnx_files, "--parity", a("parity.json"), "--report", a("choose.json")]),
+        ("repository", repository.main, [*p, *onnx_files, "--choice", a("choose.json"), "--parity", a("parity.json"),
+                                         "--engines", a("engines"), "--out", a("repo"), "--report", a("repository.json")]),
+    ]  # fmt: skip
+    codes = {}
+    for name, main, args in steps:
+        codes[name] = main(args)
+        if codes[name] != 0:
+            break
+    return codes
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_each_family_reaches_a_repository_a_strict_tritonserver_accepts(family: str, make_params, tmp_path: Path) -> None:
+    build, extra = FAMILIES[family]
+    src = build(tmp_path / f"{family}.onnx")
+    params = make_params("model=onnx", f"model.name={family}", f"model.path={src}", *extra)
+    codes = chain(params, tmp_path)
+    assert set(codes.values()) == {0} and len(codes) == 8, codes
+    rep = json.loads((tmp_path / "parity.json").read_text())
+    assert rep["passed"] is True and rep["artifacts"]["fp32"]["status"] == "passed"
+    # Optional precisions: built here, or recorded with their reason; never fatal.
+    for kind in ("fp16", "int8"):
+        why = optional.reason(tmp_path / f"model.{kind}.onnx")
+        assert why is None or rep["artifacts"][kind]["reason"] == f"not available: {why}", (kind, why)
+    for variant in ("latency", "throughput"):
+        checked = validate_repository(tmp_path / "repo", variant)
+        assert checked.only_missing_backend and not checked.errors, checked.log
+    if family == "fixed":  # no batch axis: Triton gets max_batch_size 0 and no batcher, the note says why
+        cfg = triton_config.parse(tmp_path / "repo/fixed/configs/throughput.pbtxt")
+        assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
+    if family == "bert":  # synthetic ids span each embedding table (read from its Gather), masks are 0/1
+        from polygraphy.json import load_json
+
+        feeds = load_json(str(tmp_path / "in.json"))
+        ids, types, mask = (np.concatenate([f[k].ravel() for f in feeds]) for k in ("input_ids", "token_type_ids", "attention_mask"))
+        assert 0 <= ids.min() and ids.max() < 64 and ids.max() > 32, (ids.min(), ids.max())
+        assert set(types.tolist()) == {0, 1} and set(mask.tolist()) == {0, 1}
