@@ -66,10 +66,16 @@ def vectors(outputs: Sequence[np.ndarray], axis: int = -1) -> tuple[np.ndarray, 
 
 
 def rows(outputs: Sequence[np.ndarray]) -> np.ndarray:
-    """Pool samples' outputs into rows: ``[n, features]`` in float64 (a 1-D output is one row per sample)."""
+    """Pool samples' outputs into rows: ``[n, features]`` in float64 (a 1-D output is one row per sample).
+
+    An output whose batch is not on axis 0 (a recurrent state ``[2, N, H]``) gives rows of different widths per
+    sample; it is pooled as vectors along its last axis instead.
+    """
     parts = [np.asarray(o, dtype=np.float64) for o in outputs]
-    parts = [p.reshape(1, -1) if p.ndim <= 1 else p.reshape(p.shape[0], -1) for p in parts]
-    return np.concatenate(parts) if parts else np.zeros((0, 0))
+    flat = [p.reshape(1, -1) if p.ndim <= 1 else p.reshape(p.shape[0], -1) for p in parts]
+    if len({f.shape[1] for f in flat}) > 1:
+        flat = [p.reshape(-1, p.shape[-1]) for p in parts]
+    return np.concatenate(flat) if flat else np.zeros((0, 0))
 
 
 def cosine_rows(ref: np.ndarray, art: np.ndarray) -> np.ndarray:

@@ -31,12 +31,18 @@ def _dim(dims: Mapping[str, int], axis: str, default: int) -> int:
 
 
 def synthetic_feed(specs: list[TensorSpec], batch: int, seed: int, default_len: int = DEFAULT_LEN, dims: Mapping[str, int] | None = None) -> Feed:
-    """Deterministic random inputs: dynamic axes get ``batch`` (axis 0), their ``dims`` entry, or ``default_len``."""
+    """Deterministic random inputs: dynamic axes get ``batch`` (axis 0), their ``dims`` entry, or ``default_len``.
+
+    An axis named like another input's batch axis is that batch wherever it sits: a recurrent state ``[2, N, 128]``
+    beside ``input [N, T]`` gets ``N`` rows on axis 1.
+    """
     rng = np.random.default_rng(seed)
     dims = dims or {}
+    batch_names = {str(s.shape[0]) for s in specs if s.shape and isinstance(s.shape[0], str)}
     feed: Feed = {}
     for s in specs:
-        shape = [batch if i == 0 and not isinstance(d, int) else (d if isinstance(d, int) else _dim(dims, str(d), default_len)) for i, d in enumerate(s.shape)]
+        shape = [batch if (i == 0 and not isinstance(d, int)) or (isinstance(d, str) and d in batch_names)
+                 else (d if isinstance(d, int) else _dim(dims, str(d), default_len)) for i, d in enumerate(s.shape)]  # fmt: skip
         dt = np.dtype(s.dtype)
         if np.issubdtype(dt, np.integer):
             feed[s.name] = rng.integers(int(s.low), max(int(s.high), int(s.low) + 1), size=shape, dtype=dt)

@@ -107,3 +107,31 @@ def fixed_batch_onnx(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(m, str(path))
     return path
+
+
+def vad_state_onnx(path: Path) -> Path:
+    """The voice detector twin with its recurrent state, batch on axis 1 as Silero VAD has it: ``x [N, 4]``, rank-0
+    ``sr``, ``state [2, N, 4]`` -> ``y [N, 4]``, ``stateN [2, N, 4]``; the ``If`` on ``sr`` reads an outer weight."""
+    w = nh.from_array(np.full((4, 4), 0.5, np.float32), "W")
+    b = nh.from_array(np.full((4,), 0.25, np.float32), "b")
+    threshold = nh.from_array(np.array(8000.0, np.float32), "threshold")
+    zero = nh.from_array(np.array([0], np.int64), "axis0")
+    then_g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["t_out"])], "then", [], [h.make_tensor_value_info("t_out", T.FLOAT, ["N", 4])])
+    else_g = h.make_graph([h.make_node("Add", ["x", "b"], ["e_out"])], "else", [], [h.make_tensor_value_info("e_out", T.FLOAT, ["N", 4])])
+    nodes = [
+        h.make_node("Cast", ["sr"], ["srf"], to=T.FLOAT, name="sr_f"),
+        h.make_node("Greater", ["srf", "threshold"], ["cond"], name="wideband"),
+        h.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g, name="branch"),
+        h.make_node("Unsqueeze", ["z", "axis0"], ["z3"], name="z3"),
+        h.make_node("Add", ["state", "z3"], ["s"], name="carry"),
+        h.make_node("Tanh", ["s"], ["stateN"], name="state_out"),
+        h.make_node("ReduceMean", ["stateN"], ["y"], axes=[0], keepdims=0, name="y"),
+    ]
+    ins = [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, []),
+           h.make_tensor_value_info("state", T.FLOAT, [2, "N", 4])]  # fmt: skip
+    outs = [h.make_tensor_value_info("y", T.FLOAT, ["N", 4]), h.make_tensor_value_info("stateN", T.FLOAT, [2, "N", 4])]
+    m = h.make_model(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path

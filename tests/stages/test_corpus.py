@@ -4,6 +4,7 @@ through every model stage to a repository a strict tritonserver accepts, with at
 | family | what breaks a naive pipeline | config it needs |
 |---|---|---|
 | voice detector: ``If`` + rank-0 ``sr`` | FP16 through the branch (kept FP32 automatically); rank 0 in calibration | none |
+| ...with its recurrent state ``[2, N, 4]`` | the batch on axis 1 of the state (samples gave it 16 rows) | none |
 | detector: dynamic H, W in strides of 32 | 16 x 16 samples fail to broadcast | ``++model.sample_dims.H=32 ++model.sample_dims.W=32`` |
 | OCR net exported at opset 12 | per-channel INT8 writes an opset-13 attribute | none |
 | BERT-style, three int64 inputs | random ids beyond the embedding tables | none (ranges read from the Gather tables) |
@@ -29,6 +30,7 @@ pytestmark = pytest.mark.slow
 
 FAMILIES: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "vad": (corpus.if_onnx, []),
+    "vad_state": (corpus.vad_state_onnx, []),
     "detector": (corpus.stride32_onnx, ["++model.sample_dims.H=32", "++model.sample_dims.W=32"]),
     "ocr": (corpus.conv_opset12_onnx, []),
     "bert": (corpus.bert_like_onnx, []),
