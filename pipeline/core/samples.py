@@ -83,11 +83,20 @@ def input_specs(model: ModelConfig, graph_inputs: list[IOSpec]) -> list[TensorSp
     return list(model.inputs) or specs_from_graph(graph_inputs)
 
 
-def load_feed_file(path: str | Path) -> list[Feed]:
-    """Feeds from a Polygraphy JSON inputs file (list of feed dicts) or an .npz (one feed)."""
+def load_feed_file(path: str | Path, names: list[str] | None = None) -> list[Feed]:
+    """Feeds from a Polygraphy JSON inputs file (list of feed dicts), an .npz (one feed) or, for a model with one
+    input (``names``), an .npy holding its rows (images ``[N, 3, H, W]``, say): one feed of N rows."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"model.data.path not found: {p}", fix="set model.data.path to an existing .json or .npz file", details={"path": p.resolve()})
+        raise ConfigError(f"model.data.path not found: {p}", fix="set model.data.path to an existing .json, .npz or .npy file", details={"path": p.resolve()})
+    if p.suffix == ".npy":
+        if not names or len(names) != 1:
+            raise ConfigError(f"model.data.path={p} is one array, and the model takes {len(names or [])} inputs {names or ''}",
+                              fix="save an .npz with one array per input name: numpy.savez(path, **{name: array})")  # fmt: skip
+        try:
+            return [{names[0]: np.load(p, allow_pickle=False)}]  # no pickles: an .npy is data, never code
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read model.data.path={p} as .npy", fix="save it with numpy.save(path, array)", details={"error": e}) from None
     if p.suffix == ".npz":
         try:
             with np.load(p, allow_pickle=False) as z:  # no pickles: an .npz is data, never code
@@ -95,7 +104,7 @@ def load_feed_file(path: str | Path) -> list[Feed]:
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read model.data.path={p} as .npz", fix="save it with numpy.savez(path, **{input_name: array})", details={"error": e}) from None
     if p.suffix != ".json":
-        raise ConfigError(f"model.data.path={p} is neither .json nor .npz", fix="give a Polygraphy JSON inputs file or an .npz")
+        raise ConfigError(f"model.data.path={p} is not .json, .npz or .npy", fix="give a Polygraphy JSON inputs file, an .npz or an .npy")
     from polygraphy.exception import PolygraphyException
     from polygraphy.json import load_json
 
@@ -119,7 +128,8 @@ def load_samples(
     Synthetic: one feed per entry of ``batch_sizes`` if given, else ``count`` feeds of ``batch``.
     """
     if model.data and "path" in model.data and "_target_" not in model.data:
-        return load_feed_file(str(model.data["path"]))
+        names = [s.name for s in (specs if specs is not None else model.inputs)]
+        return load_feed_file(str(model.data["path"]), names or None)
     if model.data:
         from hydra.errors import InstantiationException
         from hydra.utils import instantiate

@@ -115,3 +115,33 @@ def test_dynamic_spatial_dims_that_need_multiples_of_32_get_the_key_that_fits(tm
     assert cfg.model.sample_dims == {"H": 32, "W": 32}
     info = run_export(cfg.model, cfg.export, tmp_path / "out.onnx")
     assert [i["dims"] for i in info["inputs"]] == [["N", 3, "H", "W"]]  # still dynamic: only the samples' size was set
+
+
+def test_a_folder_of_images_as_one_npy_is_calibration_and_parity_rows(tmp_path: Path, make_params) -> None:
+    """Item 3: an image model's real data as easy as MiniLM's: model.data={path: images.npy} for its one input."""
+    import numpy as np
+
+    from pipeline.convert import calibration
+    from pipeline.core.config import load_config
+    from pipeline.core.errors import ConfigError
+    from pipeline.core.samples import load_samples
+    from pipeline.stages import calibrate
+    from tests.helpers.corpus import bert_like_onnx, stride32_onnx
+
+    src = stride32_onnx(tmp_path / "det.onnx")
+    images = np.random.default_rng(3).uniform(0, 1, (24, 3, 32, 32)).astype(np.float32)
+    np.save(tmp_path / "images.npy", images)
+    params = make_params("model=onnx", f"model.path={src}", f"model.data={{path: {tmp_path / 'images.npy'}}}")
+    out = tmp_path / "samples.json"
+    assert calibrate.main(["--params", str(params), "--onnx", str(src), "--out", str(out), "--report", str(tmp_path / "c.json")]) == 0
+    rows = np.concatenate([f["x"] for f in calibration.load(out)])
+    assert rows.shape == (12, 3, 32, 32) and any(np.array_equal(rows[0], im) for im in images)  # half held out for parity
+    # A model with several inputs needs an .npz, and the message says so.
+    bert = bert_like_onnx(tmp_path / "bert.onnx")
+    cfg = load_config(make_params("model=onnx", f"model.path={bert}", f"model.data={{path: {tmp_path / 'images.npy'}}}", name="b.yaml"))
+    with pytest.raises(ConfigError, match="is one array, and the model takes 3 inputs"):
+        from pipeline.core import onnx_tools
+        from pipeline.core.samples import input_specs
+        from pipeline.core.specs import graph_io
+
+        load_samples(cfg.model, input_specs(cfg.model, graph_io(onnx_tools.load_model(bert))[0]))

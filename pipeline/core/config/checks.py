@@ -139,7 +139,7 @@ def check_model(m: ModelConfig, p: Problems) -> None:
         if spec.low > spec.high:
             p.add(f"{key}.low", spec.low, f"must be <= {key}.high={spec.high} (the synthetic sample range)")
     if m.data is not None and not ("_target_" in m.data or "path" in m.data):
-        p.add("model.data", m.data, "must be {_target_: pkg.fn, ...} (a sample-data hook) or {path: file.json|.npz}, or null")
+        p.add("model.data", m.data, "must be {_target_: pkg.fn, ...} (a sample-data hook) or {path: file.json|.npz|.npy}, or null")
     for out, axis in m.output_axes.items():
         if out not in m.output_kinds:
             p.add(f"model.output_axes.{out}", axis, f"names an output model.output_kinds does not judge ({sorted(m.output_kinds)}); "

@@ -98,7 +98,7 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
         ("model.path", m.path if m.source == Source.onnx else None, "set model.path to an existing .onnx file"),
         ("model.checkpoint", m.checkpoint, "write the checkpoint first (e.g. your training run), or set "
          "model.checkpoint to an existing .safetensors/.pt file, or null"),
-        ("model.data.path", data_path, "set model.data.path to an existing .json or .npz file"),
+        ("model.data.path", data_path, "set model.data.path to an existing .json, .npz or .npy file"),
     ]
     for key, value, fix in named:
         if value and not p.has(key) and not resolve(str(value), base).is_file():
