@@ -121,6 +121,12 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     inputs, _ = graph_io(fp32)
     feeds = load_samples(model, input_specs(model, inputs))
     block_ops = set(float16.DEFAULT_OP_BLOCK_LIST) | set(cfg.op_block_list)
+    graph_ops = {n.op_type for n in fp32.graph.node}
+    if graph_ops and graph_ops <= block_ops | set(cfg.op_block_list):
+        # Nothing would run in FP16: the file would be the FP32 model under an FP16 name (and the cross-check on
+        # a large graph all in numpy takes many minutes).
+        raise PrecisionError(f"precision.op_block_list (with the converter's defaults) blocks every op type of the graph: {sorted(graph_ops)}",
+                             fix="leave some op types to FP16 (remove them from precision.op_block_list), or serve fp32")  # fmt: skip
     converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra: convert(m, cfg, extra)[0], block_ops)
     auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
             for b in safety["blocked_nodes"]}

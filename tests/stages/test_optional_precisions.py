@@ -120,3 +120,12 @@ def test_per_channel_int8_of_an_opset_12_graph_loads(tmp_path: Path) -> None:
     sess = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
     assert sess.run(None, feeds[0])[0].shape == (1, 8, 16, 16)
     assert (tmp_path / "ocr.opset13.onnx").is_file()  # the converted graph the attempts share
+
+
+def test_blocking_every_op_type_is_one_message_not_a_long_loop(make_params, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 6: every op type in precision.op_block_list made the fp16 stage run for over 10 minutes."""
+    src = if_onnx(tmp_path / "vad.onnx")
+    params = make_params(*BASE, f"model.path={src}", "precision.op_block_list=[Cast,Greater,If,Tanh]", "target_specs.cpu.precision=fp16")
+    assert _fp16(params, src, tmp_path) != 0
+    err = capsys.readouterr().err
+    assert "blocks every op type of the graph: ['Cast', 'Greater', 'If', 'Tanh']" in err and "fix:" in err
