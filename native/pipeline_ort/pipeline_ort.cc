@@ -7,6 +7,9 @@
 // onnxruntime backend reads from the model config (parameters intra_op_thread_count and
 // inter_op_thread_count, optimization.graph.level, max_batch_size), and two parameters the bench's
 // repository builder adds: onnx_path (the shipped file) and ort_library (the libonnxruntime to load).
+// Without them (a shipped config, served as-is from a backend directory where this library is installed
+// as onnxruntime/libtriton_onnxruntime.so: pipeline/serving/install.py), it serves
+// <version dir>/<default_model_filename or model.onnx> with the library $PIPELINE_ORT_LIBRARY names.
 //
 // Build: pipeline/serving/native_backend.py (g++, the ORT C/C++ API headers, no link-time deps:
 // Triton's symbols come from the server process, ONNX Runtime is dlopen()ed from the path in the
@@ -21,6 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -80,9 +84,19 @@ Settings read_settings(TRITONBACKEND_Model* model) {
   check(e, "model config as JSON");
   Settings s;
   s.onnx_path = parameter(cfg, "onnx_path");
-  s.ort_library = parameter(cfg, "ort_library");
-  if (s.onnx_path.empty() || s.ort_library.empty())
-    throw std::runtime_error("the model config must set parameters onnx_path and ort_library (the bench's repository builder does)");
+  if (s.onnx_path.empty()) {  // a shipped config: the version directory's file, as Triton's onnxruntime backend finds it
+    TRITONBACKEND_ArtifactType kind;
+    const char* location = nullptr;
+    uint64_t version = 0;
+    check(TRITONBACKEND_ModelRepository(model, &kind, &location), "model repository");
+    check(TRITONBACKEND_ModelVersion(model, &version), "model version");
+    std::string file = cfg.value("default_model_filename", "");
+    s.onnx_path = std::string(location) + "/" + std::to_string(version) + "/" + (file.empty() ? "model.onnx" : file);
+  }
+  const char* env_library = std::getenv("PIPELINE_ORT_LIBRARY");
+  s.ort_library = parameter(cfg, "ort_library", env_library ? env_library : "");
+  if (s.ort_library.empty())
+    throw std::runtime_error("no ONNX Runtime library: set parameter ort_library (the bench's repository builder does) or $PIPELINE_ORT_LIBRARY");
   s.intra_op_threads = std::stoi(parameter(cfg, "intra_op_thread_count", "0"));
   s.inter_op_threads = std::stoi(parameter(cfg, "inter_op_thread_count", "0"));
   if (cfg.contains("max_batch_size")) s.max_batch_size = as_int(cfg["max_batch_size"]);

@@ -199,11 +199,9 @@ def _out_holding(repo: Any, path: Path) -> tuple[Any, Any] | None:
 
 def _target_stage(repo: Any, root: Path, path: Path) -> Any:
     """The stage whose out is ``path`` or a folder holding it."""
-    for stage in repo.index.stages:
-        for out in stage.outs:
-            o = Path(out.fs_path)
-            if path == o or o in path.parents:
-                return stage
+    found = _out_holding(repo, path)
+    if found is not None:
+        return found[0]
     raise ReleaseError(
         f"{path} is inside the DVC project {root}, but no stage writes it, so nothing says which inputs produced it",
         fix="release the repository stage's output (run `dvc repro repository`; --repository artifacts/model_repository)",

@@ -82,6 +82,7 @@ class TritonClient:
             else:
                 import tritonclient.http as httpclient
 
+                _quiet_gevent_interrupts()
                 timeout = self.load_timeout_s if long else self.timeout_s
                 self._clients[key] = httpclient.InferenceServerClient(self.url, connection_timeout=self.timeout_s, network_timeout=timeout)
         return self._clients[key]
@@ -225,6 +226,23 @@ class TritonClient:
 
 _INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
           FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}  # fmt: skip
+
+
+def _quiet_gevent_interrupts() -> None:
+    """A Ctrl-C that lands while gevent's hub runs (tritonclient.http's event loop) is still raised in the main
+    greenlet, and our one "interrupted" line says so; gevent would first print its traceback and a timestamp."""
+    from gevent.hub import Hub
+
+    if getattr(Hub.print_exception, "pipeline_quiet", False):
+        return
+    printer = Hub.print_exception
+
+    def print_exception(self: Hub, context: Any, kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not issubclass(kind, KeyboardInterrupt):
+            printer(self, context, kind, value, tb)
+
+    print_exception.pipeline_quiet = True  # type: ignore[attr-defined]
+    Hub.print_exception = print_exception  # type: ignore[method-assign]
 
 
 def _rest_json(msg: Any) -> dict[str, Any]:

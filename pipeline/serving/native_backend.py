@@ -34,7 +34,7 @@ from pathlib import Path
 from pipeline import exit_with
 from pipeline.core.atomic import atomic_path
 from pipeline.core.errors import ToolError
-from pipeline.serving.install import cache_dir
+from pipeline.serving.install import TritonInstall, backend_dir, cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "native" / "pipeline_ort"
@@ -163,6 +163,32 @@ def build(out_root: Path | None = None, compiler: str = "g++") -> Path:
             raise ToolError("compiling the native bench backend failed", fix="see the compiler's messages; or set bench.embedded_backend=python",
                             details={"command": " ".join(cmd), "stderr": res.stderr[-3000:]})
     return lib
+
+
+def onnxruntime_backend_dir(inst: TritonInstall) -> Path:
+    """A ``--backend-directory`` where this backend stands in for Triton's onnxruntime one, beside the python backend.
+
+    The wheel's tritonserver has no onnxruntime backend, so a shipped repository (``backend: "onnxruntime"``) cannot
+    load as-is. With this directory it does: Triton loads ``onnxruntime/libtriton_onnxruntime.so``, which is this
+    library; it serves each config's own file with the scheduling and ORT settings the config holds, and loads ONNX
+    Runtime from ``$PIPELINE_ORT_LIBRARY`` (:func:`standin_env`). It is a stand-in, and the logs say so
+    ("pipeline_ort: ..."): used to serve environments and canaries on CPU test machines, never shipped.
+    """
+    lib, base = build(), backend_dir(inst)
+    key = hashlib.sha256(f"{lib}|{base}".encode()).hexdigest()[:10]
+    out = cache_dir() / f"triton-backends-ort-standin-{key}"
+    if (out / "onnxruntime" / "libtriton_onnxruntime.so").is_file():
+        return out
+    with atomic_path(out) as tmp:
+        shutil.copytree(base / "python", tmp / "python", symlinks=True)
+        (tmp / "onnxruntime").mkdir()
+        shutil.copy2(lib, tmp / "onnxruntime" / "libtriton_onnxruntime.so")
+    return out
+
+
+def standin_env() -> dict[str, str]:
+    """What the stand-in needs in the server's environment: the ONNX Runtime library it loads."""
+    return {"PIPELINE_ORT_LIBRARY": str(ort_library())}
 
 
 def main() -> int:

@@ -172,10 +172,13 @@ class EmbeddedServer:
         log_dir: str | os.PathLike[str] | None = None,
         ports: tuple[int, int, int] | None = None,
         also_load: tuple[str, ...] = (),
+        ort_standin: bool = False,
     ) -> None:
         self.repo_dir = Path(repo_dir).resolve()
         self.model = model  # "" loads nothing at start: the caller loads through the repository API (cold start)
         self.also_load = also_load  # more models served beside ``model`` (all must become ready)
+        # Serve shipped onnxruntime configs as they are, through native/pipeline_ort installed under that backend's name.
+        self.ort_standin = ort_standin
         self.config_name = config_name
         self.timeout_s = timeout_s
         self.requested_ports = ports
@@ -221,7 +224,7 @@ class EmbeddedServer:
         cmd = [
             str(inst.binary),
             f"--model-repository={self.repo_dir}",
-            f"--backend-directory={backend_dir(inst)}",
+            f"--backend-directory={self._backends(inst)}",
             "--model-control-mode=explicit",
             *(f"--load-model={m}" for m in self.models),
             "--strict-model-config=true",
@@ -239,6 +242,20 @@ class EmbeddedServer:
         if self.config_name:
             cmd.append(f"--model-config-name={self.config_name}")
         return cmd
+
+    def _backends(self, inst: TritonInstall) -> Path:
+        if not self.ort_standin:
+            return backend_dir(inst)
+        from pipeline.serving.native_backend import onnxruntime_backend_dir
+
+        return onnxruntime_backend_dir(inst)
+
+    def _env(self, inst: TritonInstall) -> dict[str, str]:
+        if not self.ort_standin:
+            return server_env(inst)
+        from pipeline.serving.native_backend import standin_env
+
+        return {**server_env(inst), **standin_env()}
 
     def __enter__(self) -> EmbeddedServer:
         inst = locate_tritonserver()
@@ -264,7 +281,7 @@ class EmbeddedServer:
                 self.spawned_at = time.monotonic()
                 self.proc = subprocess.Popen(
                     self._command(inst),
-                    env=server_env(inst),
+                    env=self._env(inst),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group: stubs die with it in stop()

@@ -163,32 +163,27 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
                           "configs_sha256": configs, "summary": bench["summary"]}
 
 
-def _serve_pointer(env_model: Path, out: Path) -> Path:
-    """The environment's model dir as the embedded stand-in serves it: its pointer config is the one variant."""
-    from pipeline.serving.embedded import build_embedded_repository
-
-    src = out / "env" / env_model.name
-    shutil.copytree(env_model, src)
-    (src / "configs").mkdir()
-    shutil.copy(src / "config.pbtxt", src / "configs/pointer.pbtxt")
-    build_embedded_repository(src, out / "served", backend="python")
-    return out / "served"
-
-
 def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Path) -> None:
-    """Issue 28, item 4: `dvc repro` -> release build -> promote dev, staging, production -> verify -> Triton serves
-    production -> a second version -> promote -> rollback. The default config apart from the model and the bench's
-    durations (its default phases on a tiny model take minutes: this suite's budget); any refusal fails it."""
+    """Issue 28, item 4: `dvc repro` -> release build -> promote dev, staging, production -> verify -> a tritonserver
+    serves production from the store -> a second version -> canary -> rollback. The default config apart from the
+    model, the bench's durations (its default phases on a tiny model take minutes: this suite's budget) and the
+    canary's p99 bound (here it checks the path; test_release_canary judges the verdict); any refusal fails it."""
     import numpy as np
     import tritonclient.http as th
 
     from pipeline.serving.process import EmbeddedServer
     from pipeline.serving.tritonserver import validate_repository
+    from tests.stages.test_release_canary import served_versions
 
     store = str(project.parent / "store")
 
     def release(*args: str) -> str:
         return sh(project, sys.executable, "-m", "pipeline.cli", "release", *args, "--store", store).stdout
+
+    def answers(url: str) -> tuple[int, ...]:
+        x = th.InferInput("x", [2, 8], "FP32")
+        x.set_data_from_numpy(np.ones((2, 8), np.float32))
+        return th.InferenceServerClient(url).infer("tiny", [x]).as_numpy("y").shape
 
     sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH)  # bench-only keys: nothing upstream reruns
     repro = sh(project, sys.executable, "-m", "dvc", "repro")
@@ -201,17 +196,13 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
     for env in ("dev", "staging", "production"):
         assert f"-> 1 in '{env}'" in release("promote", "--to", env)
     assert "all checksums match" in release("verify")
-
     production = project.parent / "store/envs/production"
     checked = validate_repository(production)
     assert checked.only_missing_backend and not checked.errors, checked.log  # a strict tritonserver accepts what production serves
-    with EmbeddedServer(_serve_pointer(production / "tiny", tmp_path), "tiny", timeout_s=120, log_dir=tmp_path / "logs") as srv:
-        x = th.InferInput("x", [2, 8], "FP32")
-        x.set_data_from_numpy(np.ones((2, 8), np.float32))
-        assert th.InferenceServerClient(srv.http_url).infer("tiny", [x]).as_numpy("y").shape == (2, 4)
 
     # A second version: a config change, its repository rebuilt; the bench of the first is not attached to it.
-    sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH, "variants.throughput.dynamic_batching.max_queue_delay_us=700")
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH, "variants.throughput.dynamic_batching.max_queue_delay_us=700",
+       "release.canary.max_p99_ratio=5")  # fmt: skip
     sh(project, sys.executable, "-m", "dvc", "repro", "repository")
     commit(project, "a shorter queue delay")
     built = release("build")
@@ -219,5 +210,13 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
     m = json.loads((project.parent / "store/releases/tiny/2/manifest.json").read_text())
     assert "the bench stage is out of date" in m["bench"]["reason"], m["bench"]
     assert "-> 2 in 'dev'" in release("promote", "--to", "dev")
-    assert "rollback: tiny version 2 -> 1 in 'dev'" in release("rollback", "--env", "dev")
+
+    # Production as shipped, from the store, by a tritonserver (native/pipeline_ort stands in for its onnxruntime backend).
+    with EmbeddedServer(production, "tiny", timeout_s=120, log_dir=tmp_path / "logs", ort_standin=True) as srv:
+        assert answers(srv.http_url) == (2, 4) and served_versions(srv.http_url) == [1]
+        out = release("canary", "--env", "production", "--version", "2", "--reload", srv.http_url, "--duration", "4s")
+        assert "verdict: PASSED: promoted" in out and served_versions(srv.http_url) == [2], out
+        out = release("rollback", "--env", "production", "--reload", srv.http_url)
+        assert "rollback: tiny version 2 -> 1 in 'production'" in out and served_versions(srv.http_url) == [1], out
+        assert answers(srv.http_url) == (2, 4)
     assert "all checksums match" in release("verify")

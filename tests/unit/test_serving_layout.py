@@ -95,3 +95,21 @@ def test_standin_graph_level_tables_agree_with_the_repository_table() -> None:
     native = {int(k): v for k, v in re.findall(r"case (-?\d+): return (\w+);", body.group(1))}
     default = re.search(r"default: return (\w+);", body.group(1))
     assert default and {**native, 0: default.group(1)} == ORT_LEVEL_NAME
+
+
+def test_a_ctrl_c_inside_gevents_hub_prints_no_traceback(capsys) -> None:
+    """tritonclient.http runs on gevent; a Ctrl-C landing in its hub printed a traceback and a timestamp before the
+    one "interrupted" line (seen in the canary's SIGINT test). Other errors are still printed."""
+    import sys
+
+    from gevent.hub import get_hub
+
+    from pipeline.serving.client import _quiet_gevent_interrupts
+
+    _quiet_gevent_interrupts()
+    hub = get_hub()
+    hub.exception_stream = sys.stderr
+    hub.print_exception(None, KeyboardInterrupt, KeyboardInterrupt(), None)
+    assert capsys.readouterr().err == ""
+    hub.print_exception(None, ValueError, ValueError("boom"), None)
+    assert "ValueError: boom" in capsys.readouterr().err
