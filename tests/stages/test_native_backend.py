@@ -97,7 +97,7 @@ def test_config_without_the_ort_library_fails_to_load_with_the_reason(tmp_path: 
     write_config(path, cfg)
     with pytest.raises(ToolError) as e, EmbeddedServer(tmp_path / "emb", "tiny__latency", timeout_s=60):
         pass
-    assert "pipeline_ort: the model config must set parameters onnx_path and ort_library" in str(e.value)
+    assert "pipeline_ort: no ONNX Runtime library: set parameter ort_library" in str(e.value) and "$PIPELINE_ORT_LIBRARY" in str(e.value)
 
 
 def test_a_library_that_is_not_onnx_runtime_fails_to_load_with_the_reason(tmp_path: Path) -> None:

@@ -129,7 +129,7 @@ def test_sample_files_json_and_npz(tmp_path: Path) -> None:
     assert [f["x"].shape for f in got] == [(2, 8), (3, 8)]
     assert load_feed_file(tmp_path / "in.npz")[0]["x"].shape == (4, 8)
     (tmp_path / "in.txt").write_text("x")
-    with pytest.raises(ConfigError, match="neither .json nor .npz"):
+    with pytest.raises(ConfigError, match="is not .json, .npz or .npy"):
         load_feed_file(tmp_path / "in.txt")
     with pytest.raises(ConfigError, match="not found"):
         load_feed_file(tmp_path / "missing.json")

@@ -18,7 +18,7 @@ SERVING = ROOT / "pipeline" / "serving"
 ALLOWED = {
     "install": set(),
     "client": set(),
-    "process": {"install", "client"},
+    "process": {"install", "client", "native_backend"},  # ort_standin: the native backend as onnxruntime
     "tritonserver": {"install", "process"},
     "native_backend": {"install"},
     "perf_analyzer": {"install", "process"},
