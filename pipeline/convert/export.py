@@ -157,11 +157,17 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
     for o in model.outputs:
         dynamic[o] = {0: export.batch_axis}
     args = tuple(torch.from_numpy(feed[n]) for n in names)
-    with torch.no_grad():  # before the exporter, whose own count error names neither the outputs nor the fix
-        returned, fields = model_outputs.flatten(module(*args))
-    if len(returned) != len(model.outputs):
-        what, fix = model_outputs.count_problem(fields, len(returned), list(model.outputs))
-        raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
+
+    def run_torch(sample: dict[str, np.ndarray]) -> list[Any]:
+        """The module's outputs on ``sample``, one per model.outputs name (else one message naming its fields)."""
+        with torch.no_grad():
+            returned, fields = model_outputs.flatten(module(*(torch.from_numpy(sample[n]) for n in names)))
+        if len(returned) != len(model.outputs):
+            what, fix = model_outputs.count_problem(fields, len(returned), list(model.outputs))
+            raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
+        return returned
+
+    traced = run_torch(feed)  # before the exporter, whose own count error names neither the outputs nor the fix
     with torch.no_grad(), warnings.catch_warnings():
         # The TorchScript exporter warns about its own deprecation and about traced Python branches.
         warnings.simplefilter("ignore", category=DeprecationWarning)
@@ -181,11 +187,7 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
     sess = onnx_tools.session(out, "exported model")
     diffs: dict[str, float] = {}
     for sample in checks:
-        with torch.no_grad():
-            expected_list, fields = model_outputs.flatten(module(*(torch.from_numpy(sample[n]) for n in names)))
-        if len(expected_list) != len(model.outputs):
-            what, fix = model_outputs.count_problem(fields, len(expected_list), list(model.outputs))
-            raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
+        expected_list = traced if sample is feed else run_torch(sample)
         got = onnx_tools.run(sess, sample, "exported model")
         for name, ref in zip(model.outputs, expected_list):
             r = ref.detach().numpy()

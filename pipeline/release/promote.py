@@ -106,18 +106,16 @@ def switch(
     t = time.perf_counter()
     res.copy = store.install_version(env, model, target, m)
     res.timings["install_s"] = time.perf_counter() - t
-    missing = env_copy.missing_warmup(store, env, model, cfg)
-    if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
-        _drop_unserved_copy(store, env, model, target, res.copy)
-        raise ReleaseError(f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
-                           fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
-                           details={"missing": ", ".join(missing)})  # fmt: skip
-    data = pointer.render(cfg, env, model, target, variant_name)
-
     reloaders = [TritonReloader(u, model) for u in reload_urls(reload_url)]
     staged: list[TritonReloader] = []
     flipped = False
-    try:
+    try:  # from here a refusal takes back the copy it made (_drop_unserved_copy below)
+        missing = env_copy.missing_warmup(store, env, model, cfg)
+        if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
+            raise ReleaseError(f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
+                               fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
+                               details={"missing": ", ".join(missing)})  # fmt: skip
+        data = pointer.render(cfg, env, model, target, variant_name)
         if reloaders:
             t = time.perf_counter()
             for r in reloaders:  # every server reachable before any of them changes

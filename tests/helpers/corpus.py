@@ -12,6 +12,15 @@ import onnx
 from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 
+def _save(graph: onnx.GraphProto, path: Path, opset: int = 17, ir: int = 8) -> Path:
+    """Check the model and write it (ir 8 by default: what this ONNX Runtime reads)."""
+    m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=ir)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
+
+
 def if_onnx(path: Path) -> Path:
     """A voice-activity-detector twin: ``x [N, 4]`` and a rank-0 int64 ``sr`` whose value picks an ``If`` branch.
 
@@ -31,11 +40,7 @@ def if_onnx(path: Path) -> Path:
     ]
     g = h.make_graph(nodes, "vad_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, [])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w, b, zero])  # fmt: skip
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)  # ir 8: what this ONNX Runtime reads
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return _save(g, path)
 
 
 def conv_opset12_onnx(path: Path) -> Path:
@@ -45,11 +50,7 @@ def conv_opset12_onnx(path: Path) -> Path:
     g = h.make_graph([h.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"), h.make_node("Relu", ["c"], ["y"], name="relu")],
                      "ocr_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 16, 16])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 8, 16, 16])], [w])  # fmt: skip
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 12)], ir_version=7)
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return _save(g, path, opset=12, ir=7)
 
 
 def stride32_onnx(path: Path) -> Path:
@@ -63,11 +64,7 @@ def stride32_onnx(path: Path) -> Path:
     ]
     g = h.make_graph(nodes, "detector_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 3, "H", "W"])], [scales])  # fmt: skip
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return _save(g, path)
 
 
 def bert_like_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 3) -> Path:
@@ -90,11 +87,7 @@ def bert_like_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 3
     ]
     ins = [h.make_tensor_value_info(n, T.INT64, ["batch", "sequence"]) for n in ("input_ids", "token_type_ids", "attention_mask")]
     g = h.make_graph(nodes, "bert_twin", ins, [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])], [words, types, head, axes])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return _save(g, path)
 
 
 def fixed_batch_onnx(path: Path) -> Path:
@@ -102,11 +95,7 @@ def fixed_batch_onnx(path: Path) -> Path:
     w = nh.from_array(np.eye(8, dtype=np.float32) * 0.5, "W")
     g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["z"], name="mm"), h.make_node("Relu", ["z"], ["y"], name="relu")], "fixed_twin",
                      [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, [4, 8])], [w])  # fmt: skip
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return _save(g, path)
 
 
 def vad_state_onnx(path: Path) -> Path:
@@ -130,8 +119,4 @@ def vad_state_onnx(path: Path) -> Path:
     ins = [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, []),
            h.make_tensor_value_info("state", T.FLOAT, [2, "N", 4])]  # fmt: skip
     outs = [h.make_tensor_value_info("y", T.FLOAT, ["N", 4]), h.make_tensor_value_info("stateN", T.FLOAT, [2, "N", 4])]
-    m = h.make_model(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return _save(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), path)

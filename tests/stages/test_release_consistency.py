@@ -23,11 +23,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.atomic import file_digest
-from pipeline.params import compose
+from tests.helpers.dvc_project import make_project
 from tests.helpers.release_repo import retrain_onnx
 from tests.helpers.tiny_models import export_tiny_onnx
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -62,20 +61,11 @@ def commit(project: Path, message: str) -> None:
 @pytest.fixture(scope="module")
 def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project after its first `dvc repro repository`, committed."""
-    proj = tmp_path_factory.mktemp("consistency") / "proj"
-    for name in ("pipeline", "conf", "tests", "hydra_plugins", "native"):
-        if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
-        shutil.copy(ROOT / name, proj / name)
-    (proj / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", proj / ".dvc" / "config")
-    if (ROOT / ".tools").is_dir():  # setup's downloads (the bench's native backend headers), not in git
-        (proj / ".tools").symlink_to(ROOT / ".tools")
-    (proj / "models").mkdir()
-    export_tiny_onnx(str(proj / "models/tiny.onnx"))
-    (proj / "params.yaml").write_text(compose(BASE, proj / "conf"))
-    sh(proj, "git", "init", "-q")
+    def tiny(p: Path) -> None:
+        (p / "models").mkdir()
+        export_tiny_onnx(str(p / "models/tiny.onnx"))
+
+    proj = make_project(tmp_path_factory.mktemp("consistency") / "proj", BASE, prepare=tiny)
     sh(proj, sys.executable, "-m", "dvc", "repro", "repository")
     commit(proj, "first run")
     return proj
