@@ -210,15 +210,18 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
     if not model.path:
         raise ModelSourceError("model.source=onnx needs model.path", fix="pass model.path=<file.onnx>")
     src = Path(model.path)
-    proto = onnx_tools.load_model(src, "model.path", fix="set model.path to an existing, complete .onnx file")
-    external = onnx_tools.external_data_files(src)
-    if external:
+    external = onnx_tools.external_data_files(src) if src.is_file() else []
+    total = src.stat().st_size + sum((src.parent / f).stat().st_size for f in external if (src.parent / f).is_file()) if external else 0
+    if total >= onnx_tools.PROTOBUF_LIMIT:
         raise ModelSourceError(
-            f"model.path={src} keeps its weights in external data ({', '.join(external)}), which the pipeline's stages do not carry yet",
-            fix="for a model under 2 GB, save it as one file: python -c \"import onnx; onnx.save(onnx.load('<in.onnx>'), '<out.onnx>')\"; "
-                "then point model.path at it",
-            details={"external data": ", ".join(str(src.parent / f) for f in external)},
+            f"model.path={src} is {total / 2**30:.2f} GiB with its external data ({', '.join(external)}), over protobuf's 2 GiB "
+            "limit for one ONNX file; the pipeline carries a model with external data by inlining it, which only fits below that",
+            fix="export a smaller model (an FP16 export halves the weights) or build this repository by hand; models over "
+                "2 GiB are not carried through the stages yet",
+            details={"external data": ", ".join(str(src.parent / f) for f in external), "bytes": total},
         )
+    # Below the limit the weights are inlined: every later artifact is one file, checksummed and copied as one.
+    proto = onnx_tools.load_model(src, "model.path", fix="set model.path to an existing, complete .onnx file")
     inputs, _ = graph_io(proto)
     check_input_names([s.name for s in model.inputs], [i.name for i in inputs], f"graph in {src}")
     onnx_tools.check_model(src, f"model.path={src}")
@@ -230,6 +233,9 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
         raise sample_dims_hint(e, model, specs, sess) from None
     if bad := onnx_tools.nonfinite(outputs):
         raise OnnxModelError(f"model.path={src} produces NaN/Inf on a sample", details={"outputs": bad})
+    if external:
+        onnx_tools.save_model(proto, out)  # load_model read the data in: one self-contained file
+        return {"source": "onnx", "path": str(src), "external_data": {"files": external, "bytes": total, "inlined": True}}
     shutil.copyfile(src, out)
     return {"source": "onnx", "path": str(src)}
 

@@ -111,8 +111,18 @@ def nonfinite(outputs: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
     return bad
 
 
+PROTOBUF_LIMIT = 2**31 - 1  # protobuf's hard limit on one serialized message: one ONNX file without external data
+
+
 def save_model(model: onnx.ModelProto, path: Path) -> None:
-    """Save a model to ``path`` (a temporary path: callers rename it into place)."""
-    # Models above protobuf's 2 GB limit need external data; ours are small but stay safe.
-    large = model.ByteSize() > 1_800_000_000
-    onnx.save_model(model, str(path), save_as_external_data=large, location=path.name + ".data" if large else None)
+    """Save a model to ``path`` as one file (a temporary path: callers rename it into place)."""
+    # An artifact is one file: a DVC out, a checksum, a copy. A data file beside a temporary name would point at that
+    # name after the rename, so a graph over the limit is refused here rather than written half-usable.
+    size = model.ByteSize()
+    if size >= PROTOBUF_LIMIT:
+        raise OnnxModelError(
+            f"the converted model is {size / 2**30:.2f} GiB, over protobuf's 2 GiB limit for one ONNX file: {path.name}",
+            fix="models over 2 GiB are not carried through the stages yet; export a smaller model (FP16 weights halve it)",
+            details={"bytes": size},
+        )
+    onnx.save_model(model, str(path))

@@ -180,19 +180,13 @@ def _safe_spec(name: str) -> Any:
 
 def _onnx_entries(path: Path, root: Path) -> list[dict[str, Any]]:
     """The ONNX file and every external-data file it references."""
-    import onnx
-
-    from pipeline.core.onnx_tools import load_model
+    from pipeline.core.onnx_tools import external_data_files, load_model
 
     entries = [file_entry(path, root)]
     # A truncated or corrupt file fails here, in the first stage, with export's own message: nothing later runs.
     load_model(path, "model.path", fix="set model.path to an existing, complete .onnx file")
-    proto = onnx.load(str(path), load_external_data=False)  # a full load inlines the data and forgets where it was
-    locations = {
-        kv.value for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
-        for kv in t.external_data if kv.key == "location"
-    }  # fmt: skip
-    entries += [file_entry(path.parent / loc, root) for loc in sorted(locations) if (path.parent / loc).is_file()]
+    locations = external_data_files(path)  # subgraphs' tensors too, not only the top graph's initializers
+    entries += [file_entry(path.parent / loc, root) for loc in locations if (path.parent / loc).is_file()]
     return entries
 
 

@@ -62,8 +62,9 @@ def test_a_model_folder_without_init_is_fingerprinted(tmp_path: Path, monkeypatc
         code_entry("user_models.nothing.build", "model.factory._target_", tmp_path)
 
 
-def test_external_data_is_named_not_called_corrupt(tmp_path: Path, make_params) -> None:
-    """Finding 4: a model saved with external data is one message naming the data file, never "truncated or corrupt"."""
+def test_external_data_is_inlined_below_the_limit_refused_above_it_and_a_missing_file_is_named(tmp_path: Path, make_params) -> None:
+    """Finding 4: a model saved with external data enters (inlined: every later artifact is one file); one over
+    protobuf's 2 GiB is one message with its size; a missing data file is named, never "truncated or corrupt"."""
     import numpy as np
     import onnx
     from onnx import TensorProto as T, helper as h, numpy_helper as nh
@@ -72,17 +73,30 @@ def test_external_data_is_named_not_called_corrupt(tmp_path: Path, make_params) 
     from pipeline.core.config import load_config
     from pipeline.core.errors import OnnxModelError
 
+    w = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
     g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["y"])], "ext", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])], [nh.from_array(np.ones((8, 8), np.float32), "W")])  # fmt: skip
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])], [nh.from_array(w, "W")])  # fmt: skip
     d = tmp_path / "m"
     d.mkdir()
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(d / "model.onnx"),
               save_as_external_data=True, location="model.onnx.data", size_threshold=0)  # fmt: skip
     assert onnx_tools.external_data_files(d / "model.onnx") == ["model.onnx.data"]
     cfg = load_config(make_params("model=onnx", f"model.path={d / 'model.onnx'}"))
-    with pytest.raises(ModelSourceError, match="keeps its weights in external data .model.onnx.data.") as e:
-        run_export(cfg.model, cfg.export, tmp_path / "out.onnx")
-    assert "onnx.save(onnx.load(" in e.value.render()
+    # The probe fingerprints the data file by content, so a new data file reruns export (DVC sees probe's record change).
+    from pipeline.core.sources import model_record
+
+    assert [e["path"] for e in model_record(cfg.model, tmp_path)["onnx"]] == ["m/model.onnx", "m/model.onnx.data"]
+    report = run_export(cfg.model, cfg.export, tmp_path / "out.onnx")
+    assert report["external_data"] == {"files": ["model.onnx.data"], "bytes": report["external_data"]["bytes"], "inlined": True}
+    assert onnx_tools.external_data_files(tmp_path / "out.onnx") == []  # self-contained
+    np.testing.assert_array_equal(nh.to_array(onnx.load(str(tmp_path / "out.onnx")).graph.initializer[0]), w)
+
+    with open(d / "model.onnx.data", "r+b") as f:  # sparse: 2 GiB on paper, no disk used
+        f.truncate(2**31)
+    with pytest.raises(ModelSourceError, match=r"is 2.00 GiB with its external data \(model.onnx.data\), over protobuf's 2 GiB") as e:
+        run_export(cfg.model, cfg.export, tmp_path / "out2.onnx")
+    assert "not carried through the stages yet" in e.value.render() and not (tmp_path / "out2.onnx").exists()
+
     (d / "model.onnx.data").unlink()
     with pytest.raises(OnnxModelError, match="external data file that is not there") as e2:
         onnx_tools.load_model(d / "model.onnx", "model.path")
