@@ -127,11 +127,10 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
         # a large graph all in numpy takes many minutes).
         raise PrecisionError(f"precision.op_block_list (with the converter's defaults) blocks every op type of the graph: {sorted(graph_ops)}",
                              fix="leave some op types to FP16 (remove them from precision.op_block_list), or serve fp32")  # fmt: skip
-    converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra: convert(m, cfg, extra)[0], block_ops)
+    converted, sess, safety, rejected = _safe_and_loadable(fp32, cfg, feeds, block_ops, out)
     auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
             for b in safety["blocked_nodes"]}
     ops = sorted(block_ops)
-    converted, sess, rejected = _loadable(converted, fp32, cfg, out, set(auto))
     auto.update({n: f"fallback (ONNX Runtime refused the FP16 graph): {why}" for n, why in rejected.items()})
     nodes = sorted(set(cfg.node_block_list) | set(auto))
     float16_in = {i.name for i in sess.get_inputs() if i.type == "tensor(float16)"}  # keep_io_types=false promises them
@@ -159,6 +158,33 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
         "size_bytes_fp16": out.stat().st_size,
         "seconds": round(time.perf_counter() - t0, 2),
     }
+
+
+def _safe_and_loadable(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[fp16_safety.Feed], block_ops: set[str],
+                       out: Path) -> tuple[onnx.ModelProto, Any, dict[str, Any], dict[str, str]]:  # fmt: skip
+    """The data-driven fallback, then ONNX Runtime's; returns (model, session, fallback report, {node ORT refused: error}).
+
+    When ORT refuses nodes, the true-FP16 cross-check has evaluated a graph that is not the one shipped (and usually
+    could not run it: onnx.reference refuses an ``Add`` of FLOAT16 and FLOAT as ORT does), so the data-driven pass runs
+    again with those nodes kept FP32; at most precision.fallback.max_attempts passes.
+
+    Raises:
+        PrecisionError: unsafe nodes with the fallback disabled, or NaN/Inf left in the true-FP16 cross-check.
+        OnnxModelError: ONNX Runtime still refuses the graph (see :func:`_loadable`).
+    """
+    rejected: dict[str, str] = {}
+    for _ in range(max(cfg.fallback.max_attempts, 1)):
+        keep = sorted(rejected)
+        converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra, keep=keep: convert(m, cfg, [*extra, *keep])[0], block_ops)
+        blocked = {b["node"] for b in safety["blocked_nodes"]}
+        converted, sess, new = _loadable(converted, fp32, cfg, out, blocked | set(rejected))
+        rejected.update(new)
+        if not new or not cfg.fallback.reference_check:  # the cross-check saw the shipped graph, or there is none
+            break
+    else:  # out of passes with ORT still refusing nodes: the last cross-check ran on an earlier graph; say so
+        safety["attempts"][-1]["cross_check"] = {"status": "unavailable", "error": f"ONNX Runtime refused {sorted(new)} after the last "
+                                                 "cross-check; raise precision.fallback.max_attempts to check the shipped graph"}  # fmt: skip
+    return converted, sess, safety, rejected
 
 
 def _loadable(converted: onnx.ModelProto, fp32: onnx.ModelProto, cfg: PrecisionConfig, out: Path,

@@ -120,3 +120,51 @@ def vad_state_onnx(path: Path) -> Path:
            h.make_tensor_value_info("state", T.FLOAT, [2, "N", 4])]  # fmt: skip
     outs = [h.make_tensor_value_info("y", T.FLOAT, ["N", 4]), h.make_tensor_value_info("stateN", T.FLOAT, [2, "N", 4])]
     return _save(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), path)
+
+
+def jax_int32_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 4) -> Path:
+    """A JAX-exported content-type classifier twin (jax2onnx/tf2onnx style): ``ids [batch, sequence]`` int32 index an
+    embedding table (Gather); a ``Constant`` with a ``value_float`` attribute is added to it; the mean over the sequence
+    divides by the length taken from ``Shape`` and ``Cast(to=FLOAT)``; ``logits [batch, labels]``.
+
+    The float16 converter rewrites tensor attributes but not ``value_float``, so after a naive conversion the ``Add``
+    reads a FLOAT16 embedding and a FLOAT constant, and ONNX Runtime refuses the graph ("bound to different types").
+    """
+    rng = np.random.default_rng(0)
+    table = nh.from_array(rng.standard_normal((vocab, hidden)).astype(np.float32), "embedding")
+    head = nh.from_array(rng.standard_normal((hidden, labels)).astype(np.float32), "dense")
+    seq_axis = nh.from_array(np.array(1, np.int64), "seq_axis")
+    nodes = [
+        h.make_node("Gather", ["embedding", "ids"], ["e"], name="embed"),
+        h.make_node("Constant", [], ["bias"], value_float=0.5, name="bias"),
+        h.make_node("Add", ["e", "bias"], ["x"], name="add_bias"),
+        h.make_node("Unsqueeze", ["seq_axis", "axes0"], ["seq_axis_1d"], name="seq_axis_1d"),
+        h.make_node("ReduceSum", ["x", "seq_axis_1d"], ["total"], keepdims=0, name="sum"),
+        # Shape of x, not of ids: ORT then meets the Add first and names it (the Cast alone fix_float_casts repairs).
+        h.make_node("Shape", ["x"], ["shape"], name="shape"),
+        h.make_node("Gather", ["shape", "seq_axis"], ["length"], name="length"),
+        h.make_node("Cast", ["length"], ["length_f"], to=T.FLOAT, name="length_f"),
+        h.make_node("Div", ["total", "length_f"], ["mean"], name="mean"),
+        h.make_node("MatMul", ["mean", "dense"], ["logits"], name="dense"),
+    ]
+    axes0 = nh.from_array(np.array([0], np.int64), "axes0")
+    g = h.make_graph(nodes, "jax_cls_twin", [h.make_tensor_value_info("ids", T.INT32, ["batch", "sequence"])],
+                     [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])], [table, head, seq_axis, axes0])  # fmt: skip
+    return _save(g, path)
+
+
+def external_data_onnx(path: Path) -> Path:
+    """A model saved as ``model.onnx`` plus ``model.onnx.data`` (how every model over 2 GB ships, and what some
+    exporters write at any size): an MLP ``x [N, 16]`` -> ``y [N, 4]`` whose weights live only in the data file."""
+    rng = np.random.default_rng(0)
+    w1 = nh.from_array(rng.standard_normal((16, 32)).astype(np.float32), "W1")
+    w2 = nh.from_array(rng.standard_normal((32, 4)).astype(np.float32), "W2")
+    nodes = [h.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"), h.make_node("Relu", ["a"], ["r"], name="relu"),
+             h.make_node("MatMul", ["r", "W2"], ["y"], name="fc2")]  # fmt: skip
+    g = h.make_graph(nodes, "external_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w1, w2])  # fmt: skip
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path), save_as_external_data=True, location=path.name + ".data", size_threshold=0)
+    return path

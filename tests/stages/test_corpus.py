@@ -9,6 +9,8 @@ through every model stage to a repository a strict tritonserver accepts, with at
 | OCR net exported at opset 12 | per-channel INT8 writes an opset-13 attribute | none |
 | BERT-style, three int64 inputs | random ids beyond the embedding tables | none (ranges read from the Gather tables) |
 | fixed batch of 4 | no batch axis: max_batch_size 0 | none |
+| saved with external data (``.onnx`` + ``.onnx.data``) | a copy of the ``.onnx`` alone has no weights | none (export inlines the data: one file from then on) |
+| JAX-exported classifier, int32 ids | FP16 ``Add`` of FLOAT16 and a ``value_float`` Constant (ORT refuses it; kept FP32 automatically) | none |
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ FAMILIES: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "ocr": (corpus.conv_opset12_onnx, []),
     "bert": (corpus.bert_like_onnx, []),
     "fixed": (corpus.fixed_batch_onnx, []),
+    "jax_cls": (corpus.jax_int32_onnx, []),
+    "external": (corpus.external_data_onnx, []),
 }
 
 
@@ -90,3 +94,21 @@ def test_each_family_reaches_a_repository_a_strict_tritonserver_accepts(family: 
         ids, types, mask = (np.concatenate([f[k].ravel() for f in feeds]) for k in ("input_ids", "token_type_ids", "attention_mask"))
         assert 0 <= ids.min() and ids.max() < 64 and ids.max() > 32, (ids.min(), ids.max())
         assert set(types.tolist()) == {0, 1} and set(mask.tolist()) == {0, 1}
+    if family == "jax_cls":  # int32 ids span the embedding table (read from its Gather), as int32
+        from polygraphy.json import load_json
+
+        ids = np.concatenate([f["ids"].ravel() for f in load_json(str(tmp_path / "in.json"))])
+        assert ids.dtype == np.int32 and 0 <= ids.min() and 32 < ids.max() < 64, (ids.dtype, ids.min(), ids.max())
+    if family == "jax_cls" and optional.reason(tmp_path / "model.fp16.onnx") is None:  # ORT refused the converted Add
+        fp16_rep = json.loads((tmp_path / "fp16.json").read_text())
+        assert [r["node"] for r in fp16_rep["ort_rejected"]] == ["add_bias"], fp16_rep["ort_rejected"]
+        assert "bound to different types" in fp16_rep["ort_rejected"][0]["error"]
+        kept = {k["node"]: k["reason"] for k in fp16_rep["kept_fp32"]}
+        assert kept["add_bias"].startswith("fallback (ONNX Runtime refused the FP16 graph)"), kept
+        assert fp16_rep["fallback"]["attempts"][-1]["cross_check"]["status"] == "ok"  # it evaluated the graph shipped
+    if family == "external":  # the data was inlined at export: every artifact and the repository hold one file each
+        from pipeline.core.onnx_tools import external_data_files
+
+        assert json.loads((tmp_path / "export.json").read_text())["external_data"]["files"] == ["external.onnx.data"]
+        assert not external_data_files(tmp_path / "model.onnx") and not external_data_files(tmp_path / "model.fp32.onnx")
+        assert sorted(p.name for p in (tmp_path / "repo/external/1").iterdir()) == ["model.onnx"]
