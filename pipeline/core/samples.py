@@ -3,9 +3,12 @@
 ``model.data`` takes one of two forms:
   * ``{_target_: pkg.fn, **kwargs}``: a callable returning a list of feed dicts {input_name: array};
   * ``{path: file}``: a Polygraphy JSON inputs file (a list of feed dicts, as written by
-    ``polygraphy run --save-inputs`` or our parity goldens ``inputs.json``), or an ``.npz`` whose
-    keys are input names (one feed). A relative path is relative to the working directory
-    (the repo root under ``dvc repro``); list the file as a dep of the stages that read it.
+    ``polygraphy run --save-inputs`` or our parity goldens ``inputs.json``), an ``.npz`` whose
+    keys are input names (one feed), or an ``.npy`` of a one-input model's rows;
+  * ``{path: folder, mean: [...], std: [...]}``: a folder of images for a one-input image model
+    (pipeline/core/images.py).
+A relative path is relative to the working directory (the repo root under ``dvc repro``); the probe
+stage fingerprints the file, or the folder's images, by content (pipeline/core/sources.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 
 from pipeline.core.config import ModelConfig, TensorSpec
 from pipeline.core.errors import ConfigError, ModelSourceError
+from pipeline.core.images import load_folder
 from pipeline.core.specs import IOSpec, typeable
 
 Feed = dict[str, np.ndarray]
@@ -88,7 +92,8 @@ def load_feed_file(path: str | Path, names: list[str] | None = None) -> list[Fee
     input (``names``), an .npy holding its rows (images ``[N, 3, H, W]``, say): one feed of N rows."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"model.data.path not found: {p}", fix="set model.data.path to an existing .json, .npz or .npy file", details={"path": p.resolve()})
+        raise ConfigError(f"model.data.path not found: {p}", fix="set model.data.path to an existing .json, .npz or .npy file, or a folder of images",
+                          details={"path": p.resolve()})  # fmt: skip
     if p.suffix == ".npy":
         if not names or len(names) != 1:
             raise ConfigError(f"model.data.path={p} is one array, and the model takes {len(names or [])} inputs {names or ''}",
@@ -128,8 +133,10 @@ def load_samples(
     Synthetic: one feed per entry of ``batch_sizes`` if given, else ``count`` feeds of ``batch``.
     """
     if model.data and "path" in model.data and "_target_" not in model.data:
-        names = [s.name for s in (specs if specs is not None else model.inputs)]
-        return load_feed_file(str(model.data["path"]), names or None)
+        specs = specs if specs is not None else model.inputs
+        if Path(str(model.data["path"])).is_dir():
+            return load_folder(str(model.data["path"]), specs, model.sample_dims, model.data.get("mean"), model.data.get("std"))
+        return load_feed_file(str(model.data["path"]), [s.name for s in specs] or None)
     if model.data:
         from hydra.errors import InstantiationException
         from hydra.utils import instantiate

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pipeline.core.config.data_checks import check_data
 from pipeline.core.config.enums import GRAPH_LEVELS, BenchProfile, BenchServer, HardwareCompatibility, TargetKind
 from pipeline.core.config.peer_checks import check_bench_peers
 from pipeline.core.config.precision_checks import check_choose, check_fleet_precision, check_int8
@@ -138,8 +139,7 @@ def check_model(m: ModelConfig, p: Problems) -> None:
             p.add(f"{key}.shape", list(spec.shape), f"every dim must be an int >= 1 or an axis name; {show(bad)} not")
         if spec.low > spec.high:
             p.add(f"{key}.low", spec.low, f"must be <= {key}.high={spec.high} (the synthetic sample range)")
-    if m.data is not None and not ("_target_" in m.data or "path" in m.data):
-        p.add("model.data", m.data, "must be {_target_: pkg.fn, ...} (a sample-data hook) or {path: file.json|.npz|.npy}, or null")
+    check_data(m.data, p)
     for out, axis in m.output_axes.items():
         if out not in m.output_kinds:
             p.add(f"model.output_axes.{out}", axis, f"names an output model.output_kinds does not judge ({sorted(m.output_kinds)}); "

@@ -98,11 +98,19 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
         ("model.path", m.path if m.source == Source.onnx else None, "set model.path to an existing .onnx file"),
         ("model.checkpoint", m.checkpoint, "write the checkpoint first (e.g. your training run), or set "
          "model.checkpoint to an existing .safetensors/.pt file, or null"),
-        ("model.data.path", data_path, "set model.data.path to an existing .json, .npz or .npy file"),
+        ("model.data.path", data_path, "set model.data.path to an existing .json, .npz or .npy file, or a folder of images"),
     ]
     for key, value, fix in named:
-        if value and not p.has(key) and not resolve(str(value), base).is_file():
-            p.add(key, value, f"no such file ({resolve(str(value), base).absolute()}): {fix}")
+        if not value or p.has(key):
+            continue
+        where = resolve(str(value), base)
+        if key == "model.data.path" and where.is_dir():
+            from pipeline.core.images import no_images_reason  # lazy: it imports onnx (via specs), as read_graph does
+
+            if (reason := no_images_reason(where)) is not None:
+                p.add(key, value, f"{reason} ({where.absolute()}): put the sample images there, or point {key} at the folder that holds them")
+        elif not where.is_file():
+            p.add(key, value, f"no such file ({where.absolute()}): {fix}")
     if graph is not None and m.inputs:
         pinned, real = [i.name for i in m.inputs], [i.name for i in graph.inputs]
         if sorted(pinned) != sorted(real):

@@ -59,8 +59,8 @@ class ModelConfig:
     # The class axis (classifier) or embedding axis of a judged output, where it is not the last: {output: axis}.
     # A [N, T, C] recognizer is judged per position along its last axis; a [N, C, T] one needs {output: 1}.
     output_axes: dict[str, int] = field(default_factory=dict)
-    # Real sample inputs: {_target_: fn, **kwargs} returning a list of feed dicts
-    # (name -> numpy array); null means synthetic inputs from `inputs`.
+    # Real sample inputs: {_target_: fn, **kwargs} returning a list of feed dicts (name -> numpy array), or the file
+    # form {path: file or folder of images, mean, std} (schema_data.DataPathConfig); null: synthetic inputs from `inputs`.
     data: Optional[dict[str, Any]] = None
     seq_len: int = 128  # used by text models' interpolations
     seed: int = 0
