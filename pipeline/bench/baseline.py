@@ -52,10 +52,16 @@ def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: 
     return percentiles(time_runs(ort_session(onnx_path, s), rows, warmup, runs), s)
 
 
+WARM_S = 0.5  # past 3 untimed runs, warming stops after this long: a model at 200 ms a batch is warm after 3 (20 took 4 s per gauge)
+
+
 def _warm(sess, batches: list[Feed]) -> None:  # noqa: ANN001 - onnxruntime type
-    """A few untimed runs: a fresh session's first runs at a new shape grow its arena."""
+    """A few untimed runs: a fresh session's first runs at a new shape grow its arena (3, up to 20 per batch item or WARM_S)."""
     b = next(iter(batches[0].values())).shape[0]
+    t0 = time.perf_counter()
     for i in range(max(3, 20 // b)):
+        if i >= 3 and time.perf_counter() - t0 > WARM_S:
+            break
         sess.run(None, batches[i % len(batches)])
 
 

@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.diagnose_readiness import readiness_findings
 from pipeline.bench.estimate import Estimate
+from pipeline.bench.measured import Point
 from pipeline.bench.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding
 
@@ -100,6 +101,44 @@ def throughput_not_better(res: BenchResult, c: int) -> Finding | None:
 
 _WIDE_FIX = ("re-run when the machine is quieter, or give the rounds more time (bench.paired_max_rounds, "
              "bench.paired_throughput_max_rounds, bench.rounds_budget_s): more rounds narrow the interval")  # fmt: skip
+_TOO_SHORT = "No valid requests recorded"  # perf_analyzer: no request ended inside a window, which is shorter than a request
+
+
+def window_keys(res: BenchResult, source: str) -> str:
+    """The settings that made the windows of points measured by ``source`` (``rounds`` or ``sweep``), with the values the
+    run used (after the bench fitted them to the model: run.fit_windows)."""
+    s = res.settings
+    if source == "rounds":
+        return (f"bench.paired_measurement_interval_ms (the rounds' window: {s.paired_measurement_interval_ms} ms in this run) "
+                f"or bench.paired_stability_percentage ({s.paired_stability_percentage}%)")  # fmt: skip
+    return (f"bench.measurement_interval_ms (the sweep's window: {s.measurement_interval_ms} ms in this run) "
+            f"or bench.stability_percentage ({s.stability_percentage}%)")  # fmt: skip
+
+
+def _too_short(points: list[Point]) -> bool:
+    """Some invalid point had a window in which no request ended: the window, not the machine's drift, is why."""
+    return any(_TOO_SHORT in p.reason for p in points if not p.valid)
+
+
+def rounds_invalid(res: BenchResult, served: list[Point], variant: str, where: str) -> Finding | None:
+    """No round gave a value because windows held no finished request: not drift (more rounds cannot help).
+
+    None when the points built from these rounds already say it (default profile: :func:`invalid_measurement`,
+    which names the same window), so the report says it once.
+    """
+    cs = {p.concurrency for p in served}
+    if any(res.variants[v].source == "rounds" and not p.valid for v in res.variants for p in res.variants[v].points if p.concurrency in cs):
+        return None
+    bad = sum(not p.valid for p in served)
+    return Finding("invalid_measurement", "warning", variant,
+                   f"{where}: no round gave a value; {bad} of the rounds' {len(served)} perf_analyzer runs recorded no request "
+                   "inside a window (the window is shorter than the model's requests at that concurrency)",
+                   f"raise {window_keys(res, 'rounds')}")  # fmt: skip
+
+
+def _no_value_fix(res: BenchResult) -> str:
+    """What to change when no round gave a value (unstable windows): the rounds' window, not their number."""
+    return f"raise {window_keys(res, 'rounds')}, or re-run when the machine is quieter: no round gave a value, so more rounds cannot help"
 
 
 def too_wide(e: Estimate, limit: float) -> str | None:
@@ -121,12 +160,16 @@ def throughput_drift(res: BenchResult, c: int) -> Finding | None:
     pair = res.paired_throughput.get(c)
     if not pair:
         return None
+    served = [p for r in pair.rounds for p in (r.latency, r.throughput)]
+    if pair.vs_latency().value is None and _too_short(served):
+        return rounds_invalid(res, served, "throughput", f"at concurrency {c}")
     limit = res.settings.max_half_width
-    why = [f"{name} {w}" for name, e in (("throughput / latency", pair.vs_latency()), ("throughput / in-process best batch", pair.vs_ort_best()))
-           if (w := too_wide(e, limit))]  # fmt: skip
+    estimates = (("throughput / latency", pair.vs_latency()), ("throughput / in-process best batch", pair.vs_ort_best()))
+    why = [f"{name} {w}" for name, e in estimates if (w := too_wide(e, limit))]
     if not why:
         return None
-    return Finding("machine_drift", "warning", "throughput", f"at concurrency {c}: " + "; ".join(why) + f" ({pair.stopped})", _WIDE_FIX)
+    fix = _no_value_fix(res) if any(e.value is None for _, e in estimates) else _WIDE_FIX
+    return Finding("machine_drift", "warning", "throughput", f"at concurrency {c}: " + "; ".join(why) + f" ({pair.stopped})", fix)
 
 
 def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding | None:
@@ -147,10 +190,16 @@ def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding |
 def latency_drift(res: BenchResult) -> Finding | None:
     """c=1 rounds ran and the served/in-process interval is too wide (see :func:`too_wide`)."""
     pc = res.paired_c1
-    why = too_wide(pc.ratio(), res.settings.max_half_width) if pc else None
-    if not pc or not why:
+    if not pc:
         return None
-    return Finding("machine_drift", "warning", "latency", f"served c=1 p50 / in-process ORT p50: {why} ({pc.stopped})", _WIDE_FIX)
+    served = [p for r in pc.rounds for p in (r.latency, r.throughput) if p is not None]
+    if pc.ratio().value is None and _too_short(served):
+        return rounds_invalid(res, served, "latency", "served c=1 p50 / in-process ORT p50")
+    why = too_wide(pc.ratio(), res.settings.max_half_width)
+    if not why:
+        return None
+    fix = _no_value_fix(res) if pc.ratio().value is None and any(not p.valid for p in served) else _WIDE_FIX
+    return Finding("machine_drift", "warning", "latency", f"served c=1 p50 / in-process ORT p50: {why} ({pc.stopped})", fix)
 
 
 def _standin(res: BenchResult) -> str:
@@ -216,14 +265,16 @@ def unstable_variant(res: BenchResult, name: str, cfg: mc.ModelConfig, stable: l
 
 
 def invalid_measurement(res: BenchResult, name: str) -> Finding | None:
-    """Points of ``name`` without a stable measurement (the report shows no numbers for them)."""
-    bad = [f"c{p.concurrency}" for p in res.variants[name].points if not p.valid]
+    """Points of ``name`` without a stable measurement (the report shows no numbers for them); the fix names the
+    window that measured them: the rounds' in the default profile, the sweep's where the sweep measured them."""
+    sweep = res.variants[name]
+    bad = [p for p in sweep.points if not p.valid]
     if not bad:
         return None
-    return Finding("invalid_measurement", "warning", name, f"no stable measurement at {', '.join(bad)} (not reported as numbers)",
-                   f"raise the window that measured them: bench.paired_measurement_interval_ms (the rounds', {res.settings.paired_measurement_interval_ms} ms) "
-                   f"or bench.measurement_interval_ms (the sweep's, {res.settings.measurement_interval_ms} ms), or "
-                   "bench.stability_percentage; stop other load")  # fmt: skip
+    short = " (perf_analyzer recorded no request inside a window: the window is shorter than the model's requests)" if _too_short(bad) else ""
+    return Finding("invalid_measurement", "warning", name,
+                   f"no stable measurement at {', '.join(f'c{p.concurrency}' for p in bad)} (not reported as numbers){short}",
+                   f"raise the window that measured them: {window_keys(res, sweep.source)}; stop other load")  # fmt: skip
 
 
 def diagnose(res: BenchResult, configs: dict[str, mc.ModelConfig], graph_dtypes: dict[str, str], cores: int, threshold: float,

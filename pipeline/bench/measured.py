@@ -239,9 +239,10 @@ def fitted_window_ms(base: Baseline, configured_ms: int, top_concurrency: int) -
     when that is longer (up to :data:`WINDOW_CAP_MS`).
 
     The latency is the slower of the in-process batch-1 p50 and what ``top_concurrency`` requests in flight each take
-    at the model's best in-process throughput (c / infer/s): perf_analyzer counts only requests that start and end
-    inside a window. A ResNet-50 at ~44 infer/s (c=16: ~360 ms a request) made every 500 ms window INVALID; MiniLM
-    here (~140 infer/s: ~110 ms at c=16) is measured exactly as configured.
+    at the model's best in-process throughput (c / infer/s): perf_analyzer counts the requests that end inside a
+    window (InferenceProfiler::ValidLatencyMeasurement), and a window no request ends in is INVALID. A ResNet-50 at
+    ~44 infer/s (c=16: ~360 ms a request) made every 500 ms window INVALID; MiniLM here (~140 infer/s: ~110 ms at c=16)
+    is measured exactly as configured.
     """
     per_request_ms = max(base.latency.p50_ms, 1000.0 * top_concurrency / base.throughput.best_infer_s if base.throughput.best_infer_s > 0 else 0.0)
     return int(min(max(configured_ms, WINDOW_LATENCIES * per_request_ms), max(WINDOW_CAP_MS, configured_ms)))

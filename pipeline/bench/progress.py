@@ -66,6 +66,11 @@ class Progress:
         self._phase_t0 = self._clock()
         self._changed()
 
+    def expect(self, phases: dict[str, float]) -> None:
+        """Better guesses of the later phases' lengths (e.g. once the model's latency is measured)."""
+        self._expected |= {k: v for k, v in phases.items() if k != self._phase}
+        self._changed()
+
     def at(self, point: str = "", round_: str = "", left_s: float | None = None) -> None:
         """Now measuring ``point`` (e.g. "latency c=8") in ``round_``; ``left_s``: this phase's remaining seconds."""
         self._point, self._round = point, round_

@@ -79,6 +79,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                         baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
         b = fit_windows(b, base, progress.log)
         cfg = replace(cfg, bench=b)
+        progress.expect(expected_seconds(b, plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
         # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
         gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
                         b.paired_measurement_interval_ms / 1000)  # fmt: skip
@@ -173,23 +174,28 @@ class RoundsPlan:
         return cls(c1, c1_thr, conc, [v for v in variants if v not in covered])
 
 
-def expected_seconds(b: BenchConfig, plan: RoundsPlan) -> dict[str, float]:
-    """A first guess of each phase's length for the ETA (the rounds refine theirs as they go)."""
-    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.0  # a round's perf_analyzer run: three windows and its start
-    c1 = 2 * run + b.alternations * 2 * b.alternation_ms / 1000
-    tput = 2 * run + b.paired_measurement_interval_ms / 1000
+def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> dict[str, float]:
+    """A guess of each phase's length for the ETA (the rounds refine theirs as they go); ``p50_ms``, the model's in-process
+    batch-1 latency once the baseline measured it, prices what runs per request (bursts, warm-up runs, a run's tail)."""
+    req = p50_ms / 1000
+    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.0 + 2 * req  # a round's perf_analyzer run: its start, three windows, its tail
+    burst = max(b.alternation_ms / 1000, (WARM_RUNS + 3) * req)  # at least WARM_RUNS untimed and 3 timed requests a side
+    c1 = (1 + plan.c1_throughput) * run + b.alternations * 2 * burst
+    tput = 2 * run + b.paired_measurement_interval_ms / 1000 + 3 * req
     per_round = c1 * plan.c1 + tput * len(plan.concurrency)
     most = max(b.paired_max_rounds, b.paired_throughput_max_rounds) * per_round
-    rounds = most if b.profile == BenchProfile.full else min(most, b.rounds_budget_s + per_round)
-    sweep = len(plan.swept) * (5.0 + len(b.concurrency) * (3 * b.measurement_interval_ms / 1000 + 1.0))
+    least = max(b.paired_rounds, b.paired_throughput_rounds) * per_round  # the budget stops rounds only after their minimum
+    rounds = most if b.profile == BenchProfile.full else min(most, max(least, b.rounds_budget_s + per_round))
+    warmups = run * ((plan.c1 or bool(plan.concurrency)) + (plan.c1_throughput or bool(plan.concurrency)))
+    sweep = len(plan.swept) * (5.0 + len(b.concurrency) * (3 * b.measurement_interval_ms / 1000 + 1.0 + 2 * req))
     tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.measurement_interval_ms / 1000 + 8.0)) if b.tune else 0.0
     baseline = 5.0 + len(b.baseline_batch_sizes) * b.baseline_seconds
     embedded = b.server == BenchServer.embedded
     cold = 4 * 5.0 * (embedded and b.cold_start)  # two variants, with and without warmup, a fresh server each
     overload = (len(b.overload_levels) * (3 * b.overload_interval_ms / 1000 + 2) + 3 * (b.burst_s + 1.5) + 8) * (embedded and b.overload)
     peers = peers_mod.expected_seconds(b) if b.peers else 0.0
-    return {"baseline": baseline, "cold start": cold, "sweep": sweep, "rounds": rounds + 5.0 * (plan.c1 or bool(plan.concurrency)),
-            "overload": overload, "soak": b.soak_s * embedded, "tuning": tuning, "peers": peers, "report": 8.0}  # fmt: skip
+    return {"baseline": baseline, "cold start": cold, "sweep": sweep, "rounds": rounds + warmups, "overload": overload,
+            "soak": b.soak_s * embedded, "tuning": tuning, "peers": peers, "report": 8.0 + (b.warmup_runs + b.baseline_runs) * req}  # fmt: skip
 
 
 # ---------------------------------------------------------------- inputs

@@ -28,7 +28,8 @@ from pipeline.core.errors import ConfigError, ToolError
 from pipeline.bench.run import run_bench
 from tests.tiny_triton import shipped_repository, variant_config
 
-pytestmark = pytest.mark.serial  # timing is judged: run alone, not beside other tests (README)
+# The tests that judge timing are marked serial (run alone, README); the ones that check wiring run two at a time.
+SERIAL = pytest.mark.serial
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PROCS = ("tritonserver", "triton_python_backend_stub")
@@ -67,6 +68,7 @@ def procs_mentioning(text: str, names: tuple[str, ...] = SERVER_PROCS) -> list[s
     return found
 
 
+@SERIAL
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["native", "python"])
 def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
@@ -150,6 +152,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@SERIAL
 @pytest.mark.slow
 def test_busy_machine_still_gives_every_headline_with_an_interval(tmp_path: Path) -> None:
     """A CPU hog runs through the whole bench: drift widens the intervals, it never erases a number."""
@@ -258,6 +261,7 @@ def _start_stage(tmp_path: Path, backend: str) -> subprocess.Popen:
     return proc
 
 
+@SERIAL
 @pytest.mark.parametrize("backend", ["native", "python"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals, backend: str) -> None:
@@ -292,6 +296,7 @@ def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: P
         assert "External Triton" in mode.description
 
 
+@SERIAL
 @pytest.mark.slow
 def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     shipped_repository(tmp_path / "repo", "tiny")

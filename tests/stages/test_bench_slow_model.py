@@ -6,17 +6,17 @@ inside tritonserver). The bench times the same file in process for its baseline 
 windows from that baseline, so both sides cost what they say; a sleeping python-backend model would leave the
 in-process side, and so the fitted windows, at a few microseconds.
 
-What the test cuts to stay near a minute, all through config overrides: the concurrencies (bench.concurrency
-and bench.paired_throughput_concurrency [1, 2]), the rounds (2 of each, 2 alternations per c=1 round), the
+What the test cuts to stay near 90 s (about 10 perf_analyzer runs of three ~1.6 s windows), all through config overrides: the concurrencies (bench.concurrency
+and bench.paired_throughput_concurrency [1, 2]), the rounds (2 of each, 1 alternation per c=1 round), the
 baseline's runs and batch sizes, and the readiness parts (cold start, overload; soak, peers and tuning are off
 by default). The measurement windows (bench.measurement_interval_ms, bench.paired_measurement_interval_ms) and
-the stability and trial settings stay as conf/ ships them: the bench itself must fit them to the model.
+the stability and trial settings stay as conf/ ships them: the bench itself must fit them to the model (here the
+rounds' 500 ms becomes ~1.6 s, 4 requests at c=2; the sweep's 3 s already holds 4).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import tempfile
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import pytest
 from google.protobuf import text_format
 from onnx import TensorProto, helper
 
-from pipeline.bench.measured import WINDOW_LATENCIES
+from pipeline.bench.measured import WINDOW_CAP_MS, WINDOW_LATENCIES
 from pipeline.core.config import load_config
 from pipeline.stages import bench as bench_stage
 from tests.stages.test_bench import procs_mentioning
@@ -41,7 +41,7 @@ STEPS = 70  # ~2.9 ms a step at batch 1 on one thread here (AMD EPYC, AVX-512): 
 SHORT = [
     "bench.concurrency=[1,2]", "bench.paired_throughput_concurrency=[1,2]",
     "bench.paired_rounds=2", "bench.paired_max_rounds=2", "bench.paired_throughput_rounds=2", "bench.paired_throughput_max_rounds=2",
-    "bench.alternations=2", "bench.warmup_runs=2", "bench.baseline_runs=10", "bench.baseline_batch_sizes=[1,2]", "bench.baseline_seconds=1.0",
+    "bench.alternations=1", "bench.warmup_runs=2", "bench.baseline_runs=6", "bench.baseline_batch_sizes=[1,2]", "bench.baseline_seconds=1.0",
     "bench.cold_start=false", "bench.overload=false",
 ]  # fmt: skip
 WINDOWS = ("measurement_interval_ms", "paired_measurement_interval_ms")
@@ -101,9 +101,10 @@ def test_a_model_at_200_ms_per_batch_gets_every_headline_with_the_default_window
     assert 100 < ort_p50 < 600, ort_p50
     # Both windows were fitted to it: >= 4 request latencies at the top concurrency, from the in-process baseline.
     top, best = 2, data["baseline"]["throughput"]["best_infer_s"]
+    fitted = min(WINDOW_CAP_MS, WINDOW_LATENCIES * max(ort_p50, 1000 * top / best))
     for key in WINDOWS:
-        used = data["settings"][key]
-        assert used >= min(15_000, WINDOW_LATENCIES * max(ort_p50, 1000 * top / best)) - 1 and used > getattr(shipped, key), (key, used)
+        assert data["settings"][key] >= min(fitted - 1, WINDOW_CAP_MS), (key, data["settings"][key], fitted)
+    assert data["settings"]["paired_measurement_interval_ms"] > shipped.paired_measurement_interval_ms  # 500 ms: under 4 requests
     assert "measurement windows fitted to the model" in log and f"bench.paired_measurement_interval_ms {shipped.paired_measurement_interval_ms} -> " in log
 
     # Every headline has a value with its interval, in bench.json, in the metrics and on the console line.
@@ -114,15 +115,18 @@ def test_a_model_at_200_ms_per_batch_gets_every_headline_with_the_default_window
         assert metrics["ratios"][h] is not None, h
     assert ratios["throughput_c1_queue_ms"] is not None
     line = next(ln for ln in log.splitlines() if ln.startswith("[bench] embedded mode"))
-    assert "n/a" not in line and "not compared" not in line, line
+    assert "n/a" not in line and "not compared" not in line and "no interval" not in line, line
+    report = (out / "bench" / "report.md").read_text()
+    headline = report.split("## Headline", 1)[1].split("\n## ", 1)[0]
+    assert headline.count("90% CI") >= 4 and "n/a" not in headline and "not compared" not in headline, headline
     # No measurement was INVALID: every round's runs, and so every point, are valid.
     rounds = [s for r in data["paired_c1"]["rounds"] for s in (r["latency"], r["throughput"])]
     rounds += [r[v] for t in data["paired_throughput"].values() for r in t["rounds"] for v in ("latency", "throughput")]
     assert len(rounds) == 8 and all(s["valid"] for s in rounds), [s["reason"] for s in rounds if not s["valid"]]
     assert all(p["valid"] for v in data["variants"].values() for p in v["points"].values())
-    assert not re.search(r"INVALID", log), [ln for ln in log.splitlines() if "INVALID" in ln]
-    rules = {d["rule"] for d in data["diagnosis"]}
-    assert not rules & {"invalid_measurement", "machine_drift", "unstable_variant"}, data["diagnosis"]
+    assert "INVALID" not in log, [ln for ln in log.splitlines() if "INVALID" in ln]
+    # Nothing is missing for want of a window (a wide interval on a drifting machine is a finding, not a missing number).
+    assert not [d for d in data["diagnosis"] if d["rule"] in ("invalid_measurement", "unstable_variant") or "no round gave a value" in d["message"]]
     # The served request costs what the in-process one does, give or take the machine: Triton timed ORT inside it.
     served = data["variants"]["latency"]["points"]["c1"]
     assert served["server_compute_infer_ms"] > 0.5 * ort_p50 and served["p50_ms"] > 0.5 * ort_p50
