@@ -210,7 +210,10 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
     if not model.path:
         raise ModelSourceError("model.source=onnx needs model.path", fix="pass model.path=<file.onnx>")
     src = Path(model.path)
-    external = onnx_tools.external_data_files(src) if src.is_file() else []
+    try:  # sizes first: a model over the limit must not be loaded whole; an unreadable file gets load_model's message
+        external = onnx_tools.external_data_files(src) if src.is_file() else []
+    except Exception:  # noqa: BLE001 - protobuf DecodeError and kin, reported by load_model below
+        external = []
     total = src.stat().st_size + sum((src.parent / f).stat().st_size for f in external if (src.parent / f).is_file()) if external else 0
     if total >= onnx_tools.PROTOBUF_LIMIT:
         raise ModelSourceError(
