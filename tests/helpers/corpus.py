@@ -12,12 +12,16 @@ import onnx
 from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 
-def _save(graph: onnx.GraphProto, path: Path, opset: int = 17, ir: int = 8) -> Path:
-    """Check the model and write it (ir 8 by default: what this ONNX Runtime reads)."""
+def save_graph(graph: onnx.GraphProto, path: Path, opset: int = 17, ir: int = 8, external: bool = False) -> Path:
+    """Check the model and write it (ir 8 by default: what this ONNX Runtime reads); ``external``: every weight in
+    ``<path>.data`` beside it."""
     m = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=ir)
     onnx.checker.check_model(m)
     path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
+    if external:
+        onnx.save(m, str(path), save_as_external_data=True, location=path.name + ".data", size_threshold=0)
+    else:
+        onnx.save(m, str(path))
     return path
 
 
@@ -40,7 +44,7 @@ def if_onnx(path: Path) -> Path:
     ]
     g = h.make_graph(nodes, "vad_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, [])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w, b, zero])  # fmt: skip
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 def conv_opset12_onnx(path: Path) -> Path:
@@ -50,7 +54,7 @@ def conv_opset12_onnx(path: Path) -> Path:
     g = h.make_graph([h.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"), h.make_node("Relu", ["c"], ["y"], name="relu")],
                      "ocr_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 16, 16])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 8, 16, 16])], [w])  # fmt: skip
-    return _save(g, path, opset=12, ir=7)
+    return save_graph(g, path, opset=12, ir=7)
 
 
 def stride32_onnx(path: Path) -> Path:
@@ -64,7 +68,7 @@ def stride32_onnx(path: Path) -> Path:
     ]
     g = h.make_graph(nodes, "detector_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 3, "H", "W"])], [scales])  # fmt: skip
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 def bert_like_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 3) -> Path:
@@ -87,7 +91,7 @@ def bert_like_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 3
     ]
     ins = [h.make_tensor_value_info(n, T.INT64, ["batch", "sequence"]) for n in ("input_ids", "token_type_ids", "attention_mask")]
     g = h.make_graph(nodes, "bert_twin", ins, [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])], [words, types, head, axes])
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 def fixed_batch_onnx(path: Path) -> Path:
@@ -95,7 +99,7 @@ def fixed_batch_onnx(path: Path) -> Path:
     w = nh.from_array(np.eye(8, dtype=np.float32) * 0.5, "W")
     g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["z"], name="mm"), h.make_node("Relu", ["z"], ["y"], name="relu")], "fixed_twin",
                      [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, [4, 8])], [w])  # fmt: skip
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 def vad_state_onnx(path: Path) -> Path:
@@ -119,7 +123,7 @@ def vad_state_onnx(path: Path) -> Path:
     ins = [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, []),
            h.make_tensor_value_info("state", T.FLOAT, [2, "N", 4])]  # fmt: skip
     outs = [h.make_tensor_value_info("y", T.FLOAT, ["N", 4]), h.make_tensor_value_info("stateN", T.FLOAT, [2, "N", 4])]
-    return _save(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), path)
+    return save_graph(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), path)
 
 
 def jax_int32_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 4) -> Path:
@@ -150,7 +154,7 @@ def jax_int32_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 4
     axes0 = nh.from_array(np.array([0], np.int64), "axes0")
     g = h.make_graph(nodes, "jax_cls_twin", [h.make_tensor_value_info("ids", T.INT32, ["batch", "sequence"])],
                      [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])], [table, head, seq_axis, axes0])  # fmt: skip
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 def external_data_onnx(path: Path) -> Path:
@@ -163,8 +167,4 @@ def external_data_onnx(path: Path) -> Path:
              h.make_node("MatMul", ["r", "W2"], ["y"], name="fc2")]  # fmt: skip
     g = h.make_graph(nodes, "external_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16])],
                      [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w1, w2])  # fmt: skip
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path), save_as_external_data=True, location=path.name + ".data", size_threshold=0)
-    return path
+    return save_graph(g, path, external=True)

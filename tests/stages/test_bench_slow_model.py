@@ -21,7 +21,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from google.protobuf import text_format
 from onnx import TensorProto, helper
@@ -29,6 +28,7 @@ from onnx import TensorProto, helper
 from pipeline.bench.measured import WINDOW_CAP_MS, WINDOW_LATENCIES
 from pipeline.core.config import load_config
 from pipeline.stages import bench as bench_stage
+from tests.helpers.corpus import save_graph
 from tests.stages.test_bench import procs_mentioning
 from tests.tiny_triton import variant_config
 
@@ -61,12 +61,7 @@ def slow_onnx(path: Path, steps: int = STEPS, width: int = WIDTH) -> Path:
     nodes.append(helper.make_node("ReduceMean", [f"h{steps}", "last"], ["y"], keepdims=0))
     graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], initializer=inits)  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path, opset=18)
 
 
 def slow_repository(root: Path, name: str = "slow") -> Path:
