@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +15,12 @@ from pipeline.core.config import PipelineConfig, load_config
 from pipeline.params import compose
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A runner started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and so would
+# every child: Python started that way installs no KeyboardInterrupt handler, and the tests that press Ctrl-C on a
+# stage would see it ignored. A handled signal is reset to its default across exec, so this restores Ctrl-C for all.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TINY_MLP = [
     "model=cnn",  # any factory model group; the keys below replace its contents
