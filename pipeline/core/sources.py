@@ -40,7 +40,6 @@ from typing import Any
 from pipeline.core.atomic import file_digest
 from pipeline.core.config import ModelConfig
 from pipeline.core.errors import ConfigError
-from pipeline.core.images import listing
 
 SCHEMA = 1
 
@@ -260,6 +259,8 @@ def data_record(model: ModelConfig, root: Path) -> dict[str, Any]:
     elif data.get("path") and Path(str(data["path"])).is_dir():
         # The images the stages read, each by content (what DVC would hash for a folder dep): a new, edited or
         # removed image changes the record; a README or labels file beside them, which no stage reads, does not.
+        from pipeline.core.images import listing  # lazy: it imports numpy and onnx, which the probe never needs
+
         rec["images"] = [file_entry(f, root) for f in listing(Path(str(data["path"])))]
     elif data.get("path"):
         rec["path"] = file_entry(_existing_file(str(data["path"]), "model.data.path",

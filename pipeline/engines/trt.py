@@ -38,11 +38,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from pipeline.core.config import TrtBuilderConfig
 from pipeline.core.errors import EngineError
-from pipeline.engines.targets import InputProfile
+
+if TYPE_CHECKING:  # annotations only: targets imports onnx and numpy, which the every-run probe never needs
+    from pipeline.engines.targets import InputProfile
 
 INSTALL_FIX = "install the `tensorrt` extra on a GPU runner: pip install -e '.[tensorrt]'"
 

@@ -100,14 +100,19 @@ def test_a_hog_during_the_reference_side_leaves_the_estimate_with_the_quiet_figu
     # VM's batch-1 p50 moves by tens of percent) is inside it rather than in the verdict.
     quiet = [run(files).latency_speedup("int8")]
     # The hog on the reference's side in every other round: those rounds read the candidate several times faster.
-    t = run(files, hog_during_reference(hogs, set(range(0, 100, 2))))
+    # That is the control, a fact about the runner rather than the stage: a runner whose scheduler spared the
+    # reference once (seen: 1.08x instead of >1.25x) gets one more contended run before the control is judged.
+    for _attempt in range(2):
+        t = run(files, hog_during_reference(hogs, set(range(0, 100, 2))))
+        contended = [r for r in t.rounds if r.index % 2 == 0]
+        hogged = float(np.median([r.p50_ms["fp32"] / r.p50_ms["int8"] for r in contended]))
+        if hogged > 1.25 * max(q.value for q in quiet):
+            break
     quiet.append(run(files).latency_speedup("int8"))
     assert all(q.has_interval and not q.untrusted and q.value > 1.3 for q in quiet)  # half the MatMuls
     low, high = min(q.low for q in quiet), max(q.high for q in quiet)
-    contended = [r for r in t.rounds if r.index % 2 == 0]
     assert all(r.p50_contention["fp32"] > 0.2 for r in contended), [r.p50_contention for r in t.rounds]
     # The control: the contended rounds read far faster than the quiet figure; unweighted, they pull the median up.
-    hogged = float(np.median([r.p50_ms["fp32"] / r.p50_ms["int8"] for r in contended]))
     assert hogged > 1.25 * max(q.value for q in quiet), ([q.text() for q in quiet], t.to_json()["rounds"])
     loaded = t.latency_speedup("int8")
     assert not loaded.untrusted and loaded.weight >= 3 and unweighted(t) > loaded.value, loaded.text()
