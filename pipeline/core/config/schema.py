@@ -313,7 +313,7 @@ class BenchConfig:
     paired_stability_percentage: int = 50
     target_half_width: float = 0.03  # default profile: stop a headline's rounds once its interval is within +-3%
     max_half_width: float = 0.10  # a wider interval says nothing (the machine_drift finding)
-    rounds_budget_s: float = 120.0  # default profile: no new round after this long, once the minimum rounds ran
+    rounds_budget_s: float = 75.0  # default profile: no new round after this long, once the minimum rounds ran
     alternations: int = 8  # per c=1 round: server / in-process burst pairs (in-server vs in-process ORT)
     alternation_ms: float = 150.0  # each burst's length
     # Tuning only: a candidate is measured again while its in-process gauges drift more than this.
