@@ -1,11 +1,10 @@
 """Bench internals (the stage entry is pipeline.stages.bench; the run, step by step, is pipeline.bench.run).
 
     inputs.py    request rows from the model's samples
-    baseline.py  in-process ONNX Runtime: baseline, and the in-process side of rounds and tuning
+    baseline.py  in-process ONNX Runtime (timed by pipeline.stats.ort): baseline, the in-process side of rounds and tuning
     sweep.py     perf_analyzer runs with Triton's counters
     inserver.py  short request bursts timed by the server's own clock inside ORT
     pairing.py   the headline rounds: ratios of neighbours, groups interleaved until their intervals are narrow
-    estimate.py  median over rounds with a 90% bootstrap interval; when rounds may stop
     rounds.py    typed records of the rounds and the estimates they give
     tune.py      the throughput variant's scheduling, by measurement
     servers.py   where requests go: embedded tritonserver or an external Triton

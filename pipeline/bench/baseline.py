@@ -10,41 +10,9 @@ import functools
 import time
 from pathlib import Path
 
-import numpy as np
 
-from pipeline.bench.inputs import Feed, same_shape_batches
-from pipeline.bench.measured import Latency, OrtSettings, Throughput
-from pipeline.repository import config as triton_config
-
-
-def ort_session(onnx_path: Path, s: OrtSettings):  # noqa: ANN201 - onnxruntime type
-    """An ORT CPU session with exactly the settings the served model uses."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = s.intra_op_threads
-    so.inter_op_num_threads = s.inter_op_threads
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, triton_config.ORT_LEVEL_NAME.get(s.graph_level, "ORT_ENABLE_ALL"))
-    return ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-
-
-def percentiles(x: list[float], settings: OrtSettings | None = None) -> Latency:
-    """p50/p95/p99/mean in ms of durations in seconds."""
-    a = np.asarray(x) * 1e3
-    p50, p95, p99 = np.percentile(a, [50, 95, 99])
-    return Latency(float(p50), float(p95), float(p99), float(a.mean()), int(a.size), settings)
-
-
-def time_runs(sess, rows: list[Feed], warmup: int, runs: int) -> list[float]:  # noqa: ANN001 - onnxruntime type
-    """Seconds per batch-1 ``sess.run``: ``warmup`` untimed runs, then ``runs`` timed, cycling the rows."""
-    for i in range(warmup):
-        sess.run(None, rows[i % len(rows)])
-    times = []
-    for i in range(runs):
-        t0 = time.perf_counter()
-        sess.run(None, rows[i % len(rows)])
-        times.append(time.perf_counter() - t0)
-    return times
+from pipeline.bench.measured import Throughput
+from pipeline.stats.ort import Feed, Latency, OrtSettings, ort_session, percentiles, same_shape_batches, time_runs
 
 
 def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: int, runs: int) -> Latency:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.diagnose_readiness import readiness_findings
-from pipeline.bench.estimate import Estimate
+from pipeline.stats.estimate import Estimate
 from pipeline.bench.measured import Point
 from pipeline.bench.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding

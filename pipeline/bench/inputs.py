@@ -9,27 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.results import InputsInfo
 from pipeline.core.config import InputShapes, ModelConfig
-from pipeline.core.samples import by_shape, input_specs, load_samples, request_rows, shape_key, uniform_rows
+from pipeline.core.samples import input_specs, load_samples, request_rows, shape_key, uniform_rows
 from pipeline.core.specs import graph_io
 from pipeline.serving.client import infer_inputs
-
-Feed = dict[str, np.ndarray]
-
-
-def same_shape_batches(rows: list[Feed], b: int) -> list[Feed]:
-    """One batch of ``b`` rows per input shape, tiling each same-shape group (Triton batches only equal shapes)."""
-    out = []
-    for g in by_shape(rows):
-        picks = [g[i % len(g)] for i in range(b)]
-        out.append({k: np.concatenate([p[k] for p in picks]) for k in picks[0]})
-    return out
-
+from pipeline.stats.ort import Feed
 
 def http_inputs(row: Feed) -> list:
     """A request row as tritonclient HTTP inputs (binary tensors), what every Python-side request to Triton sends."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-from tritonclient.grpc import model_config_pb2 as mc
+
+from pipeline.stats.ort import Latency, OrtSettings
 
 
 Json = dict[str, Any]  # only at the edge: to_json / from_json
@@ -73,44 +74,6 @@ class Sweep:
 
 
 # ---------------------------------------------------------------- in-process ONNX Runtime baseline
-@dataclass
-class OrtSettings:
-    """The ONNX Runtime settings a Triton config implies."""
-
-    intra_op_threads: int
-    inter_op_threads: int
-    graph_level: int
-
-    @classmethod
-    def from_config(cls, cfg: mc.ModelConfig) -> OrtSettings:
-        p = cfg.parameters
-        intra = int(p["intra_op_thread_count"].string_value or 0) if "intra_op_thread_count" in p else 0
-        inter = int(p["inter_op_thread_count"].string_value or 0) if "inter_op_thread_count" in p else 0
-        level = cfg.optimization.graph.level if cfg.HasField("optimization") else 0
-        return cls(intra, inter, level)
-
-
-@dataclass
-class Latency:
-    """Batch-1 latency percentiles in process (ms), over ``n`` timed runs."""
-
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    mean_ms: float
-    n: int
-    settings: OrtSettings | None = None
-
-    def to_json(self) -> Json:
-        d: Json = {k: getattr(self, k) for k in ("p50_ms", "p95_ms", "p99_ms", "mean_ms", "n")}
-        return d | ({"settings": asdict(self.settings)} if self.settings else {})
-
-    @classmethod
-    def from_json(cls, d: Json) -> Latency:
-        s = d.get("settings")
-        return cls(d["p50_ms"], d["p95_ms"], d["p99_ms"], d["mean_ms"], d["n"], OrtSettings(**s) if s else None)
-
-
 @dataclass
 class Throughput:
     """Inferences/s in process per batch size, and the best of them."""

@@ -25,7 +25,7 @@ alternates per round, with in-process best-batch throughput timed next to the th
 run: its share of in-process comes from neighbours too.
 
 Groups of rounds (c=1, and each compared concurrency) interleave, one round of each in turn; a
-group stops by :class:`~pipeline.bench.estimate.StopRule`, which reads interval widths only.
+group stops by :class:`~pipeline.stats.estimate.StopRule`, which reads interval widths only.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipeline.bench.estimate import StopRule
+from pipeline.stats.estimate import StopRule
 from pipeline.bench.measured import Point
 from pipeline.bench.progress import Progress
 from pipeline.bench.rounds import Alternation, C1Round, C1Rounds, ThroughputRound, ThroughputRounds

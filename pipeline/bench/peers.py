@@ -25,9 +25,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench import peers_deploy as deploy
 from pipeline.bench import peers_serve as serve
-from pipeline.bench.estimate import StopRule, estimate
+from pipeline.stats.estimate import StopRule, estimate
 from pipeline.bench.inputs import BenchInputs
-from pipeline.bench.measured import OrtSettings, Point
+from pipeline.bench.measured import Point
+from pipeline.stats.ort import OrtSettings
 from pipeline.bench.peers_results import Deployment, PeerRound, PeersResult, Ratio
 from pipeline.bench.production import ColdStart
 from pipeline.bench.progress import Progress

@@ -26,11 +26,11 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench.measured import OrtSettings
+from pipeline.stats.ort import OrtSettings
 from pipeline.bench.peers_results import Scheduling
 from pipeline.core.atomic import write_text
 from pipeline.core.config import ModelConfig
-from pipeline.repository.config import ORT_LEVEL_NAME
+from pipeline.stats.ort import ORT_LEVEL_NAME
 from pipeline.serving.torchserve import SETTINGS_FILE, TorchServeInstall, build_mar
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from pipeline.bench.estimate import Estimate
+from pipeline.stats.estimate import Estimate
 
 Json = dict[str, Any]
 

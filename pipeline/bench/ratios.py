@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.bench.estimate import Estimate
+from pipeline.stats.estimate import Estimate
 from pipeline.bench.measured import Point
 from pipeline.bench.results import BenchResult, Comparison, Ratios
 from pipeline.core.config import BenchConfig, BenchProfile, BenchServer

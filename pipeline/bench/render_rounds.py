@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.bench.estimate import CONFIDENCE, Estimate
+from pipeline.stats.estimate import CONFIDENCE, Estimate
 from pipeline.bench.measured import Point
 from pipeline.bench.results import BenchResult
 

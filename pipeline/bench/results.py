@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from pipeline.bench.estimate import Estimate
+from pipeline.stats.estimate import Estimate
 from pipeline.bench.measured import Baseline, Json, Point, Sweep, Tuning
 from pipeline.bench.peers_results import PeersResult
 from pipeline.bench.production import Production

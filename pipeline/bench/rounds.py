@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.bench.estimate import Estimate, estimate
+from pipeline.stats.estimate import Estimate, estimate
 from pipeline.bench.measured import Json, Point, Sweep
 
 

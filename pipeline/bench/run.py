@@ -27,11 +27,12 @@ from pipeline.bench import peers as peers_mod
 from pipeline.bench import readiness, render, tune
 from pipeline.bench.baseline import Gauges, baseline_latency, baseline_throughput
 from pipeline.bench.diagnose import diagnose
-from pipeline.bench.estimate import StopRule
+from pipeline.stats.estimate import StopRule
 from pipeline.bench.inputs import BenchInputs
 from pipeline.bench.inserver import WARM_RUNS, InServerOrt
 from pipeline.bench.machine import cpu_budget, loadavg, machine
-from pipeline.bench.measured import Baseline, OrtSettings, Point, Sweep, Tuning, fitted_window_ms
+from pipeline.bench.measured import Baseline, Point, Sweep, Tuning, fitted_window_ms
+from pipeline.stats.ort import OrtSettings
 from pipeline.bench.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
 from pipeline.bench.progress import Progress
 from pipeline.bench.ratios import ratios

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pipeline.bench.estimate import CONFIDENCE, Estimate
+from pipeline.stats.estimate import CONFIDENCE, Estimate
 from pipeline.bench.production import Soak, thin
 from pipeline.bench.servers import Target
 from pipeline.bench.sweep import Sweeper

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.bench import tritonmetrics as tm
-from pipeline.bench.inputs import Feed, http_inputs
+from pipeline.bench.inputs import http_inputs
+from pipeline.stats.ort import Feed
 from pipeline.bench.measured import Point
 from pipeline.bench.servers import Target
 from pipeline.core.config import BenchConfig

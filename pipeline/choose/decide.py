@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.estimate import Estimate
-from pipeline.bench.measured import OrtSettings
+from pipeline.stats.estimate import Estimate
+from pipeline.stats.ort import OrtSettings
 from pipeline.choose import timing as timing_mod
 from pipeline.core import atomic, host
 from pipeline.core.choice import PrecisionChoice, VariantChoice

@@ -4,8 +4,8 @@ This machine's speed drifts by tens of percent within a minute, so two candidate
 ranked either way. Each round therefore times every candidate back to back, a burst each (``choose.burst_ms``), in
 an order that rotates from round to round: a slowdown hits all of them within about a second and
 cancels in the round's ratios. Each candidate's speedup over the reference (fp32) is the median over rounds with a
-90% percentile-bootstrap interval (:func:`pipeline.bench.estimate.estimate`), and rounds stop by the bench's
-:class:`~pipeline.bench.estimate.StopRule` once every interval is narrow, or the budget is spent.
+90% percentile-bootstrap interval (:func:`pipeline.stats.estimate.estimate`), and rounds stop by the bench's
+:class:`~pipeline.stats.estimate.StopRule` once every interval is narrow, or the budget is spent.
 
 Two measurements per candidate and round, one per variant, each with that variant's ONNX Runtime settings:
 batch-1 p50 (the latency variant) and best-batch inferences/s (the throughput variant; each candidate at its own
@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.bench.baseline import ort_session, percentiles
-from pipeline.bench.estimate import Estimate, StopRule, estimate
-from pipeline.bench.inputs import same_shape_batches
-from pipeline.bench.measured import OrtSettings
+from pipeline.stats.ort import ort_session, percentiles
+from pipeline.stats.estimate import Estimate, StopRule, estimate
+from pipeline.stats.ort import same_shape_batches
+from pipeline.stats.ort import OrtSettings
 from pipeline.core.config import ChooseConfig
 from pipeline.core.contention import Gauge
 

@@ -1,6 +1,6 @@
 """How contended the CPU was while a block of code ran: the share of the machine's CPU time other work took.
 
-Paired rounds (pipeline/bench/estimate.py) cancel a slow drift of machine speed, which hits both sides of a pair
+Paired rounds (pipeline/stats/estimate.py) cancel a slow drift of machine speed, which hits both sides of a pair
 alike; they do not cancel contention. Another process taking a core hits a run that uses ONNX Runtime's threads in
 parallel far harder (the pool waits for its descheduled thread), so contention that lands on one side of a pair
 reads as a speedup of the other. A timing therefore gauges each burst's contention next to its time.

@@ -135,7 +135,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _estimate_text(d: dict[str, Any]) -> str:
-    from pipeline.bench.estimate import Estimate
+    from pipeline.stats.estimate import Estimate
 
     return Estimate.from_json(d).text()
 

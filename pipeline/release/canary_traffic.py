@@ -16,7 +16,7 @@ Two kinds of traffic (``release.canary.traffic``, ``--traffic``):
   unversioned (as production clients send them). One perf_analyzer process per part, all at once,
   each writing every request's timestamps (``--profile-export-file``).
 
-Latency is compared as the bench compares it (:mod:`pipeline.bench.estimate`): the time both versions
+Latency is compared as the bench compares it (:mod:`pipeline.stats.estimate`): the time both versions
 were served side by side is cut into ``rounds`` equal slices; within a slice both saw the same machine,
 so its candidate/live p99 ratio is drift-free on its own, and the headline is the median over slices
 with its 90% bootstrap interval. A slice with fewer than ``min_round_requests`` answers on either side
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.bench.estimate import Estimate, estimate
+from pipeline.stats.estimate import Estimate, estimate
 from pipeline.serving.client import TritonClient, infer_inputs, metrics_text
 from pipeline.serving.perf_analyzer import PerfAnalyzer, write_input_data
 from pipeline.serving.process import set_pdeathsig

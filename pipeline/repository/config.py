@@ -15,13 +15,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.core.errors import PipelineError, RepositoryError
 from pipeline.core.specs import IOSpec
+from pipeline.stats.ort import ORT_LEVEL_NAME
 
-# Triton's onnxruntime backend (src/onnxruntime.cc, ModelState constructor) maps optimization.graph.level:
-# -1 -> ORT_ENABLE_BASIC, 1 -> ORT_ENABLE_EXTENDED, 2 -> ORT_DISABLE_ALL, anything else (0 or absent)
-# -> ORT_ENABLE_ALL. So 2 is not "more" optimization but none at all.
-# (pipeline/serving/python_standin.py repeats this table: it runs inside the python-backend stub,
-# which cannot import this package.)
-ORT_LEVEL_NAME = {1: "ORT_ENABLE_EXTENDED", -1: "ORT_ENABLE_BASIC", 0: "ORT_ENABLE_ALL", 2: "ORT_DISABLE_ALL"}
+# What each graph level does (ORT_LEVEL_NAME, from Triton's onnxruntime backend: src/onnxruntime.cc, ModelState).
 _LEVEL_NOTE = {
     1: "basic + extended fusions: attention, GELU, LayerNorm, ...",
     -1: "constant folding, redundant node removal",

@@ -22,8 +22,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.bench.estimate import estimate
-from pipeline.bench.measured import OrtSettings
+from pipeline.stats.estimate import estimate
+from pipeline.stats.ort import OrtSettings
 from pipeline.choose.decide import pick
 from pipeline.choose.timing import Timing, measure
 from pipeline.core.config import ChooseConfig

@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.bench.estimate import Estimate, StopRule, estimate
+from pipeline.stats.estimate import Estimate, StopRule, estimate
 from pipeline.bench.measured import Point
 from pipeline.bench.pairing import Group, alternations, c1_embedded, run_rounds, throughput_at
 from pipeline.bench.progress import Progress

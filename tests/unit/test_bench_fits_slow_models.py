@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline.bench.diagnose import diagnose
-from pipeline.bench.estimate import StopRule
-from pipeline.bench.measured import Baseline, Latency, OrtSettings, Point, Sweep, Throughput
+from pipeline.stats.estimate import StopRule
+from pipeline.bench.measured import Baseline, Point, Sweep, Throughput
+from pipeline.stats.ort import Latency, OrtSettings
 from pipeline.bench.pairing import run_rounds, throughput_at
 from pipeline.bench.progress import Progress
 from pipeline.bench.ratios import ratios

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench import tritonmetrics as tm
 from pipeline.bench.diagnose_readiness import rejections_not_clean, slow_first_request, unbounded_queue
-from pipeline.bench.estimate import Estimate
+from pipeline.stats.estimate import Estimate
 from pipeline.bench.overload import burst_intervals
 from pipeline.bench.production import ColdStart, LoadLevel, Overload, Production, Soak, Trace, thin
 from pipeline.bench.soak import rss_slope

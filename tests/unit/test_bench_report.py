@@ -13,7 +13,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench import baseline, render, sweep, tune
 from pipeline.bench.diagnose import diagnose
-from pipeline.bench.measured import Baseline, Candidate, Latency, OrtSettings, Point, Scheduling, Sweep, Throughput, Tuning
+from pipeline.bench.measured import Baseline, Candidate, Point, Scheduling, Sweep, Throughput, Tuning
+from pipeline.stats.ort import Latency, OrtSettings
 from pipeline.bench.ratios import ratios, standin_cost_ms
 from pipeline.bench.results import BenchResult, InputsInfo, Machine, MeasuredModel, ServerInfo
 from pipeline.core.config import BenchConfig

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.bench import render
 from pipeline.bench.diagnose import diagnose
-from pipeline.bench.estimate import StopRule
+from pipeline.stats.estimate import StopRule
 from pipeline.bench.measured import Point
 from pipeline.bench.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
 from pipeline.bench.progress import Progress

@@ -9,7 +9,7 @@ import ast
 import re
 from pathlib import Path
 
-from pipeline.repository.config import ORT_LEVEL_NAME
+from pipeline.stats.ort import ORT_LEVEL_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVING = ROOT / "pipeline" / "serving"
