@@ -83,6 +83,26 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
     # Stubs outlive a SIGTERMed server for a moment; make sure none of the group is left.
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    # A SIGKILLed JVM takes a moment to tear down its memory: return once it is gone (or a zombie), so the caller's
+    # "no server left" holds when it returns, and ports are free for the next server.
+    deadline = time.monotonic() + 5.0
+    while _live_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _live_members(pgid: int) -> list[int]:
+    """PIDs in process group ``pgid`` that are not zombies (read from /proc: killpg(pgid, 0) also counts zombies)."""
+    live = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(d.name))
+    return live
 
 
 _WATCHDOG = (
