@@ -34,6 +34,44 @@ TINY_MLP = [
 ]
 
 
+# ---------------------------------------------------------------- `-m "not slow"` stays hermetic
+# What makes a test slow: a server or a DVC subprocess. Every process a test starts raises the "subprocess.Popen"
+# audit event (subprocess.run and check_output go through it too); a test that starts one of these without the
+# `slow` marker fails, naming the command, so the marker stays true as tests are added.
+HEAVY = {"tritonserver": "tritonserver", "perf_analyzer": "perf_analyzer", "moto.server": "an S3 server (moto)",
+         "torchserve": "TorchServe", "java": "a JVM", "dvc": "a DVC subprocess"}  # fmt: skip
+_started: list[str] = []
+
+
+def _heavy(args: object) -> str | None:
+    """What ``args`` starts, when it is a server or DVC: the program run, or the module of ``python -m``
+    (``ldd perf_analyzer`` or ``java -version`` only look at a tool)."""
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+    if not argv or {"-version", "--version"} & set(argv):
+        return None
+    python_m = len(argv) > 2 and argv[1] == "-m" and Path(argv[0]).name.startswith("python")
+    prog = argv[2] if python_m else Path(argv[0]).name
+    return HEAVY.get(prog)
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "subprocess.Popen" and len(args) > 1 and (what := _heavy(args[1])):
+        _started.append(f"{what}: {' '.join(str(a) for a in args[1])[:160]}")
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture(autouse=True)
+def _not_slow_is_hermetic(request: pytest.FixtureRequest):  # noqa: ANN202 - a generator fixture
+    """Fail a test without the ``slow`` marker that started a server or a DVC subprocess."""
+    _started.clear()
+    yield
+    if _started and request.node.get_closest_marker("slow") is None:
+        pytest.fail(f"{request.node.nodeid} started {_started[0]} but is not marked slow (`-m 'not slow'` must start no "
+                    "server and no DVC subprocess): add @pytest.mark.slow", pytrace=False)  # fmt: skip
+
+
 @pytest.fixture
 def root() -> Path:
     """The project checkout."""

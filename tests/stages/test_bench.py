@@ -179,6 +179,7 @@ def test_busy_machine_still_gives_every_headline_with_an_interval(tmp_path: Path
     assert not procs_mentioning(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_taken_ports_are_replaced(tmp_path: Path) -> None:
     model_dir = shipped_repository(tmp_path / "shipped", "tiny")
     build_embedded_repository(model_dir, tmp_path / "emb")
@@ -198,6 +199,7 @@ def test_taken_ports_are_replaced(tmp_path: Path) -> None:
     assert not procs_mentioning(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_model_that_fails_to_load_reports_server_log(tmp_path: Path) -> None:
     model_dir = shipped_repository(tmp_path / "shipped", "tiny")
     (model_dir / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
@@ -278,6 +280,7 @@ def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals, back
     assert not (tmp_path / "out" / "bench.json").exists()
 
 
+@pytest.mark.slow
 def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: Path) -> None:
     """External mode against a live server in explicit model control (here our own embedded one)."""
     import urllib.request

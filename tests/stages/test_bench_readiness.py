@@ -41,6 +41,7 @@ def _sweeper(tmp_path: Path, b: BenchConfig) -> Sweeper:
     return Sweeper(pa, b, pa_mod.write_input_data(tmp_path / "in.json", [ROW], True), {"x": [4]}, tmp_path, None, print)
 
 
+@pytest.mark.slow
 def test_cold_start_with_and_without_warmup(tmp_path: Path) -> None:
     """Each measurement in a fresh server; the shipped model_warmup runs at load (the load takes it), the override drops it."""
     model_dir = shipped_repository(tmp_path / "repo", "tiny")

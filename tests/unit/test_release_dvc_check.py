@@ -147,6 +147,7 @@ def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp
     assert dvc["sources"] == {"data": "sources/data.json", "model": "sources/model.json"}
 
 
+@pytest.mark.slow
 def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: Path) -> None:
     """Finding 3: max_queue_delay_us=500 in params.yaml while throughput.pbtxt still says 2000."""
     store = ReleaseStore(tmp_path / "store")
@@ -162,6 +163,7 @@ def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: P
     assert build(project, store)["dvc"]["checked"] is True
 
 
+@pytest.mark.slow
 def test_model_file_rewritten_in_place_is_refused(project: Path, tmp_path: Path) -> None:
     """Finding 1: a retrained file at the same path changes no param and no dvc.lock entry; its source record catches it."""
     store = ReleaseStore(tmp_path / "store")
@@ -175,6 +177,7 @@ def test_model_file_rewritten_in_place_is_refused(project: Path, tmp_path: Path)
     assert build(project, store)["dvc"]["checked"] is True
 
 
+@pytest.mark.slow
 def test_a_stale_choice_is_refused(project: Path, tmp_path: Path) -> None:
     """choose reads the host record, which is not a machine record to skip: the choice was timed where the release is built."""
     store = ReleaseStore(tmp_path / "store")
@@ -192,6 +195,7 @@ def test_a_stale_choice_is_refused(project: Path, tmp_path: Path) -> None:
     assert "choose" in build(project, store)["dvc"]["stages"]
 
 
+@pytest.mark.slow
 def test_code_change_and_missing_record_are_refused(project: Path, tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     (project / "steps.py").write_text((project / "steps.py").read_text() + "# edited\n")
@@ -251,6 +255,7 @@ def test_swapped_evidence_is_refused_unless_unchecked_and_production_refuses_unc
     assert m["dvc"]["evidence"]["parity"]["md5"] and m["dvc"]["evidence"]["repository"] == {"stage": "repository"}
 
 
+@pytest.mark.slow
 def test_a_bench_edited_in_place_is_refused_and_a_stale_one_is_not_attached(project: Path, tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     run(project, sys.executable, "-m", "dvc", "repro", "-q", "bench")
