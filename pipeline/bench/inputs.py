@@ -19,6 +19,7 @@ from pipeline.core.specs import graph_io
 from pipeline.serving.client import infer_inputs
 from pipeline.stats.ort import Feed
 
+
 def http_inputs(row: Feed) -> list:
     """A request row as tritonclient HTTP inputs (binary tensors), what every Python-side request to Triton sends."""
     return infer_inputs(row, "http")

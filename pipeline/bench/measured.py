@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
-
 from pipeline.stats.ort import Latency, OrtSettings
 
 
