@@ -91,17 +91,14 @@ def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 
 
 def _live_members(pgid: int) -> list[int]:
-    """PIDs in process group ``pgid`` that are not zombies (read from /proc: killpg(pgid, 0) also counts zombies)."""
+    """PIDs in process group ``pgid`` that are not zombies (killpg(pgid, 0) would count zombies too)."""
+    import psutil  # as serving/memory.py samples the server's processes
+
     live = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp ...
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            live.append(int(d.name))
+    for p in psutil.process_iter(["status"]):
+        with contextlib.suppress(ProcessLookupError, psutil.Error):
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                live.append(p.pid)
     return live
 
 
