@@ -1,7 +1,7 @@
 """A user's own model, as the README's worked example: a factory, a checkpoint, input specs in YAML.
 
-    python -m examples.custom_model examples/custom_model.safetensors   # "train" and save weights
-    python -m pipeline.params model=example_custom && dvc repro
+python -m examples.custom_model examples/custom_model.safetensors   # "train" and save weights
+python -m pipeline.params model=example_custom && dvc repro
 """
 
 from __future__ import annotations

@@ -147,14 +147,17 @@ def _git_repo(tag: bool) -> Optional[str]:
 # ---------------------------------------------------------------- release commands
 @release_app.command("build")
 @_one_message
-def build(
+def build(  # noqa: PLR0913
     repository: Path = typer.Option(Path("artifacts/model_repository"), help="the repository stage's output (or one model dir in it)"),
     parity: Path = typer.Option(Path("artifacts/reports/parity.json"), help="parity report; refused unless it passed and covers the served files by sha256"),
     bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes in when it measured these exact files)"),
     dvc_lock: Path = typer.Option(Path("dvc.lock"), help="dvc.lock whose recorded hashes go into the manifest"),
     sign_key: Optional[Path] = typer.Option(None, help="PEM EC private key: sign the release with model-signing"),
     unchecked_evidence: bool = typer.Option(False, "--unchecked-evidence", help="build from evidence that is not the DVC outputs dvc.lock records (recorded in the manifest)"),
-    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+    model: Optional[str] = ModelOpt,
+    store: Optional[str] = StoreOpt,
+    params: Path = ParamsOpt,
+    tag: bool = TagOpt,
 ) -> None:
     """Freeze the current repository into the next immutable, checksummed release (one per model in it).
 
@@ -167,17 +170,14 @@ def build(
     dvc = dvc_check.check(repository, parity, bench, unchecked_evidence)  # once for the whole repository
     # A repository with TensorRT engines holds <name> and <name>_trt: each has its own version line.
     # Both are checked before either is written, so they are released together or not at all.
-    plans = [
-        plan_release(st, repository, parity, bench, dvc_lock, model=name, git_cwd=".", tag=tag, dvc=dvc)
-        for name in ([model] if model else model_names(repository) or [None])
-    ]
+    plans = [plan_release(st, repository, parity, bench, dvc_lock, model=name, git_cwd=".", tag=tag, dvc=dvc) for name in ([model] if model else model_names(repository) or [None])]
     for plan in plans:
         print_build(out, st, publish_release(st, plan, sign_key), sign_key)
 
 
 @release_app.command("promote")
 @_one_message
-def promote_cmd(
+def promote_cmd(  # noqa: PLR0913
     to: str = typer.Option(..., "--to", help="environment to promote into (release.environments)"),
     version: Optional[int] = typer.Option(None, "--version", help="release version (default: live in the previous environment, else newest)"),
     reload: Optional[list[str]] = typer.Option(
@@ -186,7 +186,10 @@ def promote_cmd(
     variant: Optional[str] = typer.Option(None, "--variant", help="config variant to serve (configs/<variant>.pbtxt; default: the release's config.pbtxt)"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature"),
     allow_unchecked: bool = AllowUncheckedOpt,
-    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+    model: Optional[str] = ModelOpt,
+    store: Optional[str] = StoreOpt,
+    params: Path = ParamsOpt,
+    tag: bool = TagOpt,
 ) -> None:
     """Verify a release, install it in an environment and flip the environment's pointer to it."""
     from pipeline.release.promote import promote
@@ -201,7 +204,10 @@ def rollback_cmd(
     env: str = typer.Option(..., "--env", help="environment to roll back"),
     reload: Optional[list[str]] = typer.Option(None, "--reload", help="Triton URL to switch the served version live; repeat (or comma-separate) for each server of a fleet"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid signature"),
-    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+    model: Optional[str] = ModelOpt,
+    store: Optional[str] = StoreOpt,
+    params: Path = ParamsOpt,
+    tag: bool = TagOpt,
 ) -> None:
     """Make the previously live version live again (the newer release is kept)."""
     from pipeline.release.promote import rollback
@@ -220,14 +226,13 @@ def _seconds(text: Optional[str]) -> Optional[float]:
     except ValueError:
         seconds = float("nan")
     if not 0 < seconds <= 86400:  # also NaN and inf: a canary holds the environment's lock while it runs
-        raise ReleaseError(f"--duration {text!r} is not a duration between 1 s and 24 h",
-                           fix="give seconds or minutes: --duration 60s, --duration 2m, --duration 90")  # fmt: skip
+        raise ReleaseError(f"--duration {text!r} is not a duration between 1 s and 24 h", fix="give seconds or minutes: --duration 60s, --duration 2m, --duration 90")
     return seconds
 
 
 @release_app.command("canary")
 @_one_message
-def canary_cmd(
+def canary_cmd(  # noqa: PLR0913
     env: str = typer.Option(..., "--env", help="environment whose live version the candidate is judged against"),
     version: Optional[int] = typer.Option(None, "--version", help="the candidate release"),
     reload: Optional[list[str]] = typer.Option(
@@ -244,7 +249,10 @@ def canary_cmd(
     variant: Optional[str] = typer.Option(None, "--variant", help="config variant of the candidate (default: the one the live version was promoted with)"),
     public_key: Optional[Path] = typer.Option(None, help="PEM EC public key: require a valid model-signing signature on the candidate"),
     allow_unchecked: bool = AllowUncheckedOpt,
-    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt, tag: bool = TagOpt,
+    model: Optional[str] = ModelOpt,
+    store: Optional[str] = StoreOpt,
+    params: Path = ParamsOpt,
+    tag: bool = TagOpt,
 ) -> None:
     """Serve a candidate beside the live version, judge outputs, p99 and errors, then promote it or unload it."""
     from pipeline.release.canary import abort_canary, checked, run_canary
@@ -264,8 +272,7 @@ def canary_cmd(
         out.file.flush()  # a phase line is out before the phase starts, even in a pipe
 
     say(f"canary: version {version} against the live version of '{env}' ({canary.traffic} traffic, {canary.duration_s:g} s)")
-    res = run_canary(st, env, version, reload or [], canary, cfg.parity, model, variant, inputs, metrics,
-                     str(public_key) if public_key else None, _git_repo(tag), say)  # fmt: skip
+    res = run_canary(st, env, version, reload or [], canary, cfg.parity, model, variant, inputs, metrics, str(public_key) if public_key else None, _git_repo(tag), say)
     from pipeline.release.canary_report import markdown
 
     out.print("")
@@ -275,9 +282,11 @@ def canary_cmd(
     if res.promotion is not None:
         print_switch(out, res.promotion, tag)
     if not res.passed:
-        raise CanaryRejected(f"the canary rejected version {version} of '{res.report['model']}' in '{env}'",
-                             fix="see the failed checks above; the bounds are release.canary.* (conf/release/default.yaml)",
-                             details={"failed": res.report["verdict"]["summary"]})  # fmt: skip
+        raise CanaryRejected(
+            f"the canary rejected version {version} of '{res.report['model']}' in '{env}'",
+            fix="see the failed checks above; the bounds are release.canary.* (conf/release/default.yaml)",
+            details={"failed": res.report["verdict"]["summary"]},
+        )
 
 
 @release_app.command("list")
@@ -315,7 +324,9 @@ def _print_table(table: Table) -> None:
 @_one_message
 def verify_cmd(
     public_key: Optional[Path] = typer.Option(None, help="also check every release's model-signing signature"),
-    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt,
+    model: Optional[str] = ModelOpt,
+    store: Optional[str] = StoreOpt,
+    params: Path = ParamsOpt,
 ) -> None:
     """Re-hash every release and every environment's installed versions against the manifests."""
     from pipeline.release.promote import verify_store
@@ -343,8 +354,11 @@ def gc_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, par
 @release_app.command("export")
 @_one_message
 def export_cmd(
-    version: int = typer.Option(..., "--version"), out_path: Path = typer.Option(..., "--out", help="archive to write (.tar.gz)"),
-    model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt,
+    version: int = typer.Option(..., "--version"),
+    out_path: Path = typer.Option(..., "--out", help="archive to write (.tar.gz)"),
+    model: Optional[str] = ModelOpt,
+    store: Optional[str] = StoreOpt,
+    params: Path = ParamsOpt,
 ) -> None:
     """Write one verified release as a .tar.gz (to import into another store)."""
     from pipeline.release.archive import export_release

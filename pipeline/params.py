@@ -70,10 +70,11 @@ def compose(overrides: list[str], conf_dir: Path = ROOT / "conf", config_name: s
             variant = _group_overrides(overrides, "variant")
             raise ConfigError(
                 "Hydra could not compose conf/ with the given overrides",
-                fix=(f"{variant[0]}: both variants are always built; choose the served one with "
-                     "repository.default_variant=latency|throughput" if variant else
-                     "check the override names against conf/ (groups: model, export, precision, int8, target, variant, "
-                     "parity, choose, bench, release)"),
+                fix=(
+                    f"{variant[0]}: both variants are always built; choose the served one with repository.default_variant=latency|throughput"
+                    if variant
+                    else "check the override names against conf/ (groups: model, export, precision, int8, target, variant, parity, choose, bench, release)"
+                ),
                 details={"overrides": overrides, "error": str(e).splitlines()[0]},
             ) from None
         return out.read_text(encoding="utf-8")

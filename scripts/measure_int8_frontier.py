@@ -40,9 +40,25 @@ def main() -> int:
         params = a.out / f"params-{m:g}.yaml"
         params.write_text(compose(["target_specs.cpu.precision=int8", f"int8.fallback.min_margin={m}"]), encoding="utf-8")
         onnx, report = a.out / f"model.int8.m{m:g}.onnx", a.out / f"int8.m{m:g}.json"
-        subprocess.run([sys.executable, "-m", "pipeline.stages.int8", "--params", str(params), "--onnx", str(fp32),
-                        "--calibration", "artifacts/calibration/samples.json", "--out", str(onnx), "--report", str(report)],
-                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.stages.int8",
+                "--params",
+                str(params),
+                "--onnx",
+                str(fp32),
+                "--calibration",
+                "artifacts/calibration/samples.json",
+                "--out",
+                str(onnx),
+                "--report",
+                str(report),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         r = json.loads(report.read_text())
         name = f"margin {m:g}"
         files[name] = onnx

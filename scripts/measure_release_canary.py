@@ -64,8 +64,21 @@ def main() -> int:
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)
         pa = locate_perf_analyzer()
         with EmbeddedServer(store.env_repository("production"), model, timeout_s=300, log_dir=root / "logs") as srv:
-            cmd = [str(pa.binary), "-m", model, "-u", srv.http_url, "-i", "http", "--request-rate-range", str(args.load_rate),
-                   "--request-count", str(args.load_rate * 3600), "--input-data", str(data)]  # fmt: skip
+            cmd = [
+                str(pa.binary),
+                "-m",
+                model,
+                "-u",
+                srv.http_url,
+                "-i",
+                "http",
+                "--request-rate-range",
+                str(args.load_rate),
+                "--request-count",
+                str(args.load_rate * 3600),
+                "--input-data",
+                str(data),
+            ]
             load = subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:
                 time.sleep(3)
@@ -81,8 +94,10 @@ def main() -> int:
         print(f"canary wall time: {wall:.1f} s {res.timings}")
         print(f"production load ({args.load_rate} req/s, unversioned): {'0 failed requests' if running and 'had error' not in err else 'FAILED: ' + err[-500:]}")
         prod = res.report["errors"]["production"]
-        print(f"production on '{model}' v1 during the canary: {prod['answered_during_canary']} answered, {prod['failed_during_canary']} failed; "
-              "the copies answered only the canary's requests")
+        print(
+            f"production on '{model}' v1 during the canary: {prod['answered_during_canary']} answered, {prod['failed_during_canary']} failed; "
+            "the copies answered only the canary's requests"
+        )
         print(json.dumps({k: res.report[k] for k in ("latency", "errors")}, indent=1, default=str)[:3000])
         return 0 if running and "had error" not in err else 1
 

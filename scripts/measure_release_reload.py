@@ -99,10 +99,11 @@ def main() -> int:
         pa = locate_perf_analyzer()
         with EmbeddedServer(store.env_repository("dev"), model, timeout_s=300, log_dir=root / "logs") as srv:
             cfg = store.release_config(model, 1, None)[0]
-            print(f"loaded from the environment, before any request: inferences per version {warmed(srv.http_url, model)}; "
-                  f"its model_warmup runs {sum(w.batch_size * w.count for w in cfg.model_warmup)}")
-            cmd = [str(pa.binary), "-m", model, "-u", srv.http_url, "-i", "http", "--concurrency-range", "2",
-                   "--request-count", str(args.requests), "--input-data", str(data)]  # fmt: skip
+            print(
+                f"loaded from the environment, before any request: inferences per version {warmed(srv.http_url, model)}; "
+                f"its model_warmup runs {sum(w.batch_size * w.count for w in cfg.model_warmup)}"
+            )
+            cmd = [str(pa.binary), "-m", model, "-u", srv.http_url, "-i", "http", "--concurrency-range", "2", "--request-count", str(args.requests), "--input-data", str(data)]
             load = subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             try:
                 import time
@@ -119,8 +120,7 @@ def main() -> int:
         failed = "had error" in out or load.returncode != 0
         print(f"live promote 1->2 under load: {up.timings['total_s']:.2f} s  {_fmt(up.timings)}")
         print(f"live rollback 2->1 under load: {down.timings['total_s']:.2f} s  {_fmt(down.timings)}")
-        print(f"perf_analyzer: exit {load.returncode}, {'FAILED requests' if failed else '0 failed requests'}, "
-              f"load covered both switches: {covered}")
+        print(f"perf_analyzer: exit {load.returncode}, {'FAILED requests' if failed else '0 failed requests'}, load covered both switches: {covered}")
         print("\n".join(ln for ln in out.splitlines() if "Request count" in ln or "Throughput" in ln or "p99" in ln or "error" in ln))
         a = promote(store, "staging", version=1)
         b = promote(store, "staging", version=2)

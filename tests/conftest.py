@@ -38,8 +38,14 @@ TINY_MLP = [
 # What makes a test slow: a server or a DVC subprocess. Every process a test starts raises the "subprocess.Popen"
 # audit event (subprocess.run and check_output go through it too); a test that starts one of these without the
 # `slow` marker fails, naming the command, so the marker stays true as tests are added.
-HEAVY = {"tritonserver": "tritonserver", "perf_analyzer": "perf_analyzer", "moto.server": "an S3 server (moto)",
-         "torchserve": "TorchServe", "java": "a JVM", "dvc": "a DVC subprocess"}  # fmt: skip
+HEAVY = {
+    "tritonserver": "tritonserver",
+    "perf_analyzer": "perf_analyzer",
+    "moto.server": "an S3 server (moto)",
+    "torchserve": "TorchServe",
+    "java": "a JVM",
+    "dvc": "a DVC subprocess",
+}
 _started: list[str] = []
 
 
@@ -68,8 +74,9 @@ def _not_slow_is_hermetic(request: pytest.FixtureRequest):  # noqa: ANN202 - a g
     _started.clear()
     yield
     if _started and request.node.get_closest_marker("slow") is None:
-        pytest.fail(f"{request.node.nodeid} started {_started[0]} but is not marked slow (`-m 'not slow'` must start no "
-                    "server and no DVC subprocess): add @pytest.mark.slow", pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"{request.node.nodeid} started {_started[0]} but is not marked slow (`-m 'not slow'` must start no server and no DVC subprocess): add @pytest.mark.slow", pytrace=False
+        )
 
 
 @pytest.fixture

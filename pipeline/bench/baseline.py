@@ -49,9 +49,7 @@ def infer_per_s(sess, batches: list[Feed], seconds: float) -> float:  # noqa: AN
     return n / dt
 
 
-def baseline_throughput(
-    onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0, slices: int = 4
-) -> Throughput:
+def baseline_throughput(onnx_path: Path, s: OrtSettings, rows: list[Feed], batch_sizes: list[int], seconds: float = 2.0, slices: int = 4) -> Throughput:
     """Inferences/s in process for each batch size; batches are built from same-shape rows.
 
     Each batch size gets ``seconds`` in ``slices`` interleaved slices: this machine's speed
@@ -77,8 +75,9 @@ class Gauges:
     pairing nor tuning never needs them.
     """
 
-    def __init__(self, onnx_paths: tuple[Path, Path], latency: OrtSettings, throughput: OrtSettings, rows: list[Feed], best_batch: int,
-                 warmup: int, runs: int, seconds: float) -> None:  # fmt: skip
+    def __init__(
+        self, onnx_paths: tuple[Path, Path], latency: OrtSettings, throughput: OrtSettings, rows: list[Feed], best_batch: int, warmup: int, runs: int, seconds: float
+    ) -> None:
         lat_onnx, thr_onnx = onnx_paths  # each variant's own file (they may serve different precisions)
         self._lat = functools.cache(lambda: ort_session(lat_onnx, latency))
         self._thr = functools.cache(lambda: ort_session(thr_onnx, throughput))

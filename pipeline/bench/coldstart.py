@@ -54,8 +54,11 @@ def measure(mode: EmbeddedMode, variant: str, warmup: bool, row: Feed, requests:
         cfg.ClearField("model_warmup")
     logs = log_dir / f"cold_start_{variant}_{'warmup' if warmup else 'no_warmup'}"  # a server log of its own
     try:
-        with EmbeddedServer(mode.repo, "", timeout_s=mode.timeout_s, log_dir=logs) as srv, mode.sampled(srv, f"cold start {variant}" + (" (warmup)" if warmup else "")) as mem, \
-                srv.client() as client:  # fmt: skip
+        with (
+            EmbeddedServer(mode.repo, "", timeout_s=mode.timeout_s, log_dir=logs) as srv,
+            mode.sampled(srv, f"cold start {variant}" + (" (warmup)" if warmup else "")) as mem,
+            srv.client() as client,
+        ):
             out.server_start_s = round(srv.ready_at - srv.spawned_at, 3)
             t = time.monotonic()
             # The override is the file's own config (minus its warmup when measuring without), so both loads go one way.
@@ -88,6 +91,12 @@ def cold_starts(mode: EmbeddedMode, variants: list[str], row: Feed, requests: in
             c = measure(mode, v, warmup, row, requests, log_dir)
             out.append(c)
             tag = "with warmup" if warmup else "without warmup"
-            log(f"[bench] cold start {v} {tag}: " + (f"FAILED ({c.error})" if c.error else
-                f"server {c.server_start_s:.2f} s + load {c.load_s:.2f} s; first request {c.first_ms:.1f} ms vs warm p50 {c.warm_p50_ms:.2f} ms"))  # fmt: skip
+            log(
+                f"[bench] cold start {v} {tag}: "
+                + (
+                    f"FAILED ({c.error})"
+                    if c.error
+                    else f"server {c.server_start_s:.2f} s + load {c.load_s:.2f} s; first request {c.first_ms:.1f} ms vs warm p50 {c.warm_p50_ms:.2f} ms"
+                )
+            )
     return out

@@ -27,19 +27,30 @@ def batching_tax(res: BenchResult, name: str, cfg: mc.ModelConfig, threshold: fl
     m = p1.metrics
     if not (m["queue_share"] > threshold and m["server_queue_ms"] > min_ms):
         return None
-    evidence = (f"at concurrency 1, {m['server_queue_ms']:.2f} ms of {m['server_ms']:.2f} ms server time "
-                f"({m['queue_share']:.0%}) is queue wait (threshold {threshold:.0%}); p50 {m['p50_ms']:.2f} ms")  # fmt: skip
+    evidence = (
+        f"at concurrency 1, {m['server_queue_ms']:.2f} ms of {m['server_ms']:.2f} ms server time "
+        f"({m['queue_share']:.0%}) is queue wait (threshold {threshold:.0%}); p50 {m['p50_ms']:.2f} ms"
+    )
     if not cfg.HasField("dynamic_batching"):
         # No batcher holds requests back, so a lone request waited for a busy CPU, not for company:
         # the machine's load, not the config, and it must not fail the stage.
-        return Finding("batching_tax", "warning", name, f"{evidence}, with no dynamic batching: the server waited for a CPU "
-                       f"(1-minute load average {m.get('loadavg_1m', float('nan')):.1f})",
-                       "nothing to change in the config; the paired c=1 rounds next to in-process ORT carry the headline, "
-                       "and a quieter machine shrinks this")  # fmt: skip
+        return Finding(
+            "batching_tax",
+            "warning",
+            name,
+            f"{evidence}, with no dynamic batching: the server waited for a CPU (1-minute load average {m.get('loadavg_1m', float('nan')):.1f})",
+            "nothing to change in the config; the paired c=1 rounds next to in-process ORT carry the headline, and a quieter machine shrinks this",
+        )
     # On the latency variant this is the failure it exists to prevent; on the throughput one it is the expected price.
-    return Finding("batching_tax", "error" if name == "latency" else "info", name, evidence,
-                   "remove dynamic_batching or set max_queue_delay_microseconds to 0 on the latency variant"
-                   if name == "latency" else "expected for a batching variant: send latency-bound traffic to the latency variant")  # fmt: skip
+    return Finding(
+        "batching_tax",
+        "error" if name == "latency" else "info",
+        name,
+        evidence,
+        "remove dynamic_batching or set max_queue_delay_microseconds to 0 on the latency variant"
+        if name == "latency"
+        else "expected for a batching variant: send latency-bound traffic to the latency variant",
+    )
 
 
 def oversubscription(name: str, cfg: mc.ModelConfig, cores: int) -> Finding | None:
@@ -49,8 +60,13 @@ def oversubscription(name: str, cfg: mc.ModelConfig, cores: int) -> Finding | No
     threads = sum(g.count or 1 for g in cfg.instance_group) * max(1, intra)
     if threads <= cores:
         return None
-    return Finding("oversubscription", "warning", name, f"instances x intra_op threads = {threads} > {cores} cores available",
-                   "lower instance_group count or variants.<name>.intra_op_threads so the product fits the cores")  # fmt: skip
+    return Finding(
+        "oversubscription",
+        "warning",
+        name,
+        f"instances x intra_op threads = {threads} > {cores} cores available",
+        "lower instance_group count or variants.<name>.intra_op_threads so the product fits the cores",
+    )
 
 
 def input_dtype(name: str, cfg: mc.ModelConfig, graph_dtypes: dict[str, str]) -> list[Finding]:
@@ -61,8 +77,15 @@ def input_dtype(name: str, cfg: mc.ModelConfig, graph_dtypes: dict[str, str]) ->
         have = mc.DataType.Name(i.data_type).removeprefix("TYPE_").lower()
         norm = {"fp32": "float32", "fp16": "float16", "fp64": "float64"}.get(have, have)
         if want and norm != want:
-            out.append(Finding("input_dtype", "error", name, f"config input '{i.name}' is {mc.DataType.Name(i.data_type)} but the model takes {want}",
-                               "re-render the config from the ONNX graph (repository stage)"))  # fmt: skip
+            out.append(
+                Finding(
+                    "input_dtype",
+                    "error",
+                    name,
+                    f"config input '{i.name}' is {mc.DataType.Name(i.data_type)} but the model takes {want}",
+                    "re-render the config from the ONNX graph (repository stage)",
+                )
+            )
     return out
 
 
@@ -70,8 +93,13 @@ def graph_level_off(name: str, cfg: mc.ModelConfig) -> Finding | None:
     """optimization.graph.level 2, which in Triton's ORT backend turns graph optimization off."""
     if not (cfg.HasField("optimization") and cfg.optimization.graph.level == 2):
         return None
-    return Finding("graph_level_off", "warning", name, "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
-                   "set variants.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)")  # fmt: skip
+    return Finding(
+        "graph_level_off",
+        "warning",
+        name,
+        "optimization.graph.level is 2, which turns ONNX Runtime graph optimization OFF",
+        "set variants.<name>.graph_optimization_level=1 (Triton ORT: 1 = extended, 0 = all, 2 = off)",
+    )
 
 
 def throughput_not_better(res: BenchResult, c: int) -> Finding | None:
@@ -88,19 +116,31 @@ def throughput_not_better(res: BenchResult, c: int) -> Finding | None:
         e = pair.vs_latency()
         if e.value is None or e.value > 1:
             return None
-        return Finding("throughput_not_better", "warning", "throughput",
-                       f"at concurrency {c} the throughput variant gives {pair.infer_s('throughput'):.1f} infer/s, not more than the "
-                       f"latency variant's {pair.infer_s('latency'):.1f} (throughput / latency {e.text()})", _BETTER_FIX)  # fmt: skip
+        return Finding(
+            "throughput_not_better",
+            "warning",
+            "throughput",
+            f"at concurrency {c} the throughput variant gives {pair.infer_s('throughput'):.1f} infer/s, not more than the "
+            f"latency variant's {pair.infer_s('latency'):.1f} (throughput / latency {e.text()})",
+            _BETTER_FIX,
+        )
     lat, thr = res.point("latency", c), res.point("throughput", c)
     if res.paired_throughput or not (lat and thr) or thr.metrics["throughput_infer_s"] > lat.metrics["throughput_infer_s"]:
         return None
-    return Finding("throughput_not_better", "warning", "throughput",
-                   f"at concurrency {c} the throughput variant gives {thr.metrics['throughput_infer_s']:.1f} infer/s, "
-                   f"not more than the latency variant's {lat.metrics['throughput_infer_s']:.1f}", _BETTER_FIX)  # fmt: skip
+    return Finding(
+        "throughput_not_better",
+        "warning",
+        "throughput",
+        f"at concurrency {c} the throughput variant gives {thr.metrics['throughput_infer_s']:.1f} infer/s, "
+        f"not more than the latency variant's {lat.metrics['throughput_infer_s']:.1f}",
+        _BETTER_FIX,
+    )
 
 
-_WIDE_FIX = ("re-run when the machine is quieter, or give the rounds more time (bench.paired_max_rounds, "
-             "bench.paired_throughput_max_rounds, bench.rounds_budget_s): more rounds narrow the interval")  # fmt: skip
+_WIDE_FIX = (
+    "re-run when the machine is quieter, or give the rounds more time (bench.paired_max_rounds, "
+    "bench.paired_throughput_max_rounds, bench.rounds_budget_s): more rounds narrow the interval"
+)
 _TOO_SHORT = "No valid requests recorded"  # perf_analyzer: no request ended inside a window, which is shorter than a request
 
 
@@ -109,10 +149,11 @@ def window_keys(res: BenchResult, source: str) -> str:
     run used (after the bench fitted them to the model: run.fit_windows)."""
     s = res.settings
     if source == "rounds":
-        return (f"bench.paired_measurement_interval_ms (the rounds' window: {s.paired_measurement_interval_ms} ms in this run) "
-                f"or bench.paired_stability_percentage ({s.paired_stability_percentage}%)")  # fmt: skip
-    return (f"bench.measurement_interval_ms (the sweep's window: {s.measurement_interval_ms} ms in this run) "
-            f"or bench.stability_percentage ({s.stability_percentage}%)")  # fmt: skip
+        return (
+            f"bench.paired_measurement_interval_ms (the rounds' window: {s.paired_measurement_interval_ms} ms in this run) "
+            f"or bench.paired_stability_percentage ({s.paired_stability_percentage}%)"
+        )
+    return f"bench.measurement_interval_ms (the sweep's window: {s.measurement_interval_ms} ms in this run) or bench.stability_percentage ({s.stability_percentage}%)"
 
 
 def _too_short(points: list[Point]) -> bool:
@@ -130,10 +171,14 @@ def rounds_invalid(res: BenchResult, served: list[Point], variant: str, where: s
     if any(res.variants[v].source == "rounds" and not p.valid for v in res.variants for p in res.variants[v].points if p.concurrency in cs):
         return None
     bad = sum(not p.valid for p in served)
-    return Finding("invalid_measurement", "warning", variant,
-                   f"{where}: no round gave a value; {bad} of the rounds' {len(served)} perf_analyzer runs recorded no request "
-                   "inside a window (the window is shorter than the model's requests at that concurrency)",
-                   f"raise {window_keys(res, 'rounds')}")  # fmt: skip
+    return Finding(
+        "invalid_measurement",
+        "warning",
+        variant,
+        f"{where}: no round gave a value; {bad} of the rounds' {len(served)} perf_analyzer runs recorded no request "
+        "inside a window (the window is shorter than the model's requests at that concurrency)",
+        f"raise {window_keys(res, 'rounds')}",
+    )
 
 
 def _no_value_fix(res: BenchResult) -> str:
@@ -180,11 +225,14 @@ def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding |
     if not (cfg.HasField("dynamic_batching") and top >= 4 and pt and (pt.avg_batch or 1) < 2):
         return None
     shapes = res.inputs.distinct_shapes
-    why = (f" The {shapes} distinct input shapes matter: Triton batches only requests of equal shape "
-           "(for inputs without allow_ragged_batch)." if shapes > 1 else "")  # fmt: skip
-    return Finding("small_batches", "warning", name, f"at concurrency {top} the dynamic batcher formed batches of {pt.avg_batch:.2f} on average.{why}",
-                   "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), "
-                   "or raise max_queue_delay (bench.tune=true)")  # fmt: skip
+    why = f" The {shapes} distinct input shapes matter: Triton batches only requests of equal shape (for inputs without allow_ragged_batch)." if shapes > 1 else ""
+    return Finding(
+        "small_batches",
+        "warning",
+        name,
+        f"at concurrency {top} the dynamic batcher formed batches of {pt.avg_batch:.2f} on average.{why}",
+        "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), or raise max_queue_delay (bench.tune=true)",
+    )
 
 
 def latency_drift(res: BenchResult) -> Finding | None:
@@ -224,15 +272,21 @@ def latency_breakdown(res: BenchResult) -> Finding | None:
         # execute() minus session.run is our Python (reading inputs, building pb_utils tensors); the rest is the
         # python backend's IPC to the stub process.
         py = m.get("standin_execute_ms", m["standin_ort_ms"]) - m["standin_ort_ms"]
-        inside = (f"which is ONNX Runtime inside the stand-in {m['standin_ort_ms']:.2f} (mean; in-process p50 {ort_p50:.2f}) "
-                  f"+ python backend {cost:.2f} ms (stand-in Python in execute {py:.2f} + IPC to the stub {cost - py:.2f}; "
-                  "Triton's onnxruntime backend pays neither)")  # fmt: skip
+        inside = (
+            f"which is ONNX Runtime inside the stand-in {m['standin_ort_ms']:.2f} (mean; in-process p50 {ort_p50:.2f}) "
+            f"+ python backend {cost:.2f} ms (stand-in Python in execute {py:.2f} + IPC to the stub {cost - py:.2f}; "
+            "Triton's onnxruntime backend pays neither)"
+        )
     else:
         stand_in = {"python": " (embedded: python-backend IPC and Python)", "pipeline_ort": " (embedded: native pipeline_ort backend)"}.get(_standin(res), "")
         inside = f"which is in-process ORT p50 {ort_p50:.2f} + {infer - ort_p50:.2f} ms{stand_in}"
-    return Finding("latency_breakdown", "info", "latency",
-                   f"served c=1 avg {m['avg_ms']:.2f} ms = client/HTTP {client:.2f} + server queue/input/output {around:.2f} "
-                   f"+ compute infer {infer:.2f} ms, {inside}; pairing: {h.method}", "nothing to fix: where the time goes")  # fmt: skip
+    return Finding(
+        "latency_breakdown",
+        "info",
+        "latency",
+        f"served c=1 avg {m['avg_ms']:.2f} ms = client/HTTP {client:.2f} + server queue/input/output {around:.2f} + compute infer {infer:.2f} ms, {inside}; pairing: {h.method}",
+        "nothing to fix: where the time goes",
+    )
 
 
 def serving_overhead(res: BenchResult, breakdown: Finding) -> Finding | None:
@@ -243,9 +297,13 @@ def serving_overhead(res: BenchResult, breakdown: Finding) -> Finding | None:
     e = res.ratios.latency_c1 if res.ratios and res.ratios.latency_c1.value else Estimate(h.served.metrics["p50_ms"] / h.ort_p50_ms)
     if e.value is None or e.value <= SERVED_VS_ORT_LIMIT:
         return None
-    return Finding("serving_overhead", "warning", "latency",
-                   f"served p50 is {e.text()} the in-process ORT p50 (limit {SERVED_VS_ORT_LIMIT}x); {breakdown.message}",
-                   "the largest term above is where to look; on a loaded machine re-run when it is idle")  # fmt: skip
+    return Finding(
+        "serving_overhead",
+        "warning",
+        "latency",
+        f"served p50 is {e.text()} the in-process ORT p50 (limit {SERVED_VS_ORT_LIMIT}x); {breakdown.message}",
+        "the largest term above is where to look; on a loaded machine re-run when it is idle",
+    )
 
 
 def unstable_variant(res: BenchResult, name: str, cfg: mc.ModelConfig, stable: list[str]) -> Finding | None:
@@ -255,13 +313,19 @@ def unstable_variant(res: BenchResult, name: str, cfg: mc.ModelConfig, stable: l
         return None
     hint = ""
     if cfg.dynamic_batching.HasField("default_queue_policy"):
-        hint = (" It sets dynamic_batching.default_queue_policy (max_queue_size "
-                f"{cfg.dynamic_batching.default_queue_policy.max_queue_size}). With that policy this Triton build's dynamic batcher "
-                "stalls (MiniLM, 2 cores, concurrency 1, native stand-in: 1 s windows averaging 75-550 ms against 13-63 ms "
-                "without it; the python stand-in stalls too), so it is the scheduler, not the stand-in")  # fmt: skip
-    return Finding("unstable_variant", "warning", name,
-                   f"no stable measurement at concurrency 1 while {', '.join(stable)} is stable on the same machine and inputs.{hint}",
-                   "read the per-window lines in the perf logs; try variants.<name>.dynamic_batching.max_queue_size=0")  # fmt: skip
+        hint = (
+            " It sets dynamic_batching.default_queue_policy (max_queue_size "
+            f"{cfg.dynamic_batching.default_queue_policy.max_queue_size}). With that policy this Triton build's dynamic batcher "
+            "stalls (MiniLM, 2 cores, concurrency 1, native stand-in: 1 s windows averaging 75-550 ms against 13-63 ms "
+            "without it; the python stand-in stalls too), so it is the scheduler, not the stand-in"
+        )
+    return Finding(
+        "unstable_variant",
+        "warning",
+        name,
+        f"no stable measurement at concurrency 1 while {', '.join(stable)} is stable on the same machine and inputs.{hint}",
+        "read the per-window lines in the perf logs; try variants.<name>.dynamic_batching.max_queue_size=0",
+    )
 
 
 def invalid_measurement(res: BenchResult, name: str) -> Finding | None:
@@ -272,18 +336,20 @@ def invalid_measurement(res: BenchResult, name: str) -> Finding | None:
     if not bad:
         return None
     short = " (perf_analyzer recorded no request inside a window: the window is shorter than the model's requests)" if _too_short(bad) else ""
-    return Finding("invalid_measurement", "warning", name,
-                   f"no stable measurement at {', '.join(f'c{p.concurrency}' for p in bad)} (not reported as numbers){short}",
-                   f"raise the window that measured them: {window_keys(res, sweep.source)}; stop other load")  # fmt: skip
+    return Finding(
+        "invalid_measurement",
+        "warning",
+        name,
+        f"no stable measurement at {', '.join(f'c{p.concurrency}' for p in bad)} (not reported as numbers){short}",
+        f"raise the window that measured them: {window_keys(res, sweep.source)}; stop other load",
+    )
 
 
-def diagnose(res: BenchResult, configs: dict[str, mc.ModelConfig], graph_dtypes: dict[str, str], cores: int, threshold: float,
-             min_ms: float = 0.1) -> list[Finding]:  # fmt: skip
+def diagnose(res: BenchResult, configs: dict[str, mc.ModelConfig], graph_dtypes: dict[str, str], cores: int, threshold: float, min_ms: float = 0.1) -> list[Finding]:
     """Every rule over ``res`` and the shipped ``configs``, in report order; each finding carries its evidence."""
     out: list[Finding | None] = []
     for name, cfg in configs.items():
-        out += [batching_tax(res, name, cfg, threshold, min_ms), oversubscription(name, cfg, cores), *input_dtype(name, cfg, graph_dtypes),
-                graph_level_off(name, cfg)]  # fmt: skip
+        out += [batching_tax(res, name, cfg, threshold, min_ms), oversubscription(name, cfg, cores), *input_dtype(name, cfg, graph_dtypes), graph_level_off(name, cfg)]
     swept = {p.concurrency for s in res.variants.values() for p in s.points}
     for c in sorted(swept | set(res.paired_throughput)):
         out += [throughput_not_better(res, c), throughput_drift(res, c)]

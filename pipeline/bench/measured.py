@@ -42,8 +42,15 @@ class Point:
     @classmethod
     def from_json(cls, d: Json) -> Point:
         own = ("concurrency", "valid", "reason", "avg_batch", "failed_requests", *_EXTRA)
-        return cls(int(d["concurrency"]), bool(d["valid"]), d.get("reason", ""), {k: v for k, v in d.items() if k not in own},
-                   d.get("avg_batch"), d.get("failed_requests", 0.0), *(d.get(k) or {} for k in _EXTRA))  # fmt: skip
+        return cls(
+            int(d["concurrency"]),
+            bool(d["valid"]),
+            d.get("reason", ""),
+            {k: v for k, v in d.items() if k not in own},
+            d.get("avg_batch"),
+            d.get("failed_requests", 0.0),
+            *(d.get(k) or {} for k in _EXTRA),
+        )
 
 
 _EXTRA = ("triton", "agree", "memory")  # Point's nested records, in field order
@@ -89,8 +96,12 @@ class Throughput:
         return self.per_batch_infer_s[self.best_batch]
 
     def to_json(self) -> Json:
-        return {"per_batch_infer_s": {str(b): v for b, v in self.per_batch_infer_s.items()}, "best_batch": self.best_batch,
-                "best_infer_s": self.best_infer_s, "settings": asdict(self.settings)}  # fmt: skip
+        return {
+            "per_batch_infer_s": {str(b): v for b, v in self.per_batch_infer_s.items()},
+            "best_batch": self.best_batch,
+            "best_infer_s": self.best_infer_s,
+            "settings": asdict(self.settings),
+        }
 
     @classmethod
     def from_json(cls, d: Json) -> Throughput:
@@ -181,15 +192,28 @@ class Tuning:
     rank: str = "infer/s over in-process best-batch infer/s"
 
     def to_json(self) -> Json:
-        d: Json = {"concurrency": self.concurrency, "latency_budget_ms": self.latency_budget_ms, "max_drift": self.max_drift,
-                   "rank": self.rank, "candidates": [c.to_json() for c in self.candidates],
-                   "chosen": asdict(self.chosen) if self.chosen else None}  # fmt: skip
+        d: Json = {
+            "concurrency": self.concurrency,
+            "latency_budget_ms": self.latency_budget_ms,
+            "max_drift": self.max_drift,
+            "rank": self.rank,
+            "candidates": [c.to_json() for c in self.candidates],
+            "chosen": asdict(self.chosen) if self.chosen else None,
+        }
         return d | ({"lead_over_next": self.lead_over_next} if self.chosen else {}) | {"persist": self.persist}
 
     @classmethod
     def from_json(cls, d: Json) -> Tuning:
-        return cls(d["concurrency"], d["latency_budget_ms"], d["max_drift"], [Candidate.from_json(c) for c in d["candidates"]],
-                   Scheduling(**d["chosen"]) if d.get("chosen") else None, d["persist"], d.get("lead_over_next"), d["rank"])  # fmt: skip
+        return cls(
+            d["concurrency"],
+            d["latency_budget_ms"],
+            d["max_drift"],
+            [Candidate.from_json(c) for c in d["candidates"]],
+            Scheduling(**d["chosen"]) if d.get("chosen") else None,
+            d["persist"],
+            d.get("lead_over_next"),
+            d["rank"],
+        )
 
 
 WINDOW_LATENCIES = 4  # a perf_analyzer window spans at least this many of the model's request latencies at the top concurrency

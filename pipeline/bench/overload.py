@@ -49,16 +49,26 @@ def _observe(lvl: LoadLevel, t: Target, before: dict | None, t0: float, t1: floa
     return lvl
 
 
-def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, queue_size: int, intervals: Path | None = None,
-               interval_ms: int | None = None) -> LoadLevel:  # fmt: skip
+def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, queue_size: int, intervals: Path | None = None, interval_ms: int | None = None) -> LoadLevel:
     """One perf_analyzer run in request-rate mode (or on a schedule of gaps), three windows, no stability demand."""
     b = sw.bench
     tag = label.replace("%", "pct").replace(" ", "_")
     csv_path = sw.work_dir / f"overload_{tag}.csv"
-    cmd = pa_mod.build_command(sw.pa, t.model, t.perf_url, 1, sw.input_json, csv_path, protocol=b.protocol,
-                               measurement_interval_ms=interval_ms or b.overload_interval_ms,
-                               stability_percentage=1000,  # past capacity nothing is stable: report what happened
-                               max_trials=3, shapes=sw.shapes, request_rate=None if intervals else rate, request_intervals=intervals)  # fmt: skip
+    cmd = pa_mod.build_command(
+        sw.pa,
+        t.model,
+        t.perf_url,
+        1,
+        sw.input_json,
+        csv_path,
+        protocol=b.protocol,
+        measurement_interval_ms=interval_ms or b.overload_interval_ms,
+        stability_percentage=1000,  # past capacity nothing is stable: report what happened
+        max_trials=3,
+        shapes=sw.shapes,
+        request_rate=None if intervals else rate,
+        request_intervals=intervals,
+    )
     before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()
     # Three windows; one that cannot end (a schedule the client cannot keep) must not hold the bench for perf_timeout_s.
     run = pa_mod.run(sw.pa, cmd, 1, csv_path, timeout_s=min(b.perf_timeout_s, 30 * (interval_ms or b.overload_interval_ms) / 1000 + 30))
@@ -66,12 +76,26 @@ def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, qu
     drain(t)
     (sw.work_dir / f"overload_{tag}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
     row = run.row
-    lvl = LoadLevel(label, share, round(rate, 1), "perf_analyzer", queue_size, run.valid, run.reason(), round(t1 - t0, 2),
-                    row.get("throughput_infer_s"), row.get("p50_ms"), row.get("p99_ms"),
-                    passes_ms=[round(ms, 3) for _, ms in pa_mod.parse_passes(run.log)])  # fmt: skip
+    lvl = LoadLevel(
+        label,
+        share,
+        round(rate, 1),
+        "perf_analyzer",
+        queue_size,
+        run.valid,
+        run.reason(),
+        round(t1 - t0, 2),
+        row.get("throughput_infer_s"),
+        row.get("p50_ms"),
+        row.get("p99_ms"),
+        passes_ms=[round(ms, 3) for _, ms in pa_mod.parse_passes(run.log)],
+    )
     lvl = _observe(lvl, t, before, t0, t1)
-    sw.log(f"[bench] overload {label} ({rate:.0f}/s offered): " + (f"{lvl.achieved_rate:.0f}/s, p99 {lvl.p99_ms:.1f} ms" if run.valid else
-           f"INVALID ({lvl.reason[-120:]})") + f"; failed {lvl.failed:.0f} (rejected {lvl.rejected:.0f})")  # fmt: skip
+    sw.log(
+        f"[bench] overload {label} ({rate:.0f}/s offered): "
+        + (f"{lvl.achieved_rate:.0f}/s, p99 {lvl.p99_ms:.1f} ms" if run.valid else f"INVALID ({lvl.reason[-120:]})")
+        + f"; failed {lvl.failed:.0f} (rejected {lvl.rejected:.0f})"
+    )
     return lvl
 
 
@@ -88,8 +112,7 @@ def burst_intervals(path: Path, capacity: float, factor: float, burst_s: float) 
     return path, sum(gaps) / 1e6, rate
 
 
-def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float, capacity: float, b: BenchConfig, log: Callable[[str], None],
-                  seconds: float = 3.0) -> LoadLevel:  # fmt: skip
+def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float, capacity: float, b: BenchConfig, log: Callable[[str], None], seconds: float = 3.0) -> LoadLevel:
     """The throughput config with a bounded queue at ``share`` of capacity, by the open-loop client (counts rejections)."""
     cfg = read_config(mode.repo / t.model / "config.pbtxt")
     queue = cfg.dynamic_batching.default_queue_policy.max_queue_size
@@ -118,16 +141,29 @@ def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float,
     def pct(xs: list[float], q: float) -> float | None:
         return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3) if xs else None
 
-    lvl = LoadLevel(f"{share:.0%} bounded", share, round(rate, 1), "open-loop client (gRPC)", queue, run.unanswered == 0 and not run.errors,
-                    run.error_sample or (f"{run.unanswered} requests unanswered" if run.unanswered else ""), round(t1 - t0, 2),
-                    round(run.achieved_rate, 1) if run.achieved_rate else None, pct(ok, 0.5), pct(ok, 0.99),
-                    timeouts=run.timeouts + run.unanswered, rejected_p99_ms=pct(rej, 0.99))  # fmt: skip
+    lvl = LoadLevel(
+        f"{share:.0%} bounded",
+        share,
+        round(rate, 1),
+        "open-loop client (gRPC)",
+        queue,
+        run.unanswered == 0 and not run.errors,
+        run.error_sample or (f"{run.unanswered} requests unanswered" if run.unanswered else ""),
+        round(t1 - t0, 2),
+        round(run.achieved_rate, 1) if run.achieved_rate else None,
+        pct(ok, 0.5),
+        pct(ok, 0.99),
+        timeouts=run.timeouts + run.unanswered,
+        rejected_p99_ms=pct(rej, 0.99),
+    )
     lvl = _observe(lvl, bt, before, t0, t1)
     # Triton's nv_inference_request_failure does not count what a full queue turns away: the client's count is the one.
     lvl.rejected, lvl.failed = float(len(rej)), lvl.failed + len(rej) + run.errors
     mode_note = "" if model == t.model else f" (shipped unbounded: max_queue_size {queue} for this check)"
-    log(f"[bench] bounded queue{mode_note} at {rate:.0f}/s offered ({run.sent} sent in {run.seconds:.1f} s): {len(ok)} ok, p99 "
-          f"{lvl.p99_ms} ms; {len(rej)} rejected (p99 {lvl.rejected_p99_ms} ms), {lvl.timeouts:.0f} timed out")  # fmt: skip
+    log(
+        f"[bench] bounded queue{mode_note} at {rate:.0f}/s offered ({run.sent} sent in {run.seconds:.1f} s): {len(ok)} ok, p99 "
+        f"{lvl.p99_ms} ms; {len(rej)} rejected (p99 {lvl.rejected_p99_ms} ms), {lvl.timeouts:.0f} timed out"
+    )
     if model != t.model:
         with t.client() as c:
             c.unload(model)

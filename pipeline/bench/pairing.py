@@ -68,8 +68,7 @@ def alternations(server_ms: Callable[[], float | None], process_ms: Callable[[],
     return out
 
 
-def c1_embedded(serve: Callable[[str, int], Point], alternate: Callable[[int], list[Alternation]], in_server_key: str,
-                with_throughput: bool, rule: StopRule) -> Group:  # fmt: skip
+def c1_embedded(serve: Callable[[str, int], Point], alternate: Callable[[int], list[Alternation]], in_server_key: str, with_throughput: bool, rule: StopRule) -> Group:
     """c=1 rounds in an embedded server: the latency variant (and the throughput one, order alternating), then the alternations.
 
     ``serve(variant, round)`` runs perf_analyzer at c=1; ``alternate(round)`` the server/in-process bursts.

@@ -85,8 +85,10 @@ def _triton(variant: str, model: str, cold: list[ColdStart], cfg: mc.ModelConfig
     how = f"the bench's cold start: a fresh tritonserver, the variant loaded {'with' if pick.warmup else 'without'} its model_warmup" if pick else ""
     s = OrtSettings.from_config(cfg)
     standin = "pipeline_ort (C++, inside tritonserver)" if backend == "native" else "a python-backend model (ORT in the stub)"
-    runtime = (f"ONNX Runtime via {standin} on the shipped file (intra-op {s.intra_op_threads or 'default'}, inter-op "
-               f"{s.inter_op_threads or 'default'}, graph level {s.graph_level}; {deploy.instances(cfg)} instance(s))")  # fmt: skip
+    runtime = (
+        f"ONNX Runtime via {standin} on the shipped file (intra-op {s.intra_op_threads or 'default'}, inter-op "
+        f"{s.inter_op_threads or 'default'}, graph level {s.graph_level}; {deploy.instances(cfg)} instance(s))"
+    )
     return Deployment(f"triton_{variant}", f"Triton {variant}", "triton", "triton", variant, model, runtime, "triton", cold=pick, cold_source=how)
 
 
@@ -97,9 +99,11 @@ def ratios(res: PeersResult) -> list[Ratio]:
     for c in res.concurrency:
         v = "latency" if c == 1 else "throughput"
         metric = "p50_ms" if c == 1 else "throughput_infer_s"
-        pairs = [(f"triton_vs_torchserve_same_graph_c{c}", f"triton_{v}", f"torchserve_same_graph_{v}", "the server comparison"),
-                 (f"triton_vs_torchserve_native_c{c}", f"triton_{v}", f"torchserve_native_{v}", "Triton's stack against TorchServe's as shipped"),
-                 (f"onnxruntime_vs_pytorch_in_torchserve_c{c}", f"torchserve_same_graph_{v}", f"torchserve_native_{v}", "the runtime comparison")]  # fmt: skip
+        pairs = [
+            (f"triton_vs_torchserve_same_graph_c{c}", f"triton_{v}", f"torchserve_same_graph_{v}", "the server comparison"),
+            (f"triton_vs_torchserve_native_c{c}", f"triton_{v}", f"torchserve_native_{v}", "Triton's stack against TorchServe's as shipped"),
+            (f"onnxruntime_vs_pytorch_in_torchserve_c{c}", f"torchserve_same_graph_{v}", f"torchserve_native_{v}", "the runtime comparison"),
+        ]
         for name, num, den, what in pairs:
             if num not in d or den not in d:
                 continue
@@ -144,8 +148,9 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def prepare(cfg: PipelineConfig, inst: TorchServeInstall, shipped: ShippedModel, configs: dict[str, mc.ModelConfig], inp: BenchInputs,
-            work: Path, log: Callable[[str], None]) -> Prepared:  # fmt: skip
+def prepare(
+    cfg: PipelineConfig, inst: TorchServeInstall, shipped: ShippedModel, configs: dict[str, mc.ModelConfig], inp: BenchInputs, work: Path, log: Callable[[str], None]
+) -> Prepared:
     """Every deployment's .mar in ``work/store`` and the request bodies; a native deployment needs a PyTorch model.
 
     Raises:
@@ -168,16 +173,31 @@ def prepare(cfg: PipelineConfig, inst: TorchServeInstall, shipped: ShippedModel,
     return Prepared(inst, work, archives, input_json, notes)
 
 
-def measure(cfg: PipelineConfig, prep: Prepared, mode: EmbeddedMode, sweeper: Sweeper, configs: dict[str, mc.ModelConfig], inp: BenchInputs,
-            cold: list[ColdStart], tol: ToleranceConfig, logs: Path, progress: Progress) -> PeersResult:  # fmt: skip
+def measure(  # noqa: PLR0913
+    cfg: PipelineConfig,
+    prep: Prepared,
+    mode: EmbeddedMode,
+    sweeper: Sweeper,
+    configs: dict[str, mc.ModelConfig],
+    inp: BenchInputs,
+    cold: list[ColdStart],
+    tol: ToleranceConfig,
+    logs: Path,
+    progress: Progress,
+) -> PeersResult:
     """The side by side; a TorchServe deployment that fails is recorded with why (and its worker log), the rest is measured.
 
     Raises:
         PipelineError: the Triton side cannot be served.
     """
     b, t_start, inst = cfg.bench, time.monotonic(), prep.inst
-    res = PeersResult([str(p) for p in b.peers], levels(b), versions={"torchserve": inst.version, "java": f"{inst.java_version} ({inst.java_source})"},
-                      settings=list(SETTINGS), notes=list(prep.notes))  # fmt: skip
+    res = PeersResult(
+        [str(p) for p in b.peers],
+        levels(b),
+        versions={"torchserve": inst.version, "java": f"{inst.java_version} ({inst.java_source})"},
+        settings=list(SETTINGS),
+        notes=list(prep.notes),
+    )
     variants = [v for v in VARIANTS if v in configs]
     progress.phase("peers")
     with contextlib.ExitStack() as stack:
@@ -211,18 +231,34 @@ def payload(inp: BenchInputs, reference: list, input_json: Path, res: PeersResul
     import numpy as np
 
     files = [Path(s["TORCHSERVE_INPUT"][0]) for s in json.loads(input_json.read_text())["data"]]
-    out = {"triton_request_bytes": float(np.mean([sum(a.nbytes for a in r.values()) for r in inp.rows])),
-           "triton_response_bytes": float(np.mean([sum(a.nbytes for a in r.values()) for r in reference])) if reference else 0.0,
-           "torchserve_body_bytes": float(np.mean([f.stat().st_size for f in files]))}  # fmt: skip
+    out = {
+        "triton_request_bytes": float(np.mean([sum(a.nbytes for a in r.values()) for r in inp.rows])),
+        "triton_response_bytes": float(np.mean([sum(a.nbytes for a in r.values()) for r in reference])) if reference else 0.0,
+        "torchserve_body_bytes": float(np.mean([f.stat().st_size for f in files])),
+    }
     answered = [d.agreement.response_bytes for d in res.deployments.values() if d.agreement and d.agreement.response_bytes]
     if answered:
         out["torchserve_response_bytes"] = float(np.mean(answered))
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def _serve_kind(stack: contextlib.ExitStack, inst: TorchServeInstall, kind: str, archives: list[deploy.Archive], configs: dict[str, mc.ModelConfig],
-                inp: BenchInputs, reference: list, tol: ToleranceConfig, b: BenchConfig, work: Path, logs: Path, res: PeersResult,
-                targets: dict, samplers: dict[str, RssSampler], progress: Progress) -> None:  # fmt: skip
+def _serve_kind(  # noqa: PLR0913
+    stack: contextlib.ExitStack,
+    inst: TorchServeInstall,
+    kind: str,
+    archives: list[deploy.Archive],
+    configs: dict[str, mc.ModelConfig],
+    inp: BenchInputs,
+    reference: list,
+    tol: ToleranceConfig,
+    b: BenchConfig,
+    work: Path,
+    logs: Path,
+    res: PeersResult,
+    targets: dict,
+    samplers: dict[str, RssSampler],
+    progress: Progress,
+) -> None:
     """One TorchServe server for ``kind``: start it, register each schedule (cold start), check its answers."""
     label = f"torchserve_{kind}"
     progress.at(f"{label} start")
@@ -241,8 +277,7 @@ def _serve_kind(stack: contextlib.ExitStack, inst: TorchServeInstall, kind: str,
         progress.at(f"{key} registration")
         dep.cold_source = serve.COLD_SOURCE
         try:
-            dep.cold = serve.cold_start(t, f"{a.name}.mar", sched.batch_size, sched.max_batch_delay_ms, sched.workers, inp.rows[0],
-                                        b.cold_start_requests, b.server_timeout_s)  # fmt: skip
+            dep.cold = serve.cold_start(t, f"{a.name}.mar", sched.batch_size, sched.max_batch_delay_ms, sched.workers, inp.rows[0], b.cold_start_requests, b.server_timeout_s)
         except PipelineError as e:
             dep.error, dep.log_excerpt = e.what, srv.log_excerpt()
             continue
@@ -253,8 +288,10 @@ def _serve_kind(stack: contextlib.ExitStack, inst: TorchServeInstall, kind: str,
             dep.error = f"every one of {dep.agreement.rows} requests failed ({dep.agreement.first_error})"
             continue
         targets[key] = t
-        progress.log(f"[bench] {key}: registered in {dep.cold.load_s:.2f} s, first request {dep.cold.first_ms} ms vs warm p50 "
-                     f"{dep.cold.warm_p50_ms} ms; answers {'agree with' if dep.agreement.passed else 'DIFFER from'} Triton's")  # fmt: skip
+        progress.log(
+            f"[bench] {key}: registered in {dep.cold.load_s:.2f} s, first request {dep.cold.first_ms} ms vs warm p50 "
+            f"{dep.cold.warm_p50_ms} ms; answers {'agree with' if dep.agreement.passed else 'DIFFER from'} Triton's"
+        )
 
 
 def window_ms(res: PeersResult, b: BenchConfig) -> int:
@@ -279,8 +316,14 @@ def _rounds(res: PeersResult, targets: dict, sweeper: Sweeper, ts_input: Path, b
 
     for k in keys:  # a fresh model's first run pays first-request costs (allocations for each batch shape): discarded
         run(k, max(res.concurrency), f"peers_warmup_{k}")
-    rule = StopRule(b.peer_rounds, b.peer_max_rounds, b.target_half_width if b.profile == BenchProfile.default else None,
-                    b.peer_budget_s if b.profile == BenchProfile.default else None, "bench.peer_max_rounds", "bench.peer_budget_s")  # fmt: skip
+    rule = StopRule(
+        b.peer_rounds,
+        b.peer_max_rounds,
+        b.target_half_width if b.profile == BenchProfile.default else None,
+        b.peer_budget_s if b.profile == BenchProfile.default else None,
+        "bench.peer_max_rounds",
+        "bench.peer_budget_s",
+    )
     t0, i = time.monotonic(), 0
     while True:
         ests = [r.estimate for r in ratios(res)]

@@ -74,12 +74,19 @@ def import_root(target: str) -> tuple[str, ...]:
 
 
 def _settings(runtime: str, inputs: dict[str, str], outputs: list[str], s: OrtSettings, model_file: str, batched: bool, **extra: object) -> dict:
-    return {"runtime": runtime, "inputs": inputs, "outputs": outputs, "intra_op_threads": s.intra_op_threads,
-            "inter_op_threads": s.inter_op_threads, "model_file": model_file, "batched": batched, **extra}  # fmt: skip
+    return {
+        "runtime": runtime,
+        "inputs": inputs,
+        "outputs": outputs,
+        "intra_op_threads": s.intra_op_threads,
+        "inter_op_threads": s.inter_op_threads,
+        "model_file": model_file,
+        "batched": batched,
+        **extra,
+    }
 
 
-def same_graph(inst: TorchServeInstall, name: str, variant: str, onnx: Path, cfg: mc.ModelConfig, dtypes: dict[str, str], work: Path,
-               store: Path) -> Archive:  # fmt: skip
+def same_graph(inst: TorchServeInstall, name: str, variant: str, onnx: Path, cfg: mc.ModelConfig, dtypes: dict[str, str], work: Path, store: Path) -> Archive:
     """The shipped ONNX file with the variant's ORT settings, archived as ``name``.
 
     Raises:
@@ -96,8 +103,7 @@ def same_graph(inst: TorchServeInstall, name: str, variant: str, onnx: Path, cfg
     return Archive(name, "same_graph", variant, f"ONNX Runtime on the shipped {onnx.name} ({threads}, graph level {s.graph_level} = {level})")
 
 
-def native(inst: TorchServeInstall, name: str, variant: str, model: ModelConfig, cfg: mc.ModelConfig, dtypes: dict[str, str], work: Path,
-           store: Path) -> Archive:  # fmt: skip
+def native(inst: TorchServeInstall, name: str, variant: str, model: ModelConfig, cfg: mc.ModelConfig, dtypes: dict[str, str], work: Path, store: Path) -> Archive:
     """The PyTorch model in eager mode: its factory in the handler settings, its state dict in the archive.
 
     Raises:
@@ -116,13 +122,15 @@ def native(inst: TorchServeInstall, name: str, variant: str, model: ModelConfig,
     s = OrtSettings.from_config(cfg)
     names = [t.name for t in model.inputs] or [i.name for i in cfg.input]
     factory = OmegaConf.to_container(OmegaConf.create(dict(model.factory or {})), resolve=True)
-    settings = _settings("pytorch", {n: dtypes.get(n, "float32") for n in names}, list(model.outputs) or [o.name for o in cfg.output], s,
-                         weights.name, cfg.max_batch_size > 0, factory=factory)  # fmt: skip
+    settings = _settings(
+        "pytorch", {n: dtypes.get(n, "float32") for n in names}, list(model.outputs) or [o.name for o in cfg.output], s, weights.name, cfg.max_batch_size > 0, factory=factory
+    )
     build_mar(inst, name, weights, [_write_settings(d, settings)], store)
     threads = f"torch threads intra-op {s.intra_op_threads or 'default'}, inter-op {s.inter_op_threads or 'default'}"
     target = str(factory.get("_target_", "?")) if isinstance(factory, dict) else "?"
-    return Archive(name, "native", variant, f"PyTorch {torch.__version__.split('+')[0]} eager: {target} with the archived state dict, "
-                                            f"torch.inference_mode ({threads})", import_root(target))  # fmt: skip
+    return Archive(
+        name, "native", variant, f"PyTorch {torch.__version__.split('+')[0]} eager: {target} with the archived state dict, torch.inference_mode ({threads})", import_root(target)
+    )
 
 
 def _write_settings(d: Path, settings: dict) -> Path:

@@ -68,10 +68,12 @@ class Deployment:
     log_excerpt: list[str] = field(default_factory=list)  # the worker log when its handler failed
 
     def to_json(self) -> Json:
-        d = {k: getattr(self, k) for k in ("key", "label", "server", "kind", "variant", "model", "runtime", "server_label", "cold_source", "error",
-                                           "log_excerpt")}  # fmt: skip
-        return d | {"scheduling": asdict(self.scheduling) if self.scheduling else None, "cold": self.cold.to_json() if self.cold else None,
-                    "agreement": asdict(self.agreement) if self.agreement else None}  # fmt: skip
+        d = {k: getattr(self, k) for k in ("key", "label", "server", "kind", "variant", "model", "runtime", "server_label", "cold_source", "error", "log_excerpt")}
+        return d | {
+            "scheduling": asdict(self.scheduling) if self.scheduling else None,
+            "cold": self.cold.to_json() if self.cold else None,
+            "agreement": asdict(self.agreement) if self.agreement else None,
+        }
 
     @classmethod
     def from_json(cls, d: Json) -> Deployment:
@@ -162,14 +164,36 @@ class PeersResult:
         return out
 
     def to_json(self) -> Json:
-        return {"peers": self.peers, "concurrency": self.concurrency, "deployments": {k: d.to_json() for k, d in self.deployments.items()},
-                "rounds": [r.to_json() for r in self.rounds], "ratios": [r.to_json() for r in self.ratios], "rss": self.rss, "payload": self.payload,
-                "versions": self.versions, "settings": self.settings, "notes": self.notes, "stopped": self.stopped, "seconds": self.seconds,
-                "window_ms": self.window_ms}  # fmt: skip
+        return {
+            "peers": self.peers,
+            "concurrency": self.concurrency,
+            "deployments": {k: d.to_json() for k, d in self.deployments.items()},
+            "rounds": [r.to_json() for r in self.rounds],
+            "ratios": [r.to_json() for r in self.ratios],
+            "rss": self.rss,
+            "payload": self.payload,
+            "versions": self.versions,
+            "settings": self.settings,
+            "notes": self.notes,
+            "stopped": self.stopped,
+            "seconds": self.seconds,
+            "window_ms": self.window_ms,
+        }
 
     @classmethod
     def from_json(cls, d: Json) -> PeersResult:
-        return cls(d["peers"], d["concurrency"], {k: Deployment.from_json(v) for k, v in d["deployments"].items()},
-                   [PeerRound.from_json(r) for r in d["rounds"]], [Ratio.from_json(r) for r in d["ratios"]], d.get("rss", {}),
-                   d.get("payload", {}), d.get("versions", {}), d.get("settings", []), d.get("notes", []), d.get("stopped", ""), d.get("seconds", 0.0),
-                   d.get("window_ms", 0))  # fmt: skip
+        return cls(
+            d["peers"],
+            d["concurrency"],
+            {k: Deployment.from_json(v) for k, v in d["deployments"].items()},
+            [PeerRound.from_json(r) for r in d["rounds"]],
+            [Ratio.from_json(r) for r in d["ratios"]],
+            d.get("rss", {}),
+            d.get("payload", {}),
+            d.get("versions", {}),
+            d.get("settings", []),
+            d.get("notes", []),
+            d.get("stopped", ""),
+            d.get("seconds", 0.0),
+            d.get("window_ms", 0),
+        )

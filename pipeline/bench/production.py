@@ -172,15 +172,25 @@ class Production:
         return next((c for c in self.cold_start if c.variant == variant and c.warmup == warmup), None)
 
     def to_json(self) -> Json:
-        return {"cold_start": [c.to_json() for c in self.cold_start], "overload": self.overload.to_json() if self.overload else None,
-                "soak": self.soak.to_json() if self.soak else None, "traces": [asdict(t) for t in self.traces],
-                "metrics_limits": self.metrics_limits, "notes": self.notes}  # fmt: skip
+        return {
+            "cold_start": [c.to_json() for c in self.cold_start],
+            "overload": self.overload.to_json() if self.overload else None,
+            "soak": self.soak.to_json() if self.soak else None,
+            "traces": [asdict(t) for t in self.traces],
+            "metrics_limits": self.metrics_limits,
+            "notes": self.notes,
+        }
 
     @classmethod
     def from_json(cls, d: Json) -> Production:
-        return cls([_plain(ColdStart, c) for c in d.get("cold_start", [])], Overload.from_json(d["overload"]) if d.get("overload") else None,
-                   Soak.from_json(d["soak"]) if d.get("soak") else None, [Trace(**t) for t in d.get("traces", [])],
-                   d.get("metrics_limits", []), d.get("notes", []))  # fmt: skip
+        return cls(
+            [_plain(ColdStart, c) for c in d.get("cold_start", [])],
+            Overload.from_json(d["overload"]) if d.get("overload") else None,
+            Soak.from_json(d["soak"]) if d.get("soak") else None,
+            [Trace(**t) for t in d.get("traces", [])],
+            d.get("metrics_limits", []),
+            d.get("notes", []),
+        )
 
 
 def thin(series: list[tuple[float, float]], t0: float, keep: int = 400) -> list[list[float]]:

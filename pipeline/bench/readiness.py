@@ -27,13 +27,14 @@ def record(mode: EmbeddedMode | ExternalMode) -> Production:
     """The empty record: what /metrics leaves out, and (external mode) what is not measured."""
     prod = Production(metrics_limits=list(mode.metrics_limits))
     if isinstance(mode, ExternalMode):
-        prod.notes.append("external mode: no cold start, overload or soak (the server was started elsewhere and serves one config "
-                          "at a time); its RSS is not sampled (GPU memory comes from its /metrics when it has them)")  # fmt: skip
+        prod.notes.append(
+            "external mode: no cold start, overload or soak (the server was started elsewhere and serves one config "
+            "at a time); its RSS is not sampled (GPU memory comes from its /metrics when it has them)"
+        )
     return prod
 
 
-def cold(prod: Production, mode: EmbeddedMode | ExternalMode, b: BenchConfig, inp: BenchInputs, variants: list[str], logs: Path,
-         progress: Progress) -> None:  # fmt: skip
+def cold(prod: Production, mode: EmbeddedMode | ExternalMode, b: BenchConfig, inp: BenchInputs, variants: list[str], logs: Path, progress: Progress) -> None:
     """Cold starts, first (embedded, bench.cold_start): fresh servers, before any other server ran on the machine."""
     if isinstance(mode, ExternalMode):
         return
@@ -57,8 +58,7 @@ def capacity(pairs: dict[int, ThroughputRounds], sweeps: dict[str, Sweep]) -> tu
     return p.metrics["throughput_infer_s"], p.concurrency, f"the sweep's best point (c={p.concurrency})"
 
 
-def after_rounds(prod: Production, mode: EmbeddedMode, sw: Sweeper, ts: dict[str, Target], cap: tuple[float, int, str] | None,
-                 inp: BenchInputs, progress: Progress) -> None:  # fmt: skip
+def after_rounds(prod: Production, mode: EmbeddedMode, sw: Sweeper, ts: dict[str, Target], cap: tuple[float, int, str] | None, inp: BenchInputs, progress: Progress) -> None:
     """Overload, burst and the bounded-queue check, then the soak, on the rounds' server (throughput variant)."""
     b = sw.bench
     t = ts.get("throughput")

@@ -62,8 +62,14 @@ def plot_png(res: BenchResult, path: Path) -> None:
             ax1.annotate(f"c{p['concurrency']}", (p["p99_ms"], p["throughput_infer_s"]), fontsize=7)
         cs = np.arange(len(pts))
         ax2.bar(cs + (0.4 if name != "latency" else 0), [p["server_queue_ms"] for p in pts], 0.4, label=f"{name} queue")
-        ax2.bar(cs + (0.4 if name != "latency" else 0), [p["server_ms"] - p["server_queue_ms"] for p in pts], 0.4,
-                bottom=[p["server_queue_ms"] for p in pts], label=f"{name} compute", alpha=0.6)  # fmt: skip
+        ax2.bar(
+            cs + (0.4 if name != "latency" else 0),
+            [p["server_ms"] - p["server_queue_ms"] for p in pts],
+            0.4,
+            bottom=[p["server_queue_ms"] for p in pts],
+            label=f"{name} compute",
+            alpha=0.6,
+        )
         ax2.set_xticks(cs + 0.2, [f"c{p['concurrency']}" for p in pts])
     best = res.baseline.throughput.best_infer_s
     if best:
@@ -89,13 +95,27 @@ def _measurements(res: BenchResult) -> list[str]:
     lines = [
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
         "",
-        *(["Rows taken minutes apart are not comparable on a machine whose speed drifts: variant against variant, and served "
-           "against in-process, are in the headline and the tables of rounds below.", ""] if res.paired_throughput or res.paired_c1 else []),
-        *([f"Points marked *rounds* are the median-throughput measurement of that variant and concurrency over the rounds "
-           f"(bench.profile={res.settings.profile}: no separate sweep).", ""] if any(s.source == "rounds" for s in res.variants.values()) else []),
+        *(
+            [
+                "Rows taken minutes apart are not comparable on a machine whose speed drifts: variant against variant, and served "
+                "against in-process, are in the headline and the tables of rounds below.",
+                "",
+            ]
+            if res.paired_throughput or res.paired_c1
+            else []
+        ),
+        *(
+            [
+                f"Points marked *rounds* are the median-throughput measurement of that variant and concurrency over the rounds "
+                f"(bench.profile={res.settings.profile}: no separate sweep).",
+                "",
+            ]
+            if any(s.source == "rounds" for s in res.variants.values())
+            else []
+        ),
         "| variant | c | p50 ms | p95 ms | p99 ms | infer/s | queue ms | compute ms | queue share | avg batch | load 1m | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for name, sweep in res.variants.items():
         for p in sweep.points:
             m = p.metrics
@@ -118,8 +138,7 @@ def _measurements(res: BenchResult) -> list[str]:
         f"- batch 1: p50 {_f(lat.p50_ms)} ms, p95 {_f(lat.p95_ms)} ms, p99 {_f(lat.p99_ms)} ms "
         f"over {lat.n} runs after warmup; settings {settings} (measured before and after the sweep; "
         f"the faster is used, the other p50 was {_f(after.p50_ms if after else None)} ms)",
-        f"- best throughput {_f(thr.best_infer_s, '.1f')} infer/s at batch {thr.best_batch}; per batch: "
-        + ", ".join(f"{k}: {v:.1f}" for k, v in thr.per_batch_infer_s.items()),
+        f"- best throughput {_f(thr.best_infer_s, '.1f')} infer/s at batch {thr.best_batch}; per batch: " + ", ".join(f"{k}: {v:.1f}" for k, v in thr.per_batch_infer_s.items()),
     ]
 
 
@@ -127,18 +146,25 @@ def _tuning(res: BenchResult) -> list[str]:
     t = res.tuning
     if not t:
         return []
-    lines = ["", "## Tuning of the throughput variant", "",
-             f"Budget p99 <= {t.latency_budget_ms} ms at concurrency {t.concurrency}. Ranked by infer/s over in-process ORT "
-             f"best-batch infer/s timed before and after each candidate (the gauges); a candidate counts only if its gauges "
-             f"agree within {t.max_drift:.0%}, else it is measured again.", "",
-             "| queue delay us | preferred | instances | p99 ms | infer/s | gauges infer/s | drift | vs in-process | avg batch | within budget | steady |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Tuning of the throughput variant",
+        "",
+        f"Budget p99 <= {t.latency_budget_ms} ms at concurrency {t.concurrency}. Ranked by infer/s over in-process ORT "
+        f"best-batch infer/s timed before and after each candidate (the gauges); a candidate counts only if its gauges "
+        f"agree within {t.max_drift:.0%}, else it is measured again.",
+        "",
+        "| queue delay us | preferred | instances | p99 ms | infer/s | gauges infer/s | drift | vs in-process | avg batch | within budget | steady |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in t.candidates:
         s = c.scheduling
         steady = "yes" if c.steady else f"no ({c.rounds} rounds)"
-        lines.append(f"| {s.max_queue_delay_us} | {s.preferred_batch_sizes} | {s.instance_count} | {_f(c.p99_ms)} | "
-                     f"{_f(c.throughput_infer_s, '.1f')} | {_gauges(c.gauges)} | {c.drift:.0%} | {_f(c.vs_ort_best, '#.3g', unit='x')} | "
-                     f"{_f(c.avg_batch)} | {'yes' if c.within_budget else 'no'} | {steady} |")  # fmt: skip
+        lines.append(
+            f"| {s.max_queue_delay_us} | {s.preferred_batch_sizes} | {s.instance_count} | {_f(c.p99_ms)} | "
+            f"{_f(c.throughput_infer_s, '.1f')} | {_gauges(c.gauges)} | {c.drift:.0%} | {_f(c.vs_ort_best, '#.3g', unit='x')} | "
+            f"{_f(c.avg_batch)} | {'yes' if c.within_budget else 'no'} | {steady} |"
+        )
     lead = t.lead_over_next
     ahead = f", {lead:.1%} ahead of the next candidate (one measurement each: a lead of a few percent may be noise)" if lead is not None else ""
     return lines + ["", f"Chosen: {asdict(t.chosen) if t.chosen else None}{ahead}. Persist with: `{t.persist}`"]
@@ -191,6 +217,8 @@ def console_line(res: BenchResult, seconds: float) -> str:
     assert r is not None, "ratios are computed before rendering"
     compared = "; ".join(f"c{x.concurrency} = {x.vs_latency.text()}" for x in r.compared) or "not compared"
     best = "; ".join(f"c{x.concurrency} = {x.vs_ort_best.text()}" for x in r.compared) or "not compared"
-    return (f"[bench] {res.server.mode} mode, profile {res.settings.profile}; latency c=1 p50 / in-process ORT p50 = {r.latency_c1.text()}; "
-            f"throughput/latency {compared}; throughput/in-process best batch {best}; batching tax c=1 "
-            f"{r.batching_tax_c1.text('.2f', ' ms')}{render_peers.console(res.peers) if res.peers else ''} ({seconds:.0f} s)")  # fmt: skip
+    return (
+        f"[bench] {res.server.mode} mode, profile {res.settings.profile}; latency c=1 p50 / in-process ORT p50 = {r.latency_c1.text()}; "
+        f"throughput/latency {compared}; throughput/in-process best batch {best}; batching tax c=1 "
+        f"{r.batching_tax_c1.text('.2f', ' ms')}{render_peers.console(res.peers) if res.peers else ''} ({seconds:.0f} s)"
+    )

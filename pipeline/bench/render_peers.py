@@ -34,9 +34,12 @@ def console(res: PeersResult) -> str:
 def boundary(res: PeersResult) -> list[str]:
     """Where each measurement starts and ends, what travels, and whether the two are comparable."""
     p = res.payload
-    sizes = (f" Per request: Triton {p['triton_request_bytes']:.0f} B of tensor data out, {p['triton_response_bytes']:.0f} B back; "
-             f"TorchServe a {p['torchserve_body_bytes']:.0f} B JSON body out, {p['torchserve_response_bytes']:.0f} B of JSON back."
-             if {"triton_request_bytes", "torchserve_body_bytes", "triton_response_bytes", "torchserve_response_bytes"} <= set(p) else "")  # fmt: skip
+    sizes = (
+        f" Per request: Triton {p['triton_request_bytes']:.0f} B of tensor data out, {p['triton_response_bytes']:.0f} B back; "
+        f"TorchServe a {p['torchserve_body_bytes']:.0f} B JSON body out, {p['torchserve_response_bytes']:.0f} B of JSON back."
+        if {"triton_request_bytes", "torchserve_body_bytes", "triton_response_bytes", "torchserve_response_bytes"} <= set(p)
+        else ""
+    )
     return [
         "**Measurement boundary.** perf_analyzer times every server the same way: from its call to the complete response, one "
         "client machine-local over loopback, the same request rows in the same order, the same concurrency, closed loop.",
@@ -59,30 +62,51 @@ def boundary(res: PeersResult) -> list[str]:
 def section(res: PeersResult) -> list[str]:
     """The report's side-by-side section."""
     deps = list(res.deployments.values())
-    lines = ["", "## Side by side: Triton and TorchServe", "",
-             f"TorchServe {res.versions.get('torchserve', '?')} on Java {res.versions.get('java', '?')}, beside the embedded Triton, "
-             "on the same machine at the same time (each idle while another is measured). **Same graph** serves the shipped ONNX "
-             "file in ONNX Runtime with the Triton variant's threads and graph level: the server comparison. **Native** serves the "
-             "PyTorch model as a TorchServe user ships it, in eager mode: the runtime comparison, labelled so.", "",
-             "| deployment | runtime | scheduling (TorchServe <- Triton) |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Side by side: Triton and TorchServe",
+        "",
+        f"TorchServe {res.versions.get('torchserve', '?')} on Java {res.versions.get('java', '?')}, beside the embedded Triton, "
+        "on the same machine at the same time (each idle while another is measured). **Same graph** serves the shipped ONNX "
+        "file in ONNX Runtime with the Triton variant's threads and graph level: the server comparison. **Native** serves the "
+        "PyTorch model as a TorchServe user ships it, in eager mode: the runtime comparison, labelled so.",
+        "",
+        "| deployment | runtime | scheduling (TorchServe <- Triton) |",
+        "|---|---|---|",
+    ]
     lines += [f"| {d.label} | {d.runtime} | {_sched(d)} |" for d in deps]
     lines += ["", *boundary(res), "", "### Headline (paired rounds: neighbouring runs, median with 90% interval)", ""]
     lines += [f"- `{r.name}` = **{r.estimate.text()}**: {r.meaning}" for r in res.ratios] or ["- no ratio: no TorchServe deployment was measured"]
-    lines += ["", f"Rounds: {len({r.index for r in res.rounds})}, stopped: {res.stopped or 'n/a'}; perf_analyzer windows of {res.window_ms} ms "
-                  f"for every deployment; {res.seconds:.0f} s in all.", ""]  # fmt: skip
+    lines += [
+        "",
+        f"Rounds: {len({r.index for r in res.rounds})}, stopped: {res.stopped or 'n/a'}; perf_analyzer windows of {res.window_ms} ms "
+        f"for every deployment; {res.seconds:.0f} s in all.",
+        "",
+    ]
     lines += table(res)
-    lines += ["", "### Cold start", "",
-              "| deployment | server start s | load / registration s | start to ready s | first request ms | warm p50 ms | first / warm | how |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "### Cold start",
+        "",
+        "| deployment | server start s | load / registration s | start to ready s | first request ms | warm p50 ms | first / warm | how |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for d in deps:
         c = d.cold
         if c is None:
             lines.append(f"| {d.label} | - | - | - | - | - | - | {d.error or 'not measured (bench.cold_start=false)'} |")
             continue
-        lines.append(f"| {d.label} | {_f(c.server_start_s)} | {_f(c.load_s)} | {_f(c.start_to_ready_s)} | {_f(c.first_ms)} | "
-                     f"{_f(c.warm_p50_ms)} | {_f(c.first_vs_warm, unit='x')} | {d.cold_source} |")  # fmt: skip
-    lines += ["", "### Answers against Triton's (every sample row, the parity tolerance of the shipped file)", "",
-              "| deployment | rows | failed | abs error | rel error | atol / rtol (stat) | verdict |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {d.label} | {_f(c.server_start_s)} | {_f(c.load_s)} | {_f(c.start_to_ready_s)} | {_f(c.first_ms)} | "
+            f"{_f(c.warm_p50_ms)} | {_f(c.first_vs_warm, unit='x')} | {d.cold_source} |"
+        )
+    lines += [
+        "",
+        "### Answers against Triton's (every sample row, the parity tolerance of the shipped file)",
+        "",
+        "| deployment | rows | failed | abs error | rel error | atol / rtol (stat) | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for d in deps:
         a = d.agreement
         if a is None:
@@ -100,8 +124,10 @@ def section(res: PeersResult) -> list[str]:
 
 def table(res: PeersResult) -> list[str]:
     """One row per deployment and concurrency: the median-throughput run over the rounds."""
-    lines = ["| deployment | c | p50 ms | p95 ms | p99 ms | infer/s | server queue ms | cold start s | peak RSS MB (its server) | status |",
-             "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| deployment | c | p50 ms | p95 ms | p99 ms | infer/s | server queue ms | cold start s | peak RSS MB (its server) | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for d in res.deployments.values():
         rss = res.rss.get(d.server_label, {}).get("rss_peak_mb")
         pts = res.points(d.key)
@@ -113,11 +139,16 @@ def table(res: PeersResult) -> list[str]:
                 lines.append(f"| {d.label} | {p.concurrency} | - | - | - | - | - | {_cold(d)} | {_f(rss, '.0f')} | {_invalid(p.reason, 90)} |")
                 continue
             queue = m.get("server_queue_ms", m.get("torchserve_queue_ms"))
-            lines.append(f"| {d.label} | {p.concurrency} | {m['p50_ms']:.2f} | {m['p95_ms']:.2f} | {m['p99_ms']:.2f} | {m['throughput_infer_s']:.1f} | "
-                         f"{_f(queue)} | {_cold(d)} | {_f(rss, '.0f')} | ok |")  # fmt: skip
-    return lines + ["", "Server queue: Triton's from perf_analyzer's server split, TorchServe's from its own ts_queue_latency_microseconds "
-                        "counter (per request). Peak RSS is the server process with everything it holds (Triton: tritonserver with both "
-                        "variants; TorchServe: its JVM and every worker of both schedules), over the side by side."]  # fmt: skip
+            lines.append(
+                f"| {d.label} | {p.concurrency} | {m['p50_ms']:.2f} | {m['p95_ms']:.2f} | {m['p99_ms']:.2f} | {m['throughput_infer_s']:.1f} | "
+                f"{_f(queue)} | {_cold(d)} | {_f(rss, '.0f')} | ok |"
+            )
+    return lines + [
+        "",
+        "Server queue: Triton's from perf_analyzer's server split, TorchServe's from its own ts_queue_latency_microseconds "
+        "counter (per request). Peak RSS is the server process with everything it holds (Triton: tritonserver with both "
+        "variants; TorchServe: its JVM and every worker of both schedules), over the side by side.",
+    ]
 
 
 def plot_png(res: PeersResult, path: Path, title: str) -> None:

@@ -119,8 +119,13 @@ class Comparison:
 
     @classmethod
     def from_json(cls, d: Json, c: int) -> Comparison:
-        return cls(c, Estimate.from_flat(d, f"throughput_vs_latency_c{c}"), d.get(f"throughput_vs_latency_c{c}_unpaired"),
-                   Estimate.from_flat(d, f"throughput_vs_ort_best_c{c}"), d.get(f"throughput_vs_ort_best_c{c}_unpaired"))  # fmt: skip
+        return cls(
+            c,
+            Estimate.from_flat(d, f"throughput_vs_latency_c{c}"),
+            d.get(f"throughput_vs_latency_c{c}_unpaired"),
+            Estimate.from_flat(d, f"throughput_vs_ort_best_c{c}"),
+            d.get(f"throughput_vs_ort_best_c{c}_unpaired"),
+        )
 
 
 _COMPARED = re.compile(r"^throughput_vs_latency_c(\d+)$")
@@ -174,13 +179,25 @@ class Ratios:
     @classmethod
     def from_json(cls, d: Json) -> Ratios:
         cs = sorted(int(m.group(1)) for m in map(_COMPARED.match, d) if m)
-        plain = ("latency_c1_p50_ms", "ort_p50_ms", "latency_c1_p50_vs_ort_p50_standin_removed", "latency_c1_p50_vs_ort_p50_unpaired",
-                 "latency_c1_queue_share", "throughput_c1_queue_ms", "throughput_c1_queue_share", "batching_tax_c1_ms_unpaired")  # fmt: skip
-        return cls(**{k: d.get(k) for k in plain}, latency_c1=Estimate.from_flat(d, _HEAD), compared=[Comparison.from_json(d, c) for c in cs],
-                   batching_tax_c1=Estimate.from_flat(d, "batching_tax_c1_ms"),
-                   served_vs_in_server=Estimate.from_flat(d, "latency_c1_p50_vs_in_server_ort"),
-                   in_server_vs_in_process=Estimate.from_flat(d, "in_server_ort_vs_in_process_ort"),
-                   serving_overhead_ms=Estimate.from_flat(d, "serving_overhead_c1_ms"))  # fmt: skip
+        plain = (
+            "latency_c1_p50_ms",
+            "ort_p50_ms",
+            "latency_c1_p50_vs_ort_p50_standin_removed",
+            "latency_c1_p50_vs_ort_p50_unpaired",
+            "latency_c1_queue_share",
+            "throughput_c1_queue_ms",
+            "throughput_c1_queue_share",
+            "batching_tax_c1_ms_unpaired",
+        )
+        return cls(
+            **{k: d.get(k) for k in plain},
+            latency_c1=Estimate.from_flat(d, _HEAD),
+            compared=[Comparison.from_json(d, c) for c in cs],
+            batching_tax_c1=Estimate.from_flat(d, "batching_tax_c1_ms"),
+            served_vs_in_server=Estimate.from_flat(d, "latency_c1_p50_vs_in_server_ort"),
+            in_server_vs_in_process=Estimate.from_flat(d, "in_server_ort_vs_in_process_ort"),
+            serving_overhead_ms=Estimate.from_flat(d, "serving_overhead_c1_ms"),
+        )
 
 
 def _plain(x: Any) -> Any:
@@ -287,19 +304,30 @@ class BenchResult:
             peak = max((p.metrics["throughput_infer_s"] for p in sweep.points if p.valid), default=None)
             variants[name] = {"c1_p50_ms": _r4(m.get("p50_ms")), "c1_p99_ms": _r4(m.get("p99_ms")), "peak_infer_s": _r4(peak)}
         ratios = self.ratios.to_json() if self.ratios else {}
-        return {
-            "server": self.server.mode,
-            "ort_p50_ms": _r4(self.baseline.latency.p50_ms),
-            "ort_best_infer_s": _r4(self.baseline.throughput.best_infer_s),
-            "ratios": {k: _r4(v) for k, v in ratios.items() if self._in_summary(k)},
-            "variants": variants,
-        } | ({"production": self._production_summary()} if self.production else {}) | ({"peers": self.peers.summary()} if self.peers else {})
+        return (
+            {
+                "server": self.server.mode,
+                "ort_p50_ms": _r4(self.baseline.latency.p50_ms),
+                "ort_best_infer_s": _r4(self.baseline.throughput.best_infer_s),
+                "ratios": {k: _r4(v) for k, v in ratios.items() if self._in_summary(k)},
+                "variants": variants,
+            }
+            | ({"production": self._production_summary()} if self.production else {})
+            | ({"peers": self.peers.summary()} if self.peers else {})
+        )
 
     def to_json(self) -> Json:
         """bench.json: every measurement, the ratios, the summary and the diagnosis."""
-        d: Json = {"schema": self.schema, "machine": self.machine.to_json(), "model": self.model.to_json(), "inputs": asdict(self.inputs),
-                   "settings": _plain(asdict(self.settings)), "baseline": self.baseline.to_json(), "server": self.server.to_json(),
-                   "variants": {v: s.to_json() for v, s in self.variants.items()}}  # fmt: skip
+        d: Json = {
+            "schema": self.schema,
+            "machine": self.machine.to_json(),
+            "model": self.model.to_json(),
+            "inputs": asdict(self.inputs),
+            "settings": _plain(asdict(self.settings)),
+            "baseline": self.baseline.to_json(),
+            "server": self.server.to_json(),
+            "variants": {v: s.to_json() for v, s in self.variants.items()},
+        }
         if self.paired_c1 is not None:
             d["paired_c1"] = self.paired_c1.to_json()
         if self.paired_throughput:

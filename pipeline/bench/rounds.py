@@ -95,15 +95,26 @@ class C1Round:
         d |= {"throughput": step(self.throughput)} if self.throughput is not None else {}
         d |= {"alternations": [[a.in_server_ms, a.in_process_ms, a.server_first] for a in self.alternations]} if self.alternations else {}
         d |= {"gauges": self.gauges} if self.gauges else {}
-        return d | {"ort_p50_ms": self.ort_p50_ms(), "served_vs_in_server": self.served_vs_in_server(key),
-                    "in_server_vs_in_process": self.in_server_vs_in_process(), "ratio": self.ratio(key),
-                    "overhead_ms": self.overhead_ms(key), "batching_tax_ms": self.tax_ms()}  # fmt: skip
+        return d | {
+            "ort_p50_ms": self.ort_p50_ms(),
+            "served_vs_in_server": self.served_vs_in_server(key),
+            "in_server_vs_in_process": self.in_server_vs_in_process(),
+            "ratio": self.ratio(key),
+            "overhead_ms": self.overhead_ms(key),
+            "batching_tax_ms": self.tax_ms(),
+        }
 
     @classmethod
     def from_json(cls, d: Json) -> C1Round:
         thr = d.get("throughput")
-        return cls(d["round"], _point(1, d["latency"]), _point(1, thr) if thr else None, d.get("order", []),
-                   [Alternation(s, p, bool(f)) for s, p, f in d.get("alternations", [])], d.get("gauges", []))  # fmt: skip
+        return cls(
+            d["round"],
+            _point(1, d["latency"]),
+            _point(1, thr) if thr else None,
+            d.get("order", []),
+            [Alternation(s, p, bool(f)) for s, p, f in d.get("alternations", [])],
+            d.get("gauges", []),
+        )
 
 
 def step(p: Point) -> Json:
@@ -170,11 +181,18 @@ class C1Rounds:
 
     def to_json(self) -> Json:
         k = self.in_server_key
-        return {"in_server_gauge": k, "stopped": self.stopped, "ratio": self.ratio().to_json(),
-                "served_vs_in_server": self.served_vs_in_server().to_json(), "in_server_vs_in_process": self.in_server_vs_in_process().to_json(),
-                "overhead_ms": self.overhead_ms().to_json(), "batching_tax_ms": self.batching_tax_ms().to_json(),
-                "served_p50_ms": self.served_p50_ms(), "ort_p50_ms": self.ort_p50_ms(),
-                "rounds": [r.to_json(k) | {"weight": w} for r, w in zip(self.rounds, self.weights())]}  # fmt: skip
+        return {
+            "in_server_gauge": k,
+            "stopped": self.stopped,
+            "ratio": self.ratio().to_json(),
+            "served_vs_in_server": self.served_vs_in_server().to_json(),
+            "in_server_vs_in_process": self.in_server_vs_in_process().to_json(),
+            "overhead_ms": self.overhead_ms().to_json(),
+            "batching_tax_ms": self.batching_tax_ms().to_json(),
+            "served_p50_ms": self.served_p50_ms(),
+            "ort_p50_ms": self.ort_p50_ms(),
+            "rounds": [r.to_json(k) | {"weight": w} for r, w in zip(self.rounds, self.weights())],
+        }
 
     @classmethod
     def from_json(cls, d: Json) -> C1Rounds:
@@ -206,9 +224,16 @@ class ThroughputRound:
         return thr - lat if lat and thr else None
 
     def to_json(self) -> Json:
-        return {"round": self.index, "order": self.order, "latency": step(self.latency), "throughput": step(self.throughput),
-                "ort_best_infer_s": self.gauge, "ratio": self.ratio(), "throughput_vs_ort_best": self.vs_ort_best(),
-                "p50_delta_ms": self.p50_delta_ms()}  # fmt: skip
+        return {
+            "round": self.index,
+            "order": self.order,
+            "latency": step(self.latency),
+            "throughput": step(self.throughput),
+            "ort_best_infer_s": self.gauge,
+            "ratio": self.ratio(),
+            "throughput_vs_ort_best": self.vs_ort_best(),
+            "p50_delta_ms": self.p50_delta_ms(),
+        }
 
     @classmethod
     def from_json(cls, d: Json, c: int) -> ThroughputRound:
@@ -237,9 +262,14 @@ class ThroughputRounds:
         return _median([getattr(r, variant).metrics.get("throughput_infer_s") for r in self.rounds if getattr(r, variant).valid])
 
     def to_json(self) -> Json:
-        return {"stopped": self.stopped, "vs_latency": self.vs_latency().to_json(), "vs_ort_best": self.vs_ort_best().to_json(),
-                "latency_infer_s": self.infer_s("latency"), "throughput_infer_s": self.infer_s("throughput"),
-                "rounds": [r.to_json() for r in self.rounds]}  # fmt: skip
+        return {
+            "stopped": self.stopped,
+            "vs_latency": self.vs_latency().to_json(),
+            "vs_ort_best": self.vs_ort_best().to_json(),
+            "latency_infer_s": self.infer_s("latency"),
+            "throughput_infer_s": self.infer_s("throughput"),
+            "rounds": [r.to_json() for r in self.rounds],
+        }
 
     @classmethod
     def from_json(cls, d: Json, c: int) -> ThroughputRounds:

@@ -49,7 +49,7 @@ from pipeline.serving.embedded import ShippedModel, find_shipped, read_config, w
 Mode = EmbeddedMode | ExternalMode
 
 
-def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None) -> BenchResult:
+def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None) -> BenchResult:  # noqa: PLR0915
     """Benchmark the shipped model ``repository/<model.name>``; write every output; return the result.
 
     The config was checked when it was composed (pipeline.core.config); only what the built
@@ -76,14 +76,14 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         lat_onnx, thr_onnx = shipped.onnx_for("latency"), shipped.onnx_for("throughput")
         files = lat_onnx.name if lat_onnx == thr_onnx else f"{lat_onnx.name} (latency) and {thr_onnx.name} (throughput)"
         progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
-        base = Baseline(baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs),
-                        baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds))  # fmt: skip
+        base = Baseline(
+            baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs), baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds)
+        )
         b = fit_windows(b, base, progress.log)
         cfg = replace(cfg, bench=b)
         progress.expect(expected_seconds(b, plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
         # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
-        gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs,
-                        b.paired_measurement_interval_ms / 1000)  # fmt: skip
+        gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs, b.paired_measurement_interval_ms / 1000)
 
         with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
             logs = Path(work_s) / "logs"
@@ -142,9 +142,11 @@ def fit_windows(b: BenchConfig, base: Baseline, log: Callable[[str], None]) -> B
     sweep, rounds = fitted_window_ms(base, b.measurement_interval_ms, top), fitted_window_ms(base, b.paired_measurement_interval_ms, top)
     if (sweep, rounds) == (b.measurement_interval_ms, b.paired_measurement_interval_ms):
         return b
-    log(f"[bench] measurement windows fitted to the model (>= 4 of its request latencies at c={top}, from the in-process baseline): "
+    log(
+        f"[bench] measurement windows fitted to the model (>= 4 of its request latencies at c={top}, from the in-process baseline): "
         f"bench.measurement_interval_ms {b.measurement_interval_ms} -> {sweep} ms, "
-        f"bench.paired_measurement_interval_ms {b.paired_measurement_interval_ms} -> {rounds} ms")
+        f"bench.paired_measurement_interval_ms {b.paired_measurement_interval_ms} -> {rounds} ms"
+    )
     return replace(b, measurement_interval_ms=sweep, paired_measurement_interval_ms=rounds)
 
 
@@ -195,8 +197,17 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
     cold = 4 * 5.0 * (embedded and b.cold_start)  # two variants, with and without warmup, a fresh server each
     overload = (len(b.overload_levels) * (3 * b.overload_interval_ms / 1000 + 2) + 3 * (b.burst_s + 1.5) + 8) * (embedded and b.overload)
     peers = peers_mod.expected_seconds(b) if b.peers else 0.0
-    return {"baseline": baseline, "cold start": cold, "sweep": sweep, "rounds": rounds + warmups, "overload": overload,
-            "soak": b.soak_s * embedded, "tuning": tuning, "peers": peers, "report": 8.0 + (b.warmup_runs + b.baseline_runs) * req}  # fmt: skip
+    return {
+        "baseline": baseline,
+        "cold start": cold,
+        "sweep": sweep,
+        "rounds": rounds + warmups,
+        "overload": overload,
+        "soak": b.soak_s * embedded,
+        "tuning": tuning,
+        "peers": peers,
+        "report": 8.0 + (b.warmup_runs + b.baseline_runs) * req,
+    }
 
 
 # ---------------------------------------------------------------- inputs
@@ -214,16 +225,24 @@ def shipped_configs(model_dir: Path, tuning: bool) -> tuple[ShippedModel, dict[s
     shipped = find_shipped(model_dir)
     configs = {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
     if tuning and "throughput" not in configs:
-        raise ConfigError(f"bench.tune=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
-                          fix="build the repository with a throughput variant, or set bench.tune=false")  # fmt: skip
+        raise ConfigError(
+            f"bench.tune=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
+            fix="build the repository with a throughput variant, or set bench.tune=false",
+        )
     return shipped, configs
 
 
 def measured_model(shipped: ShippedModel) -> MeasuredModel:
     """The files measured, with their sha256: a release embeds this report only if its files have these digests."""
-    return MeasuredModel(shipped.name, str(shipped.onnx), shipped.version, {v: str(p) for v, p in shipped.configs.items()},
-                         file_digest(shipped.onnx)[0], {v: file_digest(p)[0] for v, p in shipped.configs.items()},
-                         {v: file_digest(p)[0] for v, p in shipped.files.items()})  # fmt: skip
+    return MeasuredModel(
+        shipped.name,
+        str(shipped.onnx),
+        shipped.version,
+        {v: str(p) for v, p in shipped.configs.items()},
+        file_digest(shipped.onnx)[0],
+        {v: file_digest(p)[0] for v, p in shipped.configs.items()},
+        {v: file_digest(p)[0] for v, p in shipped.files.items()},
+    )
 
 
 # ---------------------------------------------------------------- baseline
@@ -266,12 +285,20 @@ def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[
 def _rules(b: BenchConfig) -> tuple[StopRule, StopRule]:
     """When the c=1 rounds and the throughput rounds stop: the full profile runs every round."""
     target, budget = (b.target_half_width, b.rounds_budget_s) if b.profile == BenchProfile.default else (None, None)
-    return (StopRule(b.paired_rounds, b.paired_max_rounds, target, budget),
-            StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget, "bench.paired_throughput_max_rounds"))  # fmt: skip
+    return (
+        StopRule(b.paired_rounds, b.paired_max_rounds, target, budget),
+        StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget, "bench.paired_throughput_max_rounds"),
+    )
 
 
 def measure_rounds(
-    mode: Mode, sweeper: Sweeper, gauges: Gauges, b: BenchConfig, plan: RoundsPlan, inp: BenchInputs, progress: Progress,
+    mode: Mode,
+    sweeper: Sweeper,
+    gauges: Gauges,
+    b: BenchConfig,
+    plan: RoundsPlan,
+    inp: BenchInputs,
+    progress: Progress,
     then: Callable[[dict[str, Target], dict[int, ThroughputRounds]], None] | None = None,
 ) -> tuple[C1Rounds | None, dict[int, ThroughputRounds]]:
     """The headline rounds (pairing.py): c=1, and both variants at each compared concurrency, interleaved.
@@ -331,8 +358,7 @@ def _keeping_logs(e: PipelineError, logs: Path) -> PipelineError:
 
 
 # ---------------------------------------------------------------- outputs
-def write_outputs(res: BenchResult, shipped: ShippedModel, configs: dict[str, mc.ModelConfig], logs: Path, out_dir: Path,
-                  curves_dir: Path, tuned_config: Path | None) -> None:  # fmt: skip
+def write_outputs(res: BenchResult, shipped: ShippedModel, configs: dict[str, mc.ModelConfig], logs: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None) -> None:
     """report.md, bench.png, logs, the configs measured and the tuned config into ``out_dir``; curves into ``curves_dir``."""
     with atomic_path(out_dir) as tmp:
         render.write_outputs(res, tmp)

@@ -74,9 +74,11 @@ class Target:
             return
         from pipeline.serving.install import error_lines
 
-        raise ToolError(f"the bench's own tritonserver exited (code {proc.returncode}) while measuring variant '{self.variant}'",
-                        fix="read its log (below, and in the bench's logs directory): a crashed backend or the machine's OOM killer; then rerun",
-                        details={"log": "\n".join(error_lines(self.server.log())) or "(empty)"})  # fmt: skip
+        raise ToolError(
+            f"the bench's own tritonserver exited (code {proc.returncode}) while measuring variant '{self.variant}'",
+            fix="read its log (below, and in the bench's logs directory): a crashed backend or the machine's OOM killer; then rerun",
+            details={"log": "\n".join(error_lines(self.server.log())) or "(empty)"},
+        )
 
     def client(self) -> TritonClient:
         """A client for this server over the bench's protocol (statistics work over either)."""
@@ -117,8 +119,7 @@ class EmbeddedMode:
         with srv.client(self.protocol) as client:
             ver = client.server_version()
         metrics = f"127.0.0.1:{srv.metrics_port}"
-        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol), self.backend == "python", mem, srv.grpc_url, srv)
-                for v, m in models.items()}  # fmt: skip
+        return {v: Target(srv.http_url, url, m, v, ver, metrics, str(self.protocol), self.backend == "python", mem, srv.grpc_url, srv) for v, m in models.items()}
 
     @contextlib.contextmanager
     def sampled(self, srv: EmbeddedServer, label: str) -> Iterator[RssSampler]:
@@ -130,8 +131,7 @@ class EmbeddedMode:
 
     @contextlib.contextmanager
     def serve(self, variant: str) -> Iterator[Target]:
-        with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv, \
-                self.sampled(srv, variant) as mem:  # fmt: skip
+        with EmbeddedServer(self.repo, self.shipped.name, variant, timeout_s=self.timeout_s, log_dir=self.log_dir) as srv, self.sampled(srv, variant) as mem:
             yield self._targets(srv, {variant: self.shipped.name}, mem)[variant]
 
     @contextlib.contextmanager
@@ -143,8 +143,7 @@ class EmbeddedMode:
         """
         models = {v: variant_model(self.shipped.name, v) for v in variants}
         names = list(models.values())
-        with EmbeddedServer(self.repo, names[0], timeout_s=self.timeout_s, log_dir=self.log_dir, also_load=tuple(names[1:])) as srv, \
-                self.sampled(srv, " + ".join(variants)) as mem:  # fmt: skip
+        with EmbeddedServer(self.repo, names[0], timeout_s=self.timeout_s, log_dir=self.log_dir, also_load=tuple(names[1:])) as srv, self.sampled(srv, " + ".join(variants)) as mem:
             yield self._targets(srv, models, mem)
 
     def close(self) -> None:
@@ -173,9 +172,14 @@ class ExternalMode:
         # Triton's default metrics port on the server's host unless told (bench.metrics_url).
         self.metrics_url = metrics_url or f"{self.url.rsplit(':', 1)[0]}:8002"
         reachable = metrics_text(self.metrics_url) is not None
-        self.metrics_limits = [] if reachable else [
-            f"Triton's /metrics at {self.metrics_url} is off or unreachable: no Triton metrics deltas, no GPU figures "
-            "(start tritonserver with --allow-metrics=true, or set bench.metrics_url); everything else was measured"]
+        self.metrics_limits = (
+            []
+            if reachable
+            else [
+                f"Triton's /metrics at {self.metrics_url} is off or unreachable: no Triton metrics deltas, no GPU figures "
+                "(start tritonserver with --allow-metrics=true, or set bench.metrics_url); everything else was measured"
+            ]
+        )
         if not reachable:
             self.metrics_url = ""
 

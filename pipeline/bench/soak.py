@@ -55,9 +55,19 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
     """perf_analyzer at ``concurrency`` for bench.soak_s (three windows, no stability demand) while RSS is sampled."""
     b = sw.bench
     csv_path = sw.work_dir / f"soak_c{concurrency}.csv"
-    cmd = pa_mod.build_command(sw.pa, t.model, t.perf_url, concurrency, sw.input_json, csv_path, protocol=b.protocol,
-                               measurement_interval_ms=max(1000, round(b.soak_s * 1000 / 3)), stability_percentage=1000, max_trials=3,
-                               shapes=sw.shapes)  # fmt: skip
+    cmd = pa_mod.build_command(
+        sw.pa,
+        t.model,
+        t.perf_url,
+        concurrency,
+        sw.input_json,
+        csv_path,
+        protocol=b.protocol,
+        measurement_interval_ms=max(1000, round(b.soak_s * 1000 / 3)),
+        stability_percentage=1000,
+        max_trials=3,
+        shapes=sw.shapes,
+    )
     log(f"[bench] soak: {t.variant} at c={concurrency} for {b.soak_s:.0f} s (RSS every {b.memory_sample_ms:.0f} ms)")
     t0, run, reason = time.monotonic(), None, ""
     try:
@@ -72,9 +82,21 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
     series = t.memory.series(t0, t1) if t.memory else []
     ramp = min(b.soak_ramp_s, (t1 - t0) / 3)  # an interrupted soak keeps two thirds of what it has for the fit
     row = run.row if run is not None else {}
-    out = Soak(t.variant, concurrency, b.soak_s, round(t1 - t0, 1), run is None, round(ramp, 1), rss_slope(series, ramp),
-               series[0][1] if series else None, series[-1][1] if series else None, row.get("throughput_infer_s"), row.get("p99_ms"),
-               series=thin(series, t0), reason=reason)  # fmt: skip
+    out = Soak(
+        t.variant,
+        concurrency,
+        b.soak_s,
+        round(t1 - t0, 1),
+        run is None,
+        round(ramp, 1),
+        rss_slope(series, ramp),
+        series[0][1] if series else None,
+        series[-1][1] if series else None,
+        row.get("throughput_infer_s"),
+        row.get("p99_ms"),
+        series=thin(series, t0),
+        reason=reason,
+    )
     e = out.slope_mb_per_h
     ci = f" (90% CI {e.low:.2f} to {e.high:.2f}, {e.n} block medians)" if e.has_interval else ""
     mb = [f"{v:.1f}" if v is not None else "?" for v in (out.rss_start_mb, out.rss_end_mb)]

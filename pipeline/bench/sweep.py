@@ -128,13 +128,18 @@ class Sweeper:
             for c in concurrency:
                 csv_path = self.work_dir / f"{tag}_c{c}.csv"
                 cmd = pa_mod.build_command(
-                    self.pa, t.model, t.perf_url, c, self.input_json, csv_path,
+                    self.pa,
+                    t.model,
+                    t.perf_url,
+                    c,
+                    self.input_json,
+                    csv_path,
                     protocol=b.protocol,
                     measurement_interval_ms=interval_ms or b.measurement_interval_ms,
                     stability_percentage=stability or b.stability_percentage,
                     max_trials=b.max_trials,
                     shapes=self.shapes,
-                )  # fmt: skip
+                )
                 # Counters were flushed after the previous run (or nothing ran yet): nothing is pending now.
                 before, t_before = model_stats(client, t.model), standin_counters(t.metrics_url, t.model) if timed else {}
                 m_before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()

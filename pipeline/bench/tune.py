@@ -71,8 +71,18 @@ def _candidate(s: Scheduling, rounds: list[Round[Point]], budget_ms: float) -> C
     """A candidate as its last round measured it (the counted one, when one counted: rounds stop there)."""
     last = rounds[-1]
     p = last.steps[0]
-    c = Candidate(s, p.valid, p.reason, p.avg_batch, len(rounds), [round(g, 1) for g in last.gauges], last.drift, last.counted,
-                  last.ratio, within_budget=bool(p.valid and p.metrics["p99_ms"] <= budget_ms))  # fmt: skip
+    c = Candidate(
+        s,
+        p.valid,
+        p.reason,
+        p.avg_batch,
+        len(rounds),
+        [round(g, 1) for g in last.gauges],
+        last.drift,
+        last.counted,
+        last.ratio,
+        within_budget=bool(p.valid and p.metrics["p99_ms"] <= budget_ms),
+    )
     if p.valid:
         c.p99_ms, c.p50_ms, c.throughput_infer_s = (p.metrics[k] for k in ("p99_ms", "p50_ms", "throughput_infer_s"))
     return c
@@ -102,8 +112,10 @@ def tune(mode: EmbeddedMode, sweeper: Sweeper, bench: BenchConfig, gauge: Callab
     record = Tuning(bench.tune_concurrency, bench.latency_budget_ms, bench.paired_max_drift, measured, None, "")
     won = choose(measured)
     if won is None:
-        record.persist = ("no candidate met the p99 budget with steady gauges: raise bench.latency_budget_ms, widen the "
-                          "tune_* lists, or on a drifting machine raise bench.tune_max_rounds / bench.paired_max_drift")  # fmt: skip
+        record.persist = (
+            "no candidate met the p99 budget with steady gauges: raise bench.latency_budget_ms, widen the "
+            "tune_* lists, or on a drifting machine raise bench.tune_max_rounds / bench.paired_max_drift"
+        )
         return record
     record.chosen = s = measured[won].scheduling
     # How far ahead of the runner-up: a lead of a few percent is inside what one measurement per candidate can tell.

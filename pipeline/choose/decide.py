@@ -73,8 +73,10 @@ def pick(timing: timing_mod.Timing, variant: str) -> tuple[str, str]:
     table = "; ".join(f"{c} {e.text()}" for c, e in speed.items())
     if not shown:
         if any(e.untrusted for e in speed.values()):
-            return ref, (f"auto: the timing cannot be trusted, so {ref} keeps the variant ({table} over {ref}); "
-                         "rerun `dvc repro -f choose` when the machine is quieter, or configure the precision")  # fmt: skip
+            return ref, (
+                f"auto: the timing cannot be trusted, so {ref} keeps the variant ({table} over {ref}); "
+                "rerun `dvc repro -f choose` when the machine is quieter, or configure the precision"
+            )
         return ref, f"auto: no candidate shown faster than {ref} by {metric} ({table} over {ref})"
     best = max(shown, key=lambda c: shown[c].value or 0.0)
     return best, f"auto: fastest by {metric}, {shown[best].text()} over {ref}" + (f" (all: {table})" if len(speed) > 1 else "")
@@ -96,8 +98,11 @@ def choose(cfg: PipelineConfig, files: Mapping[str, Path | None], parity_path: P
         return {**choice.to_json(), **base, "timing": None, "left_out": {}, "seconds": round(time.perf_counter() - t0, 2)}
     ok, left_out = eligible(cfg, files, load_report(parity_path))
     if not ok:
-        raise ConfigError(f"precision auto for target '{target}': no candidate may ship", details=left_out,
-                          fix="fix a candidate (the reasons above), or set target_specs.<target>.precision to one that passes")
+        raise ConfigError(
+            f"precision auto for target '{target}': no candidate may ship",
+            details=left_out,
+            fix="fix a candidate (the reasons above), or set target_specs.<target>.precision to one that passes",
+        )
     if len(ok) == 1:
         (only,) = ok
         why = f"auto: the only candidate that may ship ({'; '.join(f'{c}: {w}' for c, w in left_out.items())})"
@@ -105,13 +110,18 @@ def choose(cfg: PipelineConfig, files: Mapping[str, Path | None], parity_path: P
         return {**choice.to_json(), **base, "timing": None, "left_out": left_out, "seconds": round(time.perf_counter() - t0, 2)}
     v = cfg.variants
     rows = rows_for(cfg, next(iter(ok.values())))
-    timing = timing_mod.measure(ok, rows, settings(v.latency), settings(v.throughput), v.throughput.max_batch_size, cfg.choose,
-                                lambda s: progress(f"[choose] {s}"))  # fmt: skip
+    timing = timing_mod.measure(ok, rows, settings(v.latency), settings(v.throughput), v.throughput.max_batch_size, cfg.choose, lambda s: progress(f"[choose] {s}"))
     picks = {variant: pick(timing, variant) for variant in ("latency", "throughput")}
     choice = PrecisionChoice(target, configured, {k: VariantChoice(p, why) for k, (p, why) in picks.items()}, given)
-    return {**choice.to_json(), **base, "timing": timing.to_json(), "left_out": left_out, "rows": len(rows),
-            "settings": {"latency": vars(settings(v.latency)), "throughput": vars(settings(v.throughput))},
-            "seconds": round(time.perf_counter() - t0, 2)}
+    return {
+        **choice.to_json(),
+        **base,
+        "timing": timing.to_json(),
+        "left_out": left_out,
+        "rows": len(rows),
+        "settings": {"latency": vars(settings(v.latency)), "throughput": vars(settings(v.throughput))},
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
 
 
 def headline(report: dict[str, Any]) -> dict[str, Any]:

@@ -90,8 +90,7 @@ class Timing:
         ratios = [r.p50_ms[ref] / r.p50_ms[c] if what == "p50_ms" else r.infer_s[c] / r.infer_s[ref] for r in self.rounds]
         e = estimate(ratios, [r.weight(what, ref, c) for r in self.rounds])
         if e.weight is not None and e.weight < self.min_quiet:
-            e.untrusted = (f"the CPU was contended: {e.n} rounds are worth {e.weight:.1f} quiet ones, {self.min_quiet:g} needed "
-                           "(choose.min_rounds)")  # fmt: skip
+            e.untrusted = f"the CPU was contended: {e.n} rounds are worth {e.weight:.1f} quiet ones, {self.min_quiet:g} needed (choose.min_rounds)"
         return e
 
     def latency_speedup(self, c: str) -> Estimate:
@@ -110,14 +109,26 @@ class Timing:
         return float(np.median([getattr(r, what)[c] for r in self.rounds]))
 
     def to_json(self) -> dict[str, Any]:
-        per = {c: {"p50_ms": self.median("p50_ms", c), "best_batch": self.best_batch[c], "best_batch_infer_s": self.median("infer_s", c),
-                   **({} if c == self.reference else {"latency_speedup": self.latency_speedup(c).to_json(),
-                                                      "throughput_speedup": self.throughput_speedup(c).to_json()})}
-               for c in self.candidates}  # fmt: skip
-        rounds = [{"round": r.index, "order": r.order, "p50_ms": r.p50_ms, "infer_s": r.infer_s,
-                   "contention": {"p50_ms": _rounded(r.p50_contention), "infer_s": _rounded(r.infer_contention)}} for r in self.rounds]
-        return {"reference": self.reference, "stopped": self.stopped, "gauge": self.gauge, "min_quiet_rounds": self.min_quiet,
-                "candidates": per, "rounds": rounds}
+        per = {
+            c: {
+                "p50_ms": self.median("p50_ms", c),
+                "best_batch": self.best_batch[c],
+                "best_batch_infer_s": self.median("infer_s", c),
+                **({} if c == self.reference else {"latency_speedup": self.latency_speedup(c).to_json(), "throughput_speedup": self.throughput_speedup(c).to_json()}),
+            }
+            for c in self.candidates
+        }
+        rounds = [
+            {
+                "round": r.index,
+                "order": r.order,
+                "p50_ms": r.p50_ms,
+                "infer_s": r.infer_s,
+                "contention": {"p50_ms": _rounded(r.p50_contention), "infer_s": _rounded(r.infer_contention)},
+            }
+            for r in self.rounds
+        ]
+        return {"reference": self.reference, "stopped": self.stopped, "gauge": self.gauge, "min_quiet_rounds": self.min_quiet, "candidates": per, "rounds": rounds}
 
 
 def _rounded(d: dict[str, float]) -> dict[str, float]:
@@ -156,8 +167,14 @@ def _gauged(hook: Hook, c: str, variant: str, i: int, burst: Callable[[], float]
 
 
 def measure(
-    files: dict[str, Path], rows: list[Feed], latency: OrtSettings, throughput: OrtSettings, max_batch: int, cfg: ChooseConfig,
-    progress: Callable[[str], None] = lambda _: None, around_burst: Hook = lambda c, v, i: nullcontext(),
+    files: dict[str, Path],
+    rows: list[Feed],
+    latency: OrtSettings,
+    throughput: OrtSettings,
+    max_batch: int,
+    cfg: ChooseConfig,
+    progress: Callable[[str], None] = lambda _: None,
+    around_burst: Hook = lambda c, v, i: nullcontext(),
 ) -> Timing:
     """Time every candidate in ``files`` (precision -> ONNX; the first is the reference) in paired rounds.
 
@@ -183,12 +200,14 @@ def measure(
         for c in r.order:
             r.p50_ms[c], r.p50_contention[c], timing.gauge = _gauged(around_burst, c, "latency", i, lambda c=c: _burst_p50(lat[c], rows, burst))
         for c in r.order:
-            r.infer_s[c], r.infer_contention[c], timing.gauge = _gauged(
-                around_burst, c, "throughput", i, lambda c=c: _burst_infer_s(thr[c], batches[best[c]], burst))
+            r.infer_s[c], r.infer_contention[c], timing.gauge = _gauged(around_burst, c, "throughput", i, lambda c=c: _burst_infer_s(thr[c], batches[best[c]], burst))
         timing.rounds.append(r)
         busy = max([*r.p50_contention.values(), *r.infer_contention.values()])
-        progress(f"round {i + 1}: " + ", ".join(f"{c} {r.p50_ms[c]:.2f} ms / {r.infer_s[c]:.0f} infer/s" for c in names)
-                 + (f" (contended: {busy:.0%} by {timing.gauge})" if busy > QUIET_SHARE else ""))
+        progress(
+            f"round {i + 1}: "
+            + ", ".join(f"{c} {r.p50_ms[c]:.2f} ms / {r.infer_s[c]:.0f} infer/s" for c in names)
+            + (f" (contended: {busy:.0%} by {timing.gauge})" if busy > QUIET_SHARE else "")
+        )
         if (why := rule.reason(len(timing.rounds), timing.estimates(), time.perf_counter() - t0)) is not None:
             timing.stopped = why
             return timing

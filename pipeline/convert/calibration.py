@@ -93,16 +93,16 @@ def check_split(s: holdout.Split, cfg: CalibrationConfig, model: ModelConfig) ->
             f"(int8.calibration.min_samples={cfg.min_samples}) and {held} held out for the parity gate "
             f"(int8.calibration.min_holdout={cfg.min_holdout})",
             fix=f"give model.data at least {rows_needed(cfg)} rows (more real samples calibrate and judge better), or lower "
-                "int8.calibration.min_samples / int8.calibration.min_holdout, or move int8.calibration.holdout",
+            "int8.calibration.min_samples / int8.calibration.min_holdout, or move int8.calibration.holdout",
             details={"source": source_of(model), "calibration rows": cal, "held-out rows": held},
         )
     seen = set(holdout.row_digests(s.calibration.feeds, s.calibration.batched))
     copies = [u for u, d in zip(s.holdout.units, holdout.row_digests(s.holdout.feeds, s.holdout.batched)) if d in seen]
     if copies:
         raise QuantizationError(
-            f"{len(copies)} held-out rows of model.data are exact copies of calibration rows: the parity gate would judge "
-            "INT8 on rows it was calibrated on",
-            fix="make model.data return each sample once", details={"source": source_of(model), "held-out rows (hook order)": copies[:10]},
+            f"{len(copies)} held-out rows of model.data are exact copies of calibration rows: the parity gate would judge INT8 on rows it was calibrated on",
+            fix="make model.data return each sample once",
+            details={"source": source_of(model), "held-out rows (hook order)": copies[:10]},
         )
 
 
@@ -126,9 +126,11 @@ def build(model: ModelConfig, graph: onnx.ModelProto, cfg: CalibrationConfig, sy
         # Synthetic inputs are no data to hold out: no target may serve INT8 from them (checked at composition).
         split: dict[str, Any] = {"none": "synthetic samples: calibration and parity use the same random inputs; no target may serve int8"}
         if total < cfg.min_samples:
-            raise QuantizationError(f"{total} synthetic calibration rows, fewer than int8.calibration.min_samples={cfg.min_samples}",
-                                    fix="lower int8.calibration.min_samples, or set model.data to real samples",
-                                    details={"rows per sample": [rows_of(f) for f in feeds]})  # fmt: skip
+            raise QuantizationError(
+                f"{total} synthetic calibration rows, fewer than int8.calibration.min_samples={cfg.min_samples}",
+                fix="lower int8.calibration.min_samples, or set model.data to real samples",
+                details={"rows per sample": [rows_of(f) for f in feeds]},
+            )
         calib = feeds
     else:
         s = holdout.split(feeds, cfg.holdout, batched)
@@ -136,10 +138,18 @@ def build(model: ModelConfig, graph: onnx.ModelProto, cfg: CalibrationConfig, sy
         split, calib = s.record(), s.calibration.feeds
     kept = limit_rows(calib, cfg.max_samples, batched)
     rows = sum(rows_of(f) for f in kept)
-    return kept, {"source": source_of(model), "rows": rows, "rows_available": total, "samples": len(kept),
-                  "limited_to": cfg.max_samples if rows < sum(rows_of(f) for f in calib) else None,
-                  "batch_sizes": [rows_of(f) for f in kept], "real": model.data is not None, "ignored_keys": ignored,
-                  "split": split, "inputs": {s.name: {"dtype": s.dtype, "dims": list(s.dims)} for s in inputs}}  # fmt: skip
+    return kept, {
+        "source": source_of(model),
+        "rows": rows,
+        "rows_available": total,
+        "samples": len(kept),
+        "limited_to": cfg.max_samples if rows < sum(rows_of(f) for f in calib) else None,
+        "batch_sizes": [rows_of(f) for f in kept],
+        "real": model.data is not None,
+        "ignored_keys": ignored,
+        "split": split,
+        "inputs": {s.name: {"dtype": s.dtype, "dims": list(s.dims)} for s in inputs},
+    }
 
 
 def save(feeds: list[Feed], path: Path) -> None:
@@ -160,8 +170,11 @@ def load(path: Path) -> list[Feed]:
     try:
         feeds = [{k: np.asarray(v) for k, v in f.items()} for f in load_json(str(path), description="calibration samples")]
     except (PolygraphyException, ValueError, TypeError, OSError) as e:
-        raise QuantizationError(f"cannot read the calibration set {path}", fix="rerun the calibrate stage: dvc repro calibrate",
-                                details={"error": str(e).splitlines()[0] if str(e) else type(e).__name__}) from None
+        raise QuantizationError(
+            f"cannot read the calibration set {path}",
+            fix="rerun the calibrate stage: dvc repro calibrate",
+            details={"error": str(e).splitlines()[0] if str(e) else type(e).__name__},
+        ) from None
     if not feeds:
         raise QuantizationError(f"the calibration set {path} is empty", fix="rerun the calibrate stage: dvc repro calibrate")
     return feeds

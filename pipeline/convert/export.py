@@ -67,22 +67,25 @@ def load_state(module: Any, state: dict[str, Any], path: Path) -> None:
         prefix = _prefix(got, want)
         if prefix is not None:
             extra, where = prefix
-            fix = (f"every checkpoint key starts with '{extra}', which the module's keys do not: save it without the prefix, "
-                   f"torch.save({{k.removeprefix('{extra}'): v for k, v in sd.items()}}, '{path.name}'), or return the wrapped module from the factory"
-                   if where == "checkpoint" else
-                   f"every module key starts with '{extra}', which the checkpoint's keys do not: save it with the prefix, "
-                   f"torch.save({{'{extra}' + k: v for k, v in sd.items()}}, '{path.name}'), or return the inner module from the factory")  # fmt: skip
+            fix = (
+                f"every checkpoint key starts with '{extra}', which the module's keys do not: save it without the prefix, "
+                f"torch.save({{k.removeprefix('{extra}'): v for k, v in sd.items()}}, '{path.name}'), or return the wrapped module from the factory"
+                if where == "checkpoint"
+                else f"every module key starts with '{extra}', which the checkpoint's keys do not: save it with the prefix, "
+                f"torch.save({{'{extra}' + k: v for k, v in sd.items()}}, '{path.name}'), or return the inner module from the factory"
+            )
         else:
             fix = "point model.checkpoint at the state_dict of this model, or model.factory at the model it was saved from"
-        raise ModelSourceError(f"checkpoint {path.name} does not fit the model: {len(missing)} missing and {len(unexpected)} unexpected keys",
-                               fix=fix, details=details)  # fmt: skip
+        raise ModelSourceError(f"checkpoint {path.name} does not fit the model: {len(missing)} missing and {len(unexpected)} unexpected keys", fix=fix, details=details)
     try:
         module.load_state_dict(state)
     except RuntimeError as e:  # shapes: "size mismatch for fc.weight: copying a param with shape ..."
         lines = [ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln]
-        raise ModelSourceError(f"checkpoint {path.name} does not fit the model: {len(lines) or 'some'} tensor shape(s) differ",
-                               fix="point model.checkpoint at a checkpoint of this architecture, or set model.factory's arguments to the ones it was trained with",
-                               details={"checkpoint": path, "shapes": _few(lines) if lines else str(e).splitlines()[0]}) from None  # fmt: skip
+        raise ModelSourceError(
+            f"checkpoint {path.name} does not fit the model: {len(lines) or 'some'} tensor shape(s) differ",
+            fix="point model.checkpoint at a checkpoint of this architecture, or set model.factory's arguments to the ones it was trained with",
+            details={"checkpoint": path, "shapes": _few(lines) if lines else str(e).splitlines()[0]},
+        ) from None
 
 
 def _few(items: list[str], n: int = 5) -> str:
@@ -118,8 +121,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - pickle.UnpicklingError for unsafe globals, RuntimeError for corrupt zips
         unsafe = "weights_only" in str(e) or "Unsupported global" in str(e)
         raise ModelSourceError(
-            f"refused to load checkpoint {path}: "
-            + ("it needs unpickling of arbitrary Python objects" if unsafe else "it is not a readable torch file"),
+            f"refused to load checkpoint {path}: " + ("it needs unpickling of arbitrary Python objects" if unsafe else "it is not a readable torch file"),
             fix="save only the weights: torch.save(model.state_dict(), path) or safetensors.torch.save_file(...)"
             if unsafe
             else "check the file; model.checkpoint must be a state_dict (.pt/.pth) or a .safetensors file",
@@ -174,8 +176,15 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
         warnings.simplefilter("ignore", category=torch.jit.TracerWarning)
         try:
             torch.onnx.export(
-                module, args, str(out), input_names=names, output_names=list(model.outputs), dynamic_axes=dynamic,
-                opset_version=export.opset, do_constant_folding=export.do_constant_folding, dynamo=export.dynamo,
+                module,
+                args,
+                str(out),
+                input_names=names,
+                output_names=list(model.outputs),
+                dynamic_axes=dynamic,
+                opset_version=export.opset,
+                do_constant_folding=export.do_constant_folding,
+                dynamo=export.dynamo,
             )
         except Exception as e:  # noqa: BLE001 - the exporter raises many types (TorchExportError, RuntimeError, OnnxExporterError)
             raise ExportError(
@@ -200,9 +209,11 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
                     details={"max_abs_diff": diff, "atol": export.check_atol, "rtol": export.check_rtol},
                 )
     return {
-        "source": "factory", "factory": model.factory.get("_target_") if model.factory else None,
-        "sanity_max_abs_diff": diffs, "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks],
-    }  # fmt: skip
+        "source": "factory",
+        "factory": model.factory.get("_target_") if model.factory else None,
+        "sanity_max_abs_diff": diffs,
+        "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks],
+    }
 
 
 def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
@@ -219,8 +230,7 @@ def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:
         raise ModelSourceError(
             f"model.path={src} is {total / 2**30:.2f} GiB with its external data ({', '.join(external)}), over protobuf's 2 GiB "
             "limit for one ONNX file; the pipeline carries a model with external data by inlining it, which only fits below that",
-            fix="export a smaller model (an FP16 export halves the weights) or build this repository by hand; models over "
-                "2 GiB are not carried through the stages yet",
+            fix="export a smaller model (an FP16 export halves the weights) or build this repository by hand; models over 2 GiB are not carried through the stages yet",
             details={"external data": ", ".join(str(src.parent / f) for f in external), "bytes": total},
         )
     # Below the limit the weights are inlined: every later artifact is one file, checksummed and copied as one.
@@ -253,8 +263,7 @@ def sample_dims_hint(error: OnnxModelError, model: ModelConfig, specs: list[Any]
     """
     if model.data is not None:
         return error
-    guessed = sorted({str(d) for s in specs for i, d in enumerate(s.shape) if i > 0 and isinstance(d, str)}
-                     - set(model.sample_dims) - {typeable(k) for k in model.sample_dims})  # fmt: skip
+    guessed = sorted({str(d) for s in specs for i, d in enumerate(s.shape) if i > 0 and isinstance(d, str)} - set(model.sample_dims) - {typeable(k) for k in model.sample_dims})
     if not guessed:
         return error
 

@@ -36,12 +36,17 @@ def convert(model: onnx.ModelProto, cfg: PrecisionConfig, extra_nodes: list[str]
             warnings.simplefilter("ignore", UserWarning)
             # The converter edits its argument in place; the caller converts the same model more than once.
             converted = float16.convert_float_to_float16(
-                copy.deepcopy(model), min_positive_val=cfg.min_positive_val, max_finite_val=cfg.max_finite_val,
-                keep_io_types=cfg.keep_io_types, op_block_list=ops, node_block_list=nodes,
+                copy.deepcopy(model),
+                min_positive_val=cfg.min_positive_val,
+                max_finite_val=cfg.max_finite_val,
+                keep_io_types=cfg.keep_io_types,
+                op_block_list=ops,
+                node_block_list=nodes,
             )
     except Exception as e:  # noqa: BLE001 - the converter raises ValueError/RuntimeError on unsupported graphs
         raise PrecisionError(
-            "FP16 conversion failed", fix="add the failing op type to precision.op_block_list",
+            "FP16 conversion failed",
+            fix="add the failing op type to precision.op_block_list",
             details={"error": f"{type(e).__name__}: {e}"},
         ) from None
     fix_float_casts(converted, nodes)
@@ -62,10 +67,7 @@ def fix_float_casts(model: onnx.ModelProto, blocked_nodes: list[str]) -> list[st
     math makes ONNX Runtime refuse the graph with a type error. Returns the
     names of the Cast nodes changed.
     """
-    fp16_values = {
-        vi.name for vi in list(model.graph.value_info) + list(model.graph.output)
-        if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
-    }
+    fp16_values = {vi.name for vi in list(model.graph.value_info) + list(model.graph.output) if vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
     changed: list[str] = []
     for n in model.graph.node:
         if n.op_type != "Cast" or n.name in blocked_nodes or n.output[0] not in fp16_values:
@@ -83,9 +85,11 @@ def check_io_types(sess: Any, fp32: onnx.ModelProto, keep_io_types: bool) -> dic
     seen = {a.name: a.type for a in [*sess.get_inputs(), *sess.get_outputs()]}
     wrong = {k: f"{seen.get(k)}, promised tensor({_ort_name(v)})" for k, v in promised.items() if seen.get(k) != f"tensor({_ort_name(v)})"}
     if wrong:
-        raise PrecisionError("the FP16 model's inputs or outputs do not have the types precision.keep_io_types promises",
-                             fix="report the graph to us; precision.keep_io_types=false promises FLOAT16 in place of every FLOAT",
-                             details={"precision.keep_io_types": keep_io_types, **wrong})
+        raise PrecisionError(
+            "the FP16 model's inputs or outputs do not have the types precision.keep_io_types promises",
+            fix="report the graph to us; precision.keep_io_types=false promises FLOAT16 in place of every FLOAT",
+            details={"precision.keep_io_types": keep_io_types, **wrong},
+        )
     return seen
 
 
@@ -125,11 +129,15 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     if graph_ops and graph_ops <= block_ops | set(cfg.op_block_list):
         # Nothing would run in FP16: the file would be the FP32 model under an FP16 name (and the cross-check on
         # a large graph all in numpy takes many minutes).
-        raise PrecisionError(f"precision.op_block_list (with the converter's defaults) blocks every op type of the graph: {sorted(graph_ops)}",
-                             fix="leave some op types to FP16 (remove them from precision.op_block_list), or serve fp32")  # fmt: skip
+        raise PrecisionError(
+            f"precision.op_block_list (with the converter's defaults) blocks every op type of the graph: {sorted(graph_ops)}",
+            fix="leave some op types to FP16 (remove them from precision.op_block_list), or serve fp32",
+        )
     converted, sess, safety, rejected = _safe_and_loadable(fp32, cfg, feeds, block_ops, out)
-    auto = {b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
-            for b in safety["blocked_nodes"]}
+    auto = {
+        b["node"]: f"fallback ({b['source']}): {b['role']} '{b['value']}': {b['reason']}" if b["value"] else f"fallback ({b['source']}): {b['reason']}"
+        for b in safety["blocked_nodes"]
+    }
     ops = sorted(block_ops)
     auto.update({n: f"fallback (ONNX Runtime refused the FP16 graph): {why}" for n, why in rejected.items()})
     nodes = sorted(set(cfg.node_block_list) | set(auto))
@@ -160,8 +168,9 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     }
 
 
-def _safe_and_loadable(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[fp16_safety.Feed], block_ops: set[str],
-                       out: Path) -> tuple[onnx.ModelProto, Any, dict[str, Any], dict[str, str]]:  # fmt: skip
+def _safe_and_loadable(
+    fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[fp16_safety.Feed], block_ops: set[str], out: Path
+) -> tuple[onnx.ModelProto, Any, dict[str, Any], dict[str, str]]:
     """The data-driven fallback, then ONNX Runtime's; returns (model, session, fallback report, {node ORT refused: error}).
 
     When ORT refuses nodes, the true-FP16 cross-check has evaluated a graph that is not the one shipped (and usually
@@ -182,13 +191,14 @@ def _safe_and_loadable(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[
         if not new or not cfg.fallback.reference_check:  # the cross-check saw the shipped graph, or there is none
             break
     else:  # out of passes with ORT still refusing nodes: the last cross-check ran on an earlier graph; say so
-        safety["attempts"][-1]["cross_check"] = {"status": "unavailable", "error": f"ONNX Runtime refused {sorted(new)} after the last "
-                                                 "cross-check; raise precision.fallback.max_attempts to check the shipped graph"}  # fmt: skip
+        safety["attempts"][-1]["cross_check"] = {
+            "status": "unavailable",
+            "error": f"ONNX Runtime refused {sorted(new)} after the last cross-check; raise precision.fallback.max_attempts to check the shipped graph",
+        }
     return converted, sess, safety, rejected
 
 
-def _loadable(converted: onnx.ModelProto, fp32: onnx.ModelProto, cfg: PrecisionConfig, out: Path,
-              blocked: set[str]) -> tuple[onnx.ModelProto, Any, dict[str, str]]:  # fmt: skip
+def _loadable(converted: onnx.ModelProto, fp32: onnx.ModelProto, cfg: PrecisionConfig, out: Path, blocked: set[str]) -> tuple[onnx.ModelProto, Any, dict[str, str]]:
     """Save ``converted`` to ``out`` and open it; while ONNX Runtime refuses it naming nodes, keep those FP32 and convert
     again (at most precision.fallback.max_attempts more times). Returns (model, session, {node kept: ORT's error}).
 

@@ -37,7 +37,7 @@ def _rename_uses(graph: onnx.GraphProto, old: str, new: str) -> None:
             if name == old:
                 n.input[i] = new
         for a in n.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 _rename_uses(g, old, new)
 
 
@@ -82,9 +82,11 @@ def settle_io_types(model: onnx.ModelProto, promised: dict[str, int]) -> list[st
         if want is None or (got == want and made == want):
             continue
         if cast is None:
-            raise PrecisionError(f"FP16 graph output '{out.name}' has no producing node, so its type cannot be restored",
-                                 fix="set precision.keep_io_types to match the graph, or report the graph to us",
-                                 details={"promised": TensorProto.DataType.Name(want), "declared": TensorProto.DataType.Name(got)})
+            raise PrecisionError(
+                f"FP16 graph output '{out.name}' has no producing node, so its type cannot be restored",
+                fix="set precision.keep_io_types to match the graph, or report the graph to us",
+                details={"promised": TensorProto.DataType.Name(want), "declared": TensorProto.DataType.Name(got)},
+            )
         inner = out.name + SUFFIX
         cast.output[list(cast.output).index(out.name)] = inner
         _rename_uses(g, out.name, inner)  # internal consumers keep the converter's value

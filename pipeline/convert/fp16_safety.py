@@ -58,9 +58,11 @@ def _float_values(model: onnx.ModelProto) -> list[str]:
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except (onnx.shape_inference.InferenceError, ValueError) as e:  # shape inference can reject odd graphs
-        raise PrecisionError("ONNX shape inference failed, so intermediate value types are unknown",
-                             fix="set precision.fallback.enabled=false and block nodes by hand (precision.node_block_list)",
-                             details={"error": str(e).splitlines()[0]}) from None
+        raise PrecisionError(
+            "ONNX shape inference failed, so intermediate value types are unknown",
+            fix="set precision.fallback.enabled=false and block nodes by hand (precision.node_block_list)",
+            details={"error": str(e).splitlines()[0]},
+        ) from None
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
     return [o for n in model.graph.node for o in n.output if o and types.get(o) == onnx.TensorProto.FLOAT]
 
@@ -80,8 +82,11 @@ def value_ranges(model: onnx.ModelProto, feeds: list[Feed], fb: Fp16FallbackConf
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - ORT raises its own exception types
-        raise PrecisionError("ONNX Runtime cannot open the FP32 model with its intermediate values exposed",
-                             fix="set precision.fallback.enabled=false and block nodes by hand", details={"error": str(e).splitlines()[0]}) from None
+        raise PrecisionError(
+            "ONNX Runtime cannot open the FP32 model with its intermediate values exposed",
+            fix="set precision.fallback.enabled=false and block nodes by hand",
+            details={"error": str(e).splitlines()[0]},
+        ) from None
     acc: dict[str, dict[str, float]] = {v: {"max_abs": 0.0, "nonfinite": 0, "sentinels": 0, "tiny": 0, "meaningful": 0} for v in values}
     for feed in feeds:
         outs = sess.run(values, {k: v for k, v in feed.items() if k in {i.name for i in sess.get_inputs()}})
@@ -112,8 +117,7 @@ def unsafe_values(ranges: dict[str, dict[str, float]], fb: Fp16FallbackConfig) -
         elif s["nonfinite"]:
             out[v] = f"{int(s['nonfinite'])} NaN/Inf values already in FP32"
         elif s["subnormal_share"] > fb.subnormal_share:
-            out[v] = (f"{s['subnormal_share']:.1%} of meaningful values below FP16's smallest normal {fb.min_normal:g} "
-                      f"> precision.fallback.subnormal_share = {fb.subnormal_share:g}")
+            out[v] = f"{s['subnormal_share']:.1%} of meaningful values below FP16's smallest normal {fb.min_normal:g} > precision.fallback.subnormal_share = {fb.subnormal_share:g}"
     return out
 
 
@@ -156,8 +160,7 @@ def true_fp16_check(converted: onnx.ModelProto, feeds: list[Feed], fp32_nonfinit
                 if n is not None and name not in fp32_nonfinite:
                     bad_nodes.setdefault(n.name, f"true FP16 evaluation (onnx.reference) gives NaN/Inf in '{name}' ({x.dtype})")
     except Exception as e:  # noqa: BLE001 - the reference evaluator raises whatever numpy raises on ops it cannot run
-        return {"status": "unavailable", "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
-                "seconds": round(time.perf_counter() - t0, 2)}
+        return {"status": "unavailable", "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}", "seconds": round(time.perf_counter() - t0, 2)}
     status = "nonfinite" if bad_nodes or bad_outputs else "ok"
     return {"status": status, "nodes": bad_nodes, "outputs": sorted(bad_outputs), "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -187,7 +190,9 @@ def convert_safely(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[Feed
     blocked = nodes_touching(fp32, unsafe, set(cfg.node_block_list), block_ops)
     worst = max(ranges.items(), key=lambda kv: kv[1]["max_abs"], default=(None, {"max_abs": 0.0}))
     report: dict[str, Any] = {
-        "enabled": fb.enabled, "values_checked": len(ranges), "samples": len(feeds),
+        "enabled": fb.enabled,
+        "values_checked": len(ranges),
+        "samples": len(feeds),
         "max_abs_seen": {"value": worst[0], "max_abs": worst[1]["max_abs"]},
         "unsafe_values": [{"value": v, "reason": r} for v, r in unsafe.items()],
         "sentinel_values": {v: int(s["sentinels"]) for v, s in ranges.items() if s["sentinels"]},
@@ -225,11 +230,13 @@ def convert_safely(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[Feed
             fix="raise precision.fallback.max_attempts, or add the nodes to precision.node_block_list / op types to precision.op_block_list",
             details={"nodes": sorted(check.get("nodes", {}))[:10], "outputs": check.get("outputs")},
         )
-    report.update({
-        "blocked_nodes": [{"node": n, **b} for n, b in blocked.items()],
-        "blocked_count": len(blocked),
-        "cross_check_without_fallback": naive_check,
-        "attempts": attempts,
-        "seconds": round(time.perf_counter() - t0, 2),
-    })
+    report.update(
+        {
+            "blocked_nodes": [{"node": n, **b} for n, b in blocked.items()],
+            "blocked_count": len(blocked),
+            "cross_check_without_fallback": naive_check,
+            "attempts": attempts,
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     return converted, report

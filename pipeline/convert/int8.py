@@ -112,8 +112,9 @@ def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list
     try:
         with _quiet():
             if cfg.mode == QuantMode.dynamic:
-                quantize_dynamic(str(src), str(out), op_types_to_quantize=ops, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range,
-                                 weight_type=QuantType.QInt8, nodes_to_exclude=exclude)  # fmt: skip
+                quantize_dynamic(
+                    str(src), str(out), op_types_to_quantize=ops, per_channel=cfg.per_channel, reduce_range=cfg.reduce_range, weight_type=QuantType.QInt8, nodes_to_exclude=exclude
+                )
                 return
             method = {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy, "percentile": CalibrationMethod.Percentile}
             extra: dict[str, Any] = {"ActivationSymmetric": cfg.activation_symmetric, "WeightSymmetric": True}
@@ -126,14 +127,24 @@ def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list
                 # different shapes (sequences padded per batch); one sample per stride, merged histogram by histogram.
                 extra["CalibStridedMinMax"] = 1
             quantize_static(
-                str(src), str(out), _Reader(feeds), quant_format=QuantFormat.QDQ, op_types_to_quantize=ops, per_channel=cfg.per_channel,
-                reduce_range=cfg.reduce_range, activation_type=QuantType.QInt8 if cfg.activation_type == "int8" else QuantType.QUInt8,
-                weight_type=QuantType.QInt8, nodes_to_exclude=exclude, calibrate_method=method[str(cfg.calibration.method)],
-                extra_options=extra, calibration_cache_path=str(cache),
+                str(src),
+                str(out),
+                _Reader(feeds),
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=ops,
+                per_channel=cfg.per_channel,
+                reduce_range=cfg.reduce_range,
+                activation_type=QuantType.QInt8 if cfg.activation_type == "int8" else QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=exclude,
+                calibrate_method=method[str(cfg.calibration.method)],
+                extra_options=extra,
+                calibration_cache_path=str(cache),
             )
     except Exception as e:  # noqa: BLE001 - the quantizer raises ValueError/RuntimeError/ORT errors on graphs it cannot handle
         raise QuantizationError(
-            "ONNX Runtime could not quantize the model", details={"mode": str(cfg.mode), "op types": ops, "error": f"{type(e).__name__}: {e}"[:400]},
+            "ONNX Runtime could not quantize the model",
+            details={"mode": str(cfg.mode), "op types": ops, "error": f"{type(e).__name__}: {e}"[:400]},
             fix="leave the failing node FP32 (int8.nodes_to_exclude) or its op type out of int8.op_types; int8.mode=dynamic needs no calibration",
         ) from None
 
@@ -169,8 +180,7 @@ def opset_for_qdq(src: Path, work: Path) -> Path:
     return dest
 
 
-def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str],
-               excluded: Mapping[str, str]) -> list[dict[str, str]]:  # fmt: skip
+def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str], excluded: Mapping[str, str]) -> list[dict[str, str]]:
     """Every node of a quantizable (or requested) op type: quantized, or FP32 and why."""
     done = {n.name for n in int8_errors.quantized_nodes(fp32, quant, cfg.op_types)}
     out = []
@@ -190,7 +200,7 @@ def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, s
     return out
 
 
-def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) -> dict[str, Any]:
+def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) -> dict[str, Any]:  # noqa: PLR0915
     """Quantize ``src`` into ``out`` (a temporary path), with the fallback search when the fleet serves INT8; return the report.
 
     Raises QuantizationError: unreadable calibration set, samples that do not fit the graph, too few rows for the
@@ -204,8 +214,11 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
     calibration.check_feeds(feeds, graph_inputs)
     ops, skipped_ops = plan_ops(q)
     if not ops:
-        raise QuantizationError("no op type of int8.op_types can be quantized by ONNX Runtime", details=skipped_ops,
-                                fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types")
+        raise QuantizationError(
+            "no op type of int8.op_types can be quantized by ONNX Runtime",
+            details=skipped_ops,
+            fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types",
+        )
     kinds = {o: OutputKind(k) for o, k in cfg.model.output_kinds.items()}
     split = search_split(feeds, q.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
     # Everything fitted to data (ranges, smoothing scales, the node ranking) comes from the search rows: the validation
@@ -242,8 +255,7 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         chosen = start
         if search:
             quant = onnx_tools.load_model(out, "INT8 model")
-            ranked = [e for e in int8_errors.node_errors(g.model, quant, fit, int8_errors.quantized_nodes(g.model, quant, ops))
-                      if e.node not in excluded]  # fmt: skip
+            ranked = [e for e in int8_errors.node_errors(g.model, quant, fit, int8_errors.quantized_nodes(g.model, quant, ops)) if e.node not in excluded]
             trial, best = Path(tmp) / "trial.onnx", Path(tmp) / "best.onnx"
 
             def evaluate(k: int) -> bool:
@@ -266,34 +278,57 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         sess = onnx_tools.session(out, "INT8 model")  # a graph ONNX Runtime cannot open fails here, not in a later stage
         for i, feed in enumerate(feeds[:2]):
             if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "INT8 model")):
-                raise QuantizationError(f"the INT8 model produces NaN/Inf on calibration sample {i}", details={"outputs": bad},
-                                        fix="keep the offending nodes FP32 (int8.nodes_to_exclude)")
+                raise QuantizationError(
+                    f"the INT8 model produces NaN/Inf on calibration sample {i}", details={"outputs": bad}, fix="keep the offending nodes FP32 (int8.nodes_to_exclude)"
+                )
         quant = onnx_tools.load_model(out, "INT8 model")
     fates = node_fates(fp32, quant, q, skipped_ops, excluded)
     searched = len(attempts) > len(graphs)
     return {
-        "mode": str(q.mode), "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
-        "per_channel": q.per_channel, "reduce_range": q.reduce_range, "quantize_outputs": q.quantize_outputs,
+        "mode": str(q.mode),
+        "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
+        "per_channel": q.per_channel,
+        "reduce_range": q.reduce_range,
+        "quantize_outputs": q.quantize_outputs,
         "activations": {"type": str(q.activation_type), "symmetric": q.activation_symmetric} if q.mode == QuantMode.static else "dynamic",
-        "calibration": {**calibration.record(calibration_path), "rows": sum(rows_of(f) for f in feeds), "samples": len(feeds),
-                        "fitted_on": f"the {split.calibration.rows} search rows (ranges, smoothing scales, node ranking)",
-                        "validation_rows": split.holdout.rows,
-                        "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
-                        **({"percentile": q.calibration.percentile} if q.calibration.method == "percentile" else {})},
-        "op_types": ops, "op_types_left_fp32": skipped_ops,
-        "smoothing": {**smoothing.to_json(), "used": pick == "smoothed", "margin": {a["graph"]: a["margin"] for a in attempts[:2]}}
-        if smoothing else "off (int8.smoothing: null)",
-        "quantized_count": sum(f["status"] == "int8" for f in fates), "kept_fp32_count": sum(f["status"] == "fp32" for f in fates),
+        "calibration": {
+            **calibration.record(calibration_path),
+            "rows": sum(rows_of(f) for f in feeds),
+            "samples": len(feeds),
+            "fitted_on": f"the {split.calibration.rows} search rows (ranges, smoothing scales, node ranking)",
+            "validation_rows": split.holdout.rows,
+            "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
+            **({"percentile": q.calibration.percentile} if q.calibration.method == "percentile" else {}),
+        },
+        "op_types": ops,
+        "op_types_left_fp32": skipped_ops,
+        "smoothing": {**smoothing.to_json(), "used": pick == "smoothed", "margin": {a["graph"]: a["margin"] for a in attempts[:2]}} if smoothing else "off (int8.smoothing: null)",
+        "quantized_count": sum(f["status"] == "int8" for f in fates),
+        "kept_fp32_count": sum(f["status"] == "fp32" for f in fates),
         "nodes": fates,
-        "fallback": {"enabled": q.fallback.enabled, "max_attempts": q.fallback.max_attempts, "in_fleet": cfg.int8_in_fleet,
-                     "judged_outputs": {o: str(k) for o, k in judge.kinds.items()}, "thresholds": "parity.int8.quality",
-                     "judged_on": "the calibration rows, split into search and validation rows (never the rows parity holds out)",
-                     "split": {"validation": q.fallback.validation, "rule": holdout.RULE.replace("int8.calibration.holdout", "int8.fallback.validation"),
-                               "search": split.calibration.record(), "validation_rows": split.holdout.record()},
-                     "stop_rule": int8_search.RULE, "strategy": "bisection over the per-layer error ranking (search rows)",
-                     "ranking": [{"node": e.node, "op": e.op, "introduced": round(e.introduced, 6)} for e in ranked],
-                     "searched": searched, "not_searched": None if searched else not_searched(cfg, start["passed"], bool(judge.kinds)),
-                     "chosen_attempt": chosen["attempt"], "blocked_nodes": blocked, "blocked_count": len(blocked), "attempts": attempts},
+        "fallback": {
+            "enabled": q.fallback.enabled,
+            "max_attempts": q.fallback.max_attempts,
+            "in_fleet": cfg.int8_in_fleet,
+            "judged_outputs": {o: str(k) for o, k in judge.kinds.items()},
+            "thresholds": "parity.int8.quality",
+            "judged_on": "the calibration rows, split into search and validation rows (never the rows parity holds out)",
+            "split": {
+                "validation": q.fallback.validation,
+                "rule": holdout.RULE.replace("int8.calibration.holdout", "int8.fallback.validation"),
+                "search": split.calibration.record(),
+                "validation_rows": split.holdout.record(),
+            },
+            "stop_rule": int8_search.RULE,
+            "strategy": "bisection over the per-layer error ranking (search rows)",
+            "ranking": [{"node": e.node, "op": e.op, "introduced": round(e.introduced, 6)} for e in ranked],
+            "searched": searched,
+            "not_searched": None if searched else not_searched(cfg, start["passed"], bool(judge.kinds)),
+            "chosen_attempt": chosen["attempt"],
+            "blocked_nodes": blocked,
+            "blocked_count": len(blocked),
+            "attempts": attempts,
+        },
         "passed_on_calibration": chosen["passed"] if judge.kinds else None,
         "quality_on_calibration": chosen["quality"],
         "size_bytes_fp32": src.stat().st_size,
@@ -317,28 +352,47 @@ def search_split(feeds: list[Feed], share: float, batched: bool) -> holdout.Spli
     s = holdout.split(feeds, share, batched)
     if not s.calibration.feeds or not s.holdout.feeds:
         raise QuantizationError(
-            f"{s.calibration.rows + s.holdout.rows} calibration rows: int8.fallback.validation={share} leaves {s.calibration.rows} search "
-            f"and {s.holdout.rows} validation rows", fix="give model.data more rows, or move int8.fallback.validation toward 0.5")
+            f"{s.calibration.rows + s.holdout.rows} calibration rows: int8.fallback.validation={share} leaves {s.calibration.rows} search and {s.holdout.rows} validation rows",
+            fix="give model.data more rows, or move int8.fallback.validation toward 0.5",
+        )
     return s
 
 
 def _attempt(n: int, kept: int, k: int, first: int8_search.Judged, now: int8_search.Judged, started: float, min_margin: float) -> dict[str, Any]:
     """One quantization as the report lists it."""
-    return {"attempt": n, "kept_fp32": kept, "fallback_nodes": k, "passed": int8_search.passes(first, now, min_margin),
-            "margin": int8_search.margin(first, now), "checks": int8_search.checks(first, now), "quality": int8_search.to_json(now),
-            "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
+    return {
+        "attempt": n,
+        "kept_fp32": kept,
+        "fallback_nodes": k,
+        "passed": int8_search.passes(first, now, min_margin),
+        "margin": int8_search.margin(first, now),
+        "checks": int8_search.checks(first, now),
+        "quality": int8_search.to_json(now),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
 
 
 def _blocked(ranked: list[int8_errors.NodeError], chosen: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes the chosen attempt keeps FP32, each with why."""
     k, n = chosen["fallback_nodes"], len(ranked)
-    verdict = (f"the {k} worst kept FP32 pass the stop rule (attempt {chosen['attempt']})" if chosen["passed"] else
-               f"the {k} worst kept FP32 came closest to the stop rule (attempt {chosen['attempt']}, margin {chosen['margin']:+.4f}); none passed")  # fmt: skip
-    return [{"node": e.node, "op": e.op, "rank": i + 1, "introduced": round(e.introduced, 6), "output_error": round(e.output_error, 6),
-             "input_error": round(e.input_error, 6),
-             "reason": f"fallback: #{i + 1} of {n} quantized nodes by the error it introduces on the search rows ({e.introduced:.3g} at "
-                       f"'{e.output}', input {e.input_error:.3g} -> output {e.output_error:.3g}); {verdict}"}
-            for i, e in enumerate(ranked[:k])]  # fmt: skip
+    verdict = (
+        f"the {k} worst kept FP32 pass the stop rule (attempt {chosen['attempt']})"
+        if chosen["passed"]
+        else f"the {k} worst kept FP32 came closest to the stop rule (attempt {chosen['attempt']}, margin {chosen['margin']:+.4f}); none passed"
+    )
+    return [
+        {
+            "node": e.node,
+            "op": e.op,
+            "rank": i + 1,
+            "introduced": round(e.introduced, 6),
+            "output_error": round(e.output_error, 6),
+            "input_error": round(e.input_error, 6),
+            "reason": f"fallback: #{i + 1} of {n} quantized nodes by the error it introduces on the search rows ({e.introduced:.3g} at "
+            f"'{e.output}', input {e.input_error:.3g} -> output {e.output_error:.3g}); {verdict}",
+        }
+        for i, e in enumerate(ranked[:k])
+    ]
 
 
 def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
@@ -350,9 +404,11 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
     if not cfg.int8.fallback.enabled:
         return "int8.fallback.enabled=false"
     if not cfg.int8_in_fleet:
-        return ("no target of the fleet serves int8 or auto (int8_in_fleet=false, derived from targets and "
-                "target_specs.<target>.precision): quantized without the search, for parity to report its quality; a fleet that serves "
-                "it runs the search (up to int8.fallback.max_attempts quantizations)")
+        return (
+            "no target of the fleet serves int8 or auto (int8_in_fleet=false, derived from targets and "
+            "target_specs.<target>.precision): quantized without the search, for parity to report its quality; a fleet that serves "
+            "it runs the search (up to int8.fallback.max_attempts quantizations)"
+        )
     return f"int8.fallback.max_attempts={cfg.int8.fallback.max_attempts}: no quantization left after the first (plain, and smoothed with int8.smoothing)"
 
 

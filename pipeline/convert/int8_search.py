@@ -48,8 +48,10 @@ from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import Split
 
 Feed = dict[str, np.ndarray]
-RULE = ("every threshold of parity.int8.quality passes on the validation rows, and on the search rows credited only with "
-        "the gain the validation rows confirm: min(s, 1 - (1 - s0) * (1 - v) / (1 - v0)), s0/v0 the all-INT8 model's values")  # fmt: skip
+RULE = (
+    "every threshold of parity.int8.quality passes on the validation rows, and on the search rows credited only with "
+    "the gain the validation rows confirm: min(s, 1 - (1 - s0) * (1 - v) / (1 - v0)), s0/v0 the all-INT8 model's values"
+)
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,10 @@ class Judge:
             try:
                 quality.vectors([r[o] for r in self._ref["search"]], self.axes.get(o, -1))
             except ValueError as e:
-                raise QuantizationError(f"output '{o}' cannot be judged along axis {self.axes.get(o, -1)}: {e}",
-                                        fix=f"set model.output_axes.{o} to its class or embedding axis ('+model.output_axes.{o}=<axis>')") from None
+                raise QuantizationError(
+                    f"output '{o}' cannot be judged along axis {self.axes.get(o, -1)}: {e}",
+                    fix=f"set model.output_axes.{o} to its class or embedding axis ('+model.output_axes.{o}=<axis>')",
+                ) from None
 
     def __call__(self, model: Path) -> Judged:
         sess = onnx_tools.session(model, "INT8 model")
@@ -84,8 +88,7 @@ class Judge:
         for part, feeds in self._parts.items():
             got = [onnx_tools.run(sess, f, "INT8 model") for f in feeds]
             ref = self._ref[part]
-            out[part] = {o: quality.judge(k, quality.measure(k, [r[o] for r in ref], [g[o] for g in got], self.axes.get(o, -1)), self.limits)
-                         for o, k in self.kinds.items()}  # fmt: skip
+            out[part] = {o: quality.judge(k, quality.measure(k, [r[o] for r in ref], [g[o] for g in got], self.axes.get(o, -1)), self.limits) for o, k in self.kinds.items()}
         return Judged(out["search"], out["validation"])
 
 
@@ -103,6 +106,7 @@ def credited(s: float, v: float, s0: float, v0: float) -> float:
 
 def checks(first: Judged, now: Judged, digits: int | None = 6) -> dict[str, dict[str, float]]:
     """The stop rule's numbers, per ``<output>.<metric>`` with a threshold: threshold, search, validation, credited."""
+
     def r(x: float) -> float:
         return x if digits is None else round(x, digits)
 

@@ -43,8 +43,14 @@ class Smoothing:
     scale_max: float
 
     def to_json(self) -> dict[str, object]:
-        return {"alpha": self.alpha, "tensors": self.tensors, "nodes": len(self.nodes), "scale_min": round(self.scale_min, 6),
-                "scale_max": round(self.scale_max, 6), "smoothed_nodes": self.nodes}  # fmt: skip
+        return {
+            "alpha": self.alpha,
+            "tensors": self.tensors,
+            "nodes": len(self.nodes),
+            "scale_min": round(self.scale_min, 6),
+            "scale_max": round(self.scale_max, 6),
+            "smoothed_nodes": self.nodes,
+        }
 
 
 def _weight_axis(n: onnx.NodeProto, weights: set[str]) -> int | None:

@@ -32,7 +32,10 @@ def simplify(src: Path, out: Path, cfg: SimplifyConfig, model: ModelConfig) -> d
     t0 = time.perf_counter()
     try:
         simplified, ok = onnxsim.simplify(
-            before, check_n=cfg.check_n, input_data=sample, skip_shape_inference=cfg.skip_shape_inference,
+            before,
+            check_n=cfg.check_n,
+            input_data=sample,
+            skip_shape_inference=cfg.skip_shape_inference,
             test_input_shapes={k: list(v.shape) for k, v in sample.items()},
         )
     except Exception as e:  # noqa: BLE001 - onnxsim raises RuntimeError/ValueError/AssertionError from its C++ core

@@ -49,8 +49,9 @@ class PrecisionChoice:
             variants = {v: VariantChoice(str(d["variants"][v]["precision"]), str(d["variants"][v]["reason"])) for v in VARIANTS}
             return cls(str(d["target"]), str(d["configured"]), variants, dict(d.get("files") or {}))
         except (AttributeError, KeyError, TypeError, ValueError) as e:
-            raise error(f"{origin} is not a precision choice (the choose stage's report)", fix="rerun it: dvc repro choose",
-                        details={"error": f"{type(e).__name__}: {e}"}) from None
+            raise error(
+                f"{origin} is not a precision choice (the choose stage's report)", fix="rerun it: dvc repro choose", details={"error": f"{type(e).__name__}: {e}"}
+            ) from None
 
 
 def read_choice(path: str | Path, error: type[PipelineError]) -> PrecisionChoice:

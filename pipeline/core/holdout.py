@@ -89,8 +89,13 @@ class Split:
     share: float
 
     def record(self) -> dict[str, object]:
-        return {"rule": RULE, "holdout": self.share, "unit": "row" if self.holdout.batched else "sample",
-                "calibration": self.calibration.record(), "held_out": self.holdout.record()}  # fmt: skip
+        return {
+            "rule": RULE,
+            "holdout": self.share,
+            "unit": "row" if self.holdout.batched else "sample",
+            "calibration": self.calibration.record(),
+            "held_out": self.holdout.record(),
+        }
 
 
 def split(feeds: list[Feed], share: float, batched: bool = True) -> Split:

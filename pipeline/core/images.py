@@ -72,8 +72,9 @@ def listing(folder: Path) -> list[Path]:
     """:func:`image_files`, or a ConfigError naming the folder when it has none."""
     reason = no_images_reason(folder)
     if reason:
-        raise ConfigError(f"{KEY}={folder} is {reason}", fix=f"put the sample images in {folder} (or point {KEY} at the folder that holds them)",
-                          details={"resolved": folder.resolve()})  # fmt: skip
+        raise ConfigError(
+            f"{KEY}={folder} is {reason}", fix=f"put the sample images in {folder} (or point {KEY} at the folder that holds them)", details={"resolved": folder.resolve()}
+        )
     return image_files(folder)
 
 
@@ -98,9 +99,9 @@ def layout(specs: Sequence[InputSpec], dims: Mapping[str, int], folder: Path) ->
         raise ConfigError(
             f"{KEY}={folder} is a folder of images, which feeds only a model with one rank-4 float input (an image batch)",
             fix="for other inputs give an .npz with one array per input name (numpy.savez(path, **{name: array})) "
-                "or a sample-data hook (model.data._target_=pkg.fn returning [{input_name: array}, ...])",
+            "or a sample-data hook (model.data._target_=pkg.fn returning [{input_name: array}, ...])",
             details={"model inputs": inputs},
-        )  # fmt: skip
+        )
     spec = specs[0]
     shape = list(spec.shape)
     sizes = {axis: _size(shape, axis, dims) for axis in (1, 2, 3)}
@@ -111,16 +112,15 @@ def layout(specs: Sequence[InputSpec], dims: Mapping[str, int], folder: Path) ->
         raise ConfigError(
             f"cannot tell how to lay out images for input '{spec.name}' {shape}: {why}",
             fix=f"give the channel axis its size (e.g. ++{_axis_key(shape, 1)}=3 for NCHW, ++{_axis_key(shape, 3)}=3 for NHWC) "
-                "if it is dynamic, or save the rows as an .npy of the input's shape",
+            "if it is dynamic, or save the rows as an .npy of the input's shape",
             details={"sizes (axis 1, 2, 3)": [sizes[1], sizes[2], sizes[3]], "model.sample_dims": dict(dims)},
-        )  # fmt: skip
+        )
     channel = chosen[0]
     hw = (2, 3) if channel == 1 else (1, 2)
     missing = [a for a in hw if sizes[a] is None]
     if missing:
         raise ConfigError(
-            f"input '{spec.name}' {shape} has no fixed {' or '.join(('H', 'W')[hw.index(a)] for a in missing)}: "
-            "images from a folder need a size to be resized to",
+            f"input '{spec.name}' {shape} has no fixed {' or '.join(('H', 'W')[hw.index(a)] for a in missing)}: images from a folder need a size to be resized to",
             fix="set " + " ".join(f"++{_axis_key(shape, a)}=224" for a in missing) + " (the size your model was trained at)",
         )
     batch = shape[0] if isinstance(shape[0], int) and not isinstance(shape[0], bool) else None
@@ -133,8 +133,11 @@ def _per_channel(values: Sequence[float] | None, default: float, channels: int, 
         return np.full(channels, default, np.float32)
     v = np.asarray(list(values), np.float32)
     if v.size not in (1, channels):
-        raise ConfigError(f"{key} has {v.size} values and the model's images have {channels} channel(s)",
-                          fix=f"give {key} one value per channel ({channels}), or one for all", details={key: list(values)})  # fmt: skip
+        raise ConfigError(
+            f"{key} has {v.size} values and the model's images have {channels} channel(s)",
+            fix=f"give {key} one value per channel ({channels}), or one for all",
+            details={key: list(values)},
+        )
     return np.broadcast_to(v, (channels,)).astype(np.float32)
 
 
@@ -147,17 +150,18 @@ def decode(path: Path, lay: Layout) -> np.ndarray:
             im.load()  # decode now: a truncated file fails here, naming itself, not later inside numpy
             img = im.convert("RGB" if lay.channels == 3 else "L")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:  # Pillow's plugins raise all of these
-        raise ConfigError(f"cannot decode {path} (in {KEY}) as an image",
-                          fix=f"replace or remove {path}: every {'/'.join(IMAGE_SUFFIXES)} file in the folder is read as a sample",
-                          details={"error": str(e).splitlines()[0] if str(e) else type(e).__name__}) from None  # fmt: skip
+        raise ConfigError(
+            f"cannot decode {path} (in {KEY}) as an image",
+            fix=f"replace or remove {path}: every {'/'.join(IMAGE_SUFFIXES)} file in the folder is read as a sample",
+            details={"error": str(e).splitlines()[0] if str(e) else type(e).__name__},
+        ) from None
     if img.size != (lay.width, lay.height):
         img = img.resize((lay.width, lay.height), Image.Resampling.BILINEAR)  # PIL size is (W, H)
     a = np.asarray(img, dtype=np.float32) / 255.0
     return a[None] if a.ndim == 2 else a.transpose(2, 0, 1)
 
 
-def load_folder(folder: str | Path, specs: Sequence[InputSpec], dims: Mapping[str, int],
-                mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> list[Feed]:
+def load_folder(folder: str | Path, specs: Sequence[InputSpec], dims: Mapping[str, int], mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> list[Feed]:
     """The folder's images as feeds for the model's single image input: one feed of N rows, or N / b feeds of the
     graph's fixed batch b. Raises ConfigError: no images, an undecodable file, a model that takes no image batch,
     an unknown H/W, mean/std that do not fit the channels, or a count that does not fill the fixed batch."""
@@ -173,6 +177,7 @@ def load_folder(folder: str | Path, specs: Sequence[InputSpec], dims: Mapping[st
     if lay.batch is None:
         return [{lay.name: rows}]
     if len(rows) % lay.batch:
-        raise ConfigError(f"{KEY}={folder} has {len(rows)} images and input '{lay.name}' takes fixed batches of {lay.batch}",
-                          fix=f"add or remove images to make a multiple of {lay.batch}")  # fmt: skip
+        raise ConfigError(
+            f"{KEY}={folder} has {len(rows)} images and input '{lay.name}' takes fixed batches of {lay.batch}", fix=f"add or remove images to make a multiple of {lay.batch}"
+        )
     return [{lay.name: rows[i : i + lay.batch]} for i in range(0, len(rows), lay.batch)]

@@ -28,7 +28,7 @@ def load_model(path: str | Path, what: str = "ONNX model", fix: str | None = Non
             raise OnnxModelError(
                 f"{what} keeps its weights in an external data file that is not there: {missing}",
                 fix=f"put the data file beside {p.name} under the name the graph records (ONNX files over 2 GB are shipped as "
-                    "model.onnx plus its data file; copy both, or save it again with onnx.save(..., save_as_external_data=True))",
+                "model.onnx plus its data file; copy both, or save it again with onnx.save(..., save_as_external_data=True))",
                 details={"path": p, "error": str(e).splitlines()[0]},
             ) from None
         raise OnnxModelError(
@@ -80,7 +80,7 @@ def session(path: str | Path, what: str = "ONNX model", intra_op_threads: int = 
         raise OnnxModelError(
             f"ONNX Runtime cannot open the {what}: {path}",
             fix="the graph is invalid for ONNX Runtime: check the op types and the opset (a PyTorch model: export.opset; "
-                "a converted artifact: the stage's own keys, e.g. precision.op_block_list for fp16)",
+            "a converted artifact: the stage's own keys, e.g. precision.op_block_list for fp16)",
             details={"error": str(e).splitlines()[0]},
         ) from None
 

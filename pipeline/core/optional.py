@@ -74,8 +74,13 @@ def best_effort(stage: str, artifact: str, args: argparse.Namespace, served: boo
             raise
         why = f"{e.what}" + (f" (fix: {e.fix})" if e.fix else "")
         write(args.out, artifact, why)
-        report: dict[str, Any] = {"status": "unavailable", "artifact": artifact, "reason": why, "optional": f"{flag}=false: no target of the fleet serves it",
-                                  "details": {k: str(v) for k, v in e.details.items()}}  # fmt: skip
+        report: dict[str, Any] = {
+            "status": "unavailable",
+            "artifact": artifact,
+            "reason": why,
+            "optional": f"{flag}=false: no target of the fleet serves it",
+            "details": {k: str(v) for k, v in e.details.items()},
+        }
         atomic.write_json(args.report, report)
         if getattr(args, "metrics", None) is not None:
             atomic.write_json(args.metrics, {"status": "unavailable"})

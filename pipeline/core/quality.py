@@ -178,13 +178,14 @@ def degeneracy(ref: Sequence[np.ndarray], art: Sequence[np.ndarray], kind: Outpu
         picked = v.argmax(axis=1)
         classes, size = int(np.unique(picked).size), int(v.shape[1])
         if classes == 1 and size > 1:
-            one_class = (f"every one of the {n} reference rows predicts class {int(picked[0])} (of {size}): top-1 agreement "
-                         "is 1.0 whatever the artifact predicts elsewhere")
+            one_class = f"every one of the {n} reference rows predicts class {int(picked[0])} (of {size}): top-1 agreement is 1.0 whatever the artifact predicts elsewhere"
     scale = float(np.abs(r).max()) if r.size else 0.0
     if n >= 2 and 0 < spread <= min(err, NEAR_CONSTANT * scale):
-        near_constant = (f"the reference is near-constant: across its {n} rows each element varies by at most {spread:.3g} "
-                         f"({spread / scale:.2%} of its largest value {scale:.3g}), no more than the artifact's error {err:.3g}, "
-                         "so the comparison cannot tell the inputs apart")
+        near_constant = (
+            f"the reference is near-constant: across its {n} rows each element varies by at most {spread:.3g} "
+            f"({spread / scale:.2%} of its largest value {scale:.3g}), no more than the artifact's error {err:.3g}, "
+            "so the comparison cannot tell the inputs apart"
+        )
     return Coverage(n, spread, err, classes, size, one_class, near_constant)
 
 
@@ -212,10 +213,14 @@ class QualityVerdict:
         def num(x: float | None) -> float | None:
             return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
-        return {"kind": self.kind, "metrics": {k: num(v) for k, v in self.metrics.items()}, "thresholds": self.thresholds,
-                "passed": self.passed, "failed": {k: {"value": num(v), "threshold": t} for k, (v, t) in self.failed.items()},
-                **({"coverage": {**self.coverage.to_json(), "judgeable": self.judgeable, "blocking": self.coverage.blocking(self.thresholds)}}
-                   if self.coverage is not None else {})}
+        return {
+            "kind": self.kind,
+            "metrics": {k: num(v) for k, v in self.metrics.items()},
+            "thresholds": self.thresholds,
+            "passed": self.passed,
+            "failed": {k: {"value": num(v), "threshold": t} for k, (v, t) in self.failed.items()},
+            **({"coverage": {**self.coverage.to_json(), "judgeable": self.judgeable, "blocking": self.coverage.blocking(self.thresholds)}} if self.coverage is not None else {}),
+        }
 
 
 def judge(kind: OutputKind | str, metrics: Mapping[str, float | None], limits: QualityConfig, coverage: Coverage | None = None) -> QualityVerdict:

@@ -45,8 +45,10 @@ def synthetic_feed(specs: list[TensorSpec], batch: int, seed: int, default_len: 
     batch_names = {str(s.shape[0]) for s in specs if s.shape and isinstance(s.shape[0], str)}
     feed: Feed = {}
     for s in specs:
-        shape = [batch if (i == 0 and not isinstance(d, int)) or (isinstance(d, str) and d in batch_names)
-                 else (d if isinstance(d, int) else _dim(dims, str(d), default_len)) for i, d in enumerate(s.shape)]  # fmt: skip
+        shape = [
+            batch if (i == 0 and not isinstance(d, int)) or (isinstance(d, str) and d in batch_names) else (d if isinstance(d, int) else _dim(dims, str(d), default_len))
+            for i, d in enumerate(s.shape)
+        ]
         dt = np.dtype(s.dtype)
         if np.issubdtype(dt, np.integer):
             feed[s.name] = rng.integers(int(s.low), max(int(s.high), int(s.low) + 1), size=shape, dtype=dt)
@@ -92,12 +94,15 @@ def load_feed_file(path: str | Path, names: list[str] | None = None) -> list[Fee
     input (``names``), an .npy holding its rows (images ``[N, 3, H, W]``, say): one feed of N rows."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"model.data.path not found: {p}", fix="set model.data.path to an existing .json, .npz or .npy file, or a folder of images",
-                          details={"path": p.resolve()})  # fmt: skip
+        raise ConfigError(
+            f"model.data.path not found: {p}", fix="set model.data.path to an existing .json, .npz or .npy file, or a folder of images", details={"path": p.resolve()}
+        )
     if p.suffix == ".npy":
         if not names or len(names) != 1:
-            raise ConfigError(f"model.data.path={p} is one array, and the model takes {len(names or [])} inputs {names or ''}",
-                              fix="save an .npz with one array per input name: numpy.savez(path, **{name: array})")  # fmt: skip
+            raise ConfigError(
+                f"model.data.path={p} is one array, and the model takes {len(names or [])} inputs {names or ''}",
+                fix="save an .npz with one array per input name: numpy.savez(path, **{name: array})",
+            )
         try:
             return [{names[0]: np.load(p, allow_pickle=False)}]  # no pickles: an .npy is data, never code
         except (OSError, ValueError) as e:
@@ -116,8 +121,9 @@ def load_feed_file(path: str | Path, names: list[str] | None = None) -> list[Fee
     try:
         data = load_json(str(p), description="sample inputs")
     except (PolygraphyException, ValueError, OSError) as e:
-        raise ConfigError(f"cannot read model.data.path={p} as Polygraphy JSON", fix="write it with polygraphy.json.save_json([feed, ...], path)",
-                          details={"error": str(e).splitlines()[0]}) from None  # fmt: skip
+        raise ConfigError(
+            f"cannot read model.data.path={p} as Polygraphy JSON", fix="write it with polygraphy.json.save_json([feed, ...], path)", details={"error": str(e).splitlines()[0]}
+        ) from None
     feeds = [data] if isinstance(data, dict) else data
     if not isinstance(feeds, list) or not feeds or not all(isinstance(f, dict) for f in feeds):
         raise ConfigError(f"model.data.path={p} must hold a non-empty list of feed dicts {{input_name: array}}", details={"got": type(data).__name__})
@@ -125,7 +131,10 @@ def load_feed_file(path: str | Path, names: list[str] | None = None) -> list[Fee
 
 
 def load_samples(
-    model: ModelConfig, specs: list[TensorSpec] | None = None, batch: int = 2, count: int = 4,
+    model: ModelConfig,
+    specs: list[TensorSpec] | None = None,
+    batch: int = 2,
+    count: int = 4,
     batch_sizes: list[int] | None = None,
 ) -> list[Feed]:
     """Real samples from ``model.data`` (a ``_target_`` callable or a ``path``) if set, else synthetic feeds.

@@ -146,8 +146,7 @@ def _find_module(dotted: str, key: str) -> tuple[str, Path]:
     if found is None:
         raise ConfigError(
             f"{key}={dotted} names no importable module",
-            fix=f"point {key} at pkg.module.function of an importable module (run from the repository root, "
-            "or pip install -e your package)",
+            fix=f"point {key} at pkg.module.function of an importable module (run from the repository root, or pip install -e your package)",
             details={"first part searched": parts[0]},
         )
     return found
@@ -243,9 +242,7 @@ def model_record(model: ModelConfig, root: Path) -> dict[str, Any]:
         rec["factory"] = code_entry(str(model.factory["_target_"]), "model.factory._target_", root)
         rec["factory_args"] = _path_args(model.factory, root)
     if model.checkpoint:
-        rec["checkpoint"] = file_entry(
-            _existing_file(model.checkpoint, "model.checkpoint", "set model.checkpoint to the saved state_dict (.safetensors or .pt)"), root
-        )
+        rec["checkpoint"] = file_entry(_existing_file(model.checkpoint, "model.checkpoint", "set model.checkpoint to the saved state_dict (.safetensors or .pt)"), root)
     return rec
 
 
@@ -263,8 +260,7 @@ def data_record(model: ModelConfig, root: Path) -> dict[str, Any]:
 
         rec["images"] = [file_entry(f, root) for f in listing(Path(str(data["path"])))]
     elif data.get("path"):
-        rec["path"] = file_entry(_existing_file(str(data["path"]), "model.data.path",
-                                                "set model.data.path to an existing .json, .npz or .npy file, or a folder of images"), root)
+        rec["path"] = file_entry(_existing_file(str(data["path"]), "model.data.path", "set model.data.path to an existing .json, .npz or .npy file, or a folder of images"), root)
     else:
         rec["synthetic"] = True
     return rec

@@ -78,8 +78,10 @@ def build_target(
     new_cache: Optional[bytes] = None
     if target.kind == "gpu":
         if not onnx_path.is_file():
-            raise EngineError(f"{precision.upper()} ONNX not found: {onnx_path}", fix=f"run the {precision} stage first: dvc repro {precision}"
-                              if precision != "fp32" else "run the simplify stage first: dvc repro simplify")
+            raise EngineError(
+                f"{precision.upper()} ONNX not found: {onnx_path}",
+                fix=f"run the {precision} stage first: dvc repro {precision}" if precision != "fp32" else "run the simplify stage first: dvc repro simplify",
+            )
         inputs, outputs = graph_io(load_model(onnx_path, f"{precision.upper()} model"))
         manifest.io = {k: [{"name": s.name, "dtype": s.dtype, "dims": list(s.dims)} for s in v] for k, v in (("inputs", inputs), ("outputs", outputs))}
         profiles = compute_profiles(inputs, target.profile, target.name, batch_axis)
@@ -96,9 +98,7 @@ def build_target(
             manifest.machine["tensorrt_version"] = result.tensorrt_version
             manifest.notes = list(result.notes)
             manifest.timing_cache.update(loaded=bool(old_cache), bytes=len(new_cache or b""))
-            manifest.reproduce.update(
-                trt_adapter.reproduce_commands(onnx_path, profiles, result.settings, out_dir / PLAN_NAME, timing_cache_path)
-            )
+            manifest.reproduce.update(trt_adapter.reproduce_commands(onnx_path, profiles, result.settings, out_dir / PLAN_NAME, timing_cache_path))
 
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
@@ -113,4 +113,3 @@ def build_target(
         # DVC needs the output to exist; an empty file means "no timing cache yet".
         atomic.write_text(timing_cache_path, "")
     return manifest
-

@@ -64,7 +64,7 @@ def merge_parity(into: Path, per_target: Mapping[str, Path]) -> list[str]:
     merged = []
     for target, report in per_target.items():
         other = json.loads(report.read_text(encoding="utf-8")).get("artifacts", {})
-        for key, entry in (other.items() if isinstance(other, dict) else []):
+        for key, entry in other.items() if isinstance(other, dict) else []:
             if key == f"trt@{target}":  # the parity stage's key for that runner's engine
                 arts[key] = entry
                 merged.append(key)

@@ -106,7 +106,10 @@ def target_of(manifest: EngineManifest, name: str) -> TargetConfig:
     """
     e = manifest.expected
     target = TargetConfig(
-        name=name, kind=e.get("kind", "gpu"), gpu_family=e.get("gpu_family"), compute_capability=e.get("compute_capability"),
+        name=name,
+        kind=e.get("kind", "gpu"),
+        gpu_family=e.get("gpu_family"),
+        compute_capability=e.get("compute_capability"),
         gpu_names=list(e.get("gpu_names") or []),
     )
     target.builder.hardware_compatibility = e.get("hardware_compatibility", "none")
@@ -127,9 +130,7 @@ def read_manifest(path: str | os.PathLike[str]) -> EngineManifest:
     return EngineManifest.from_dict(data, origin=str(p))
 
 
-def check_matches_target(
-    manifest: EngineManifest, target: TargetConfig, engine_dir: Optional[Path] = None, onnx_sha256: Optional[str] = None
-) -> None:
+def check_matches_target(manifest: EngineManifest, target: TargetConfig, engine_dir: Optional[Path] = None, onnx_sha256: Optional[str] = None) -> None:
     """Refuse a built engine whose manifest does not belong to ``target``.
 
     Checks the target name, the compute capability the engine was built on, the GPU
@@ -181,8 +182,5 @@ def targets_table(engine_dirs: Mapping[str, Path], included: Mapping[str, str] |
             continue
         shipped = "yes" if included and name in included else "no"
         reason = (excluded or {}).get(name) or m.reason
-        rows.append(
-            f"| {name} | {m.status} | {m.machine.get('gpu_name') or ''} | {m.machine.get('tensorrt_version') or ''} "
-            f"| {shipped} | {reason.replace('|', '/')} |"
-        )
+        rows.append(f"| {name} | {m.status} | {m.machine.get('gpu_name') or ''} | {m.machine.get('tensorrt_version') or ''} | {shipped} | {reason.replace('|', '/')} |")
     return "\n".join(rows) + "\n"

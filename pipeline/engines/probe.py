@@ -119,7 +119,7 @@ class Decision:
 
 
 def sm_tag(compute_capability: str) -> str:
-    """"8.0" -> "sm80" (the file-name tag used for plans)."""
+    """ "8.0" -> "sm80" (the file-name tag used for plans)."""
     return "sm" + compute_capability.replace(".", "")
 
 
@@ -146,22 +146,19 @@ def decide(target: TargetConfig, probe: dict[str, Any]) -> Decision:
     if not same_cc:
         return Decision(
             False,
-            f"GPU here is {_describe(gpus)}; target '{target.name}' needs compute capability "
-            f"{target.compute_capability}: build it on a {target.gpu_family or target.name} runner",
+            f"GPU here is {_describe(gpus)}; target '{target.name}' needs compute capability {target.compute_capability}: build it on a {target.gpu_family or target.name} runner",
         )
     named = [g for g in same_cc if name_matches(str(g.get("name", "")), target.gpu_names)]
     if not named:
         return Decision(
             False,
-            f"GPU here is {_describe(same_cc)}, whose name matches none of target_specs.{target.name}.gpu_names "
-            f"{target.gpu_names}",
+            f"GPU here is {_describe(same_cc)}, whose name matches none of target_specs.{target.name}.gpu_names {target.gpu_names}",
         )
     trt = probe.get("tensorrt") or {}
     if not trt.get("available"):
         return Decision(
             False,
-            f"TensorRT is not importable here ({trt.get('error') or 'not installed'}); install the project's "
-            "`tensorrt` extra on the GPU runner",
+            f"TensorRT is not importable here ({trt.get('error') or 'not installed'}); install the project's `tensorrt` extra on the GPU runner",
             named[0],
         )
     return Decision(True, f"building on GPU {named[0]['index']}: {named[0]['name']}", named[0])

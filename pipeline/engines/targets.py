@@ -37,7 +37,6 @@ class InputProfile:
         return cls(name, tuple(data["min"]), tuple(data["opt"]), tuple(data["max"]))
 
 
-
 def resolve_target(cfg: PipelineConfig, name: str) -> TargetConfig:
     """The definition of target ``name`` (the stage's ``--target`` argument).
 

@@ -228,9 +228,7 @@ def build_engine(
 
     t0 = time.perf_counter()
     try:
-        serialized = EngineBytesFromNetwork(
-            lambda: _parse(trt, onnx_path, settings.strongly_typed), PostprocessConfig(create_config, keep_config)
-        )()
+        serialized = EngineBytesFromNetwork(lambda: _parse(trt, onnx_path, settings.strongly_typed), PostprocessConfig(create_config, keep_config))()
     except PolygraphyException as e:  # Polygraphy's G_LOGGER.critical: TensorRT refused the config or the build
         raise EngineError(
             f"TensorRT failed to build an engine from {onnx_path}",
@@ -244,9 +242,7 @@ def build_engine(
     return BuildResult(bytes(memoryview(serialized)), cache_bytes, settings, str(trt.__version__), build_time, notes)
 
 
-def reproduce_commands(
-    onnx_path: str | os.PathLike[str], profiles: Sequence[InputProfile], settings: BuildSettings, plan: Path, timing_cache: Path
-) -> dict[str, str]:
+def reproduce_commands(onnx_path: str | os.PathLike[str], profiles: Sequence[InputProfile], settings: BuildSettings, plan: Path, timing_cache: Path) -> dict[str, str]:
     """The same build as ``polygraphy convert`` and ``trtexec`` command lines (TensorRT's defaults kept:
     TF32 on, layer-names-only profiling; trtexec's ``--skipInference`` builds without benchmarking)."""
 
@@ -258,26 +254,50 @@ def reproduce_commands(
 
     ampere = settings.hardware_compatibility == "ampere_plus"
     poly = [
-        "polygraphy", "convert", str(onnx_path), "--convert-to", "trt", "-o", str(plan),
-        "--trt-min-shapes", *poly_shape("min"), "--trt-opt-shapes", *poly_shape("opt"), "--trt-max-shapes", *poly_shape("max"),
-        "--pool-limit", f"workspace:{settings.workspace_bytes}", "--builder-optimization-level", str(settings.optimization_level),
-        "--tf32", "--profiling-verbosity", "layer_names_only",
-        *(["--fp16"] if settings.fp16_flag else []), *(["--int8"] if settings.int8_flag else []),
+        "polygraphy",
+        "convert",
+        str(onnx_path),
+        "--convert-to",
+        "trt",
+        "-o",
+        str(plan),
+        "--trt-min-shapes",
+        *poly_shape("min"),
+        "--trt-opt-shapes",
+        *poly_shape("opt"),
+        "--trt-max-shapes",
+        *poly_shape("max"),
+        "--pool-limit",
+        f"workspace:{settings.workspace_bytes}",
+        "--builder-optimization-level",
+        str(settings.optimization_level),
+        "--tf32",
+        "--profiling-verbosity",
+        "layer_names_only",
+        *(["--fp16"] if settings.fp16_flag else []),
+        *(["--int8"] if settings.int8_flag else []),
         *(["--strongly-typed"] if settings.strongly_typed else []),
         *(["--hardware-compatibility-level", "ampere_plus"] if ampere else []),
         *(["--version-compatible"] if settings.version_compatible else []),
         *(["--load-timing-cache", str(timing_cache), "--save-timing-cache", str(timing_cache)] if settings.timing_cache else []),
-    ]  # fmt: skip
+    ]
     trtexec = [
-        "trtexec", f"--onnx={onnx_path}", f"--saveEngine={plan}", "--skipInference",
-        f"--minShapes={exec_shape('min')}", f"--optShapes={exec_shape('opt')}", f"--maxShapes={exec_shape('max')}",
-        f"--memPoolSize=workspace:{settings.workspace_bytes >> 20}M", f"--builderOptimizationLevel={settings.optimization_level}",
-        *(["--fp16"] if settings.fp16_flag else []), *(["--int8"] if settings.int8_flag else []),
+        "trtexec",
+        f"--onnx={onnx_path}",
+        f"--saveEngine={plan}",
+        "--skipInference",
+        f"--minShapes={exec_shape('min')}",
+        f"--optShapes={exec_shape('opt')}",
+        f"--maxShapes={exec_shape('max')}",
+        f"--memPoolSize=workspace:{settings.workspace_bytes >> 20}M",
+        f"--builderOptimizationLevel={settings.optimization_level}",
+        *(["--fp16"] if settings.fp16_flag else []),
+        *(["--int8"] if settings.int8_flag else []),
         *(["--stronglyTyped"] if settings.strongly_typed else []),
         *(["--hardwareCompatibilityLevel=ampere+"] if ampere else []),
         *(["--versionCompatible"] if settings.version_compatible else []),
         *([f"--timingCacheFile={timing_cache}"] if settings.timing_cache else []),
-    ]  # fmt: skip
+    ]
     return {"polygraphy": shlex.join(poly), "trtexec": shlex.join(trtexec)}
 
 

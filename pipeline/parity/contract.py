@@ -32,6 +32,7 @@ class Contract:
     @classmethod
     def observed(cls, feeds: Sequence[Mapping[str, np.ndarray]], results: Sequence[Mapping[str, np.ndarray]]) -> Contract:
         """What a runner was given and returned on the first sample (every sample has the same names and dtypes)."""
+
         def io(d: Mapping[str, np.ndarray]) -> dict[str, tuple[str, int | None]]:
             return {k: (np.asarray(v).dtype.name, np.ndim(v)) for k, v in d.items()}
 

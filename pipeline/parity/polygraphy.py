@@ -125,8 +125,8 @@ def compare(reference: RunResults, artifact: RunResults, func: SimpleCompareFunc
     rtol is relative to the second runner, i.e. to the reference. Returns one
     ``{output_name: OutputCompareResult}`` per sample.
     """
-    (ref_name, ref_iters), = list(reference.items())
-    (art_name, art_iters), = list(artifact.items())
+    ((ref_name, ref_iters),) = list(reference.items())
+    ((art_name, art_iters),) = list(artifact.items())
     if len(ref_iters) != len(art_iters):
         raise ParityError(f"{art_name} has {len(art_iters)} results for {len(ref_iters)} reference samples")
     combined = RunResults()
@@ -170,14 +170,17 @@ def load_goldens(inputs_path: Path, reference_path: Path) -> tuple[list[Feed], R
         reference = RunResults.load(str(reference_path))
     except (PolygraphyException, ValueError, TypeError, OSError) as e:
         raise ParityError("cannot read the parity goldens", details={"inputs": inputs_path, "reference": reference_path, "error": str(e).splitlines()[0]}) from None
-    (_, iters), = list(reference.items())
+    ((_, iters),) = list(reference.items())
     if len(iters) != len(feeds):
-        raise ParityError("the goldens disagree: reference outputs and inputs have different sample counts",
-                          details={"inputs": len(feeds), "reference": len(iters)}, fix="regenerate both with the parity stage")
+        raise ParityError(
+            "the goldens disagree: reference outputs and inputs have different sample counts",
+            details={"inputs": len(feeds), "reference": len(iters)},
+            fix="regenerate both with the parity stage",
+        )
     return feeds, reference
 
 
 def outputs(results: RunResults) -> list[dict[str, np.ndarray]]:
     """Per-sample output arrays of a one-runner RunResults."""
-    (_, iters), = list(results.items())
+    ((_, iters),) = list(results.items())
     return [{k: np.asarray(v) for k, v in it.items()} for it in iters]

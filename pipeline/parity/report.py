@@ -80,7 +80,11 @@ def _min_passing_atol(stat: str, rtol: float, results: list[Any], art: list[np.n
 
 
 def summarize_output(
-    name: str, tol: dict[str, Any], results: list[Any], art: list[np.ndarray | None], ref: list[np.ndarray],
+    name: str,
+    tol: dict[str, Any],
+    results: list[Any],
+    art: list[np.ndarray | None],
+    ref: list[np.ndarray],
 ) -> dict[str, Any]:
     """Report entry for one output over all samples: statistics, verdict, the tolerance that would pass.
 
@@ -137,11 +141,11 @@ def quality_failures(kind: str, out: str, o: dict[str, Any], section: str) -> li
     for metric, f in (q.get("failed") or {}).items():
         value, key = f.get("value"), f"{section}.quality.{metric}"
         if value is None:
-            lines.append(f"{kind}/{out}: {q.get('kind')} {metric} could not be computed (NaN/Inf outputs, or fewer than 3 rows); "
-                         f"{key}={f['threshold']:g} needs it (null skips the check)")
+            lines.append(
+                f"{kind}/{out}: {q.get('kind')} {metric} could not be computed (NaN/Inf outputs, or fewer than 3 rows); {key}={f['threshold']:g} needs it (null skips the check)"
+            )
         else:
-            lines.append(f"{kind}/{out}: {q.get('kind')} {metric}={value:.4f} < {key}={f['threshold']:g}; "
-                         f"passes with {key}={round_down(value)}")
+            lines.append(f"{kind}/{out}: {q.get('kind')} {metric}={value:.4f} < {key}={f['threshold']:g}; passes with {key}={round_down(value)}")
     return lines
 
 
@@ -154,8 +158,9 @@ def coverage_reasons(o: dict[str, Any], blocking: bool = True) -> list[str]:
 
 def coverage_failures(kind: str, out: str, o: dict[str, Any]) -> list[str]:
     """One line per reason the reference cannot judge ``out``: a pass there would not be a pass."""
-    return [f"{kind}/{out}: cannot judge, {r}; not a pass: supply real, varied inputs with model.data "
-            "(rows that cover the classes and move the outputs)" for r in coverage_reasons(o)]
+    return [
+        f"{kind}/{out}: cannot judge, {r}; not a pass: supply real, varied inputs with model.data (rows that cover the classes and move the outputs)" for r in coverage_reasons(o)
+    ]
 
 
 def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]:
@@ -169,8 +174,10 @@ def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]
             lines.append(f"{kind}: could not run: {art.get('reason')}")
             continue
         section = art.get("config_key") or tolerance_key(kind)
-        lines += [f"{kind}: I/O contract broken: {p} (no tolerance fixes this; the artifact must take and return what the "
-                  "reference does)" for p in (art.get("contract") or {}).get("problems", [])]
+        lines += [
+            f"{kind}: I/O contract broken: {p} (no tolerance fixes this; the artifact must take and return what the reference does)"
+            for p in (art.get("contract") or {}).get("problems", [])
+        ]
         for out, o in art.get("outputs", {}).items():
             if o.get("passed"):
                 continue
@@ -188,7 +195,9 @@ def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]
                 f"{kind}/{out}: {o['stat']} error abs={fmt(o['stat_abs'])} > atol={fmt(o['atol'])} and "
                 f"rel={fmt(o['stat_rel'])} > rtol={fmt(o['rtol'])} in {o['failed_samples']}/{o['samples']} samples "
                 f"(max_abs={fmt(o['max_abs'])}, mean_abs={fmt(o['mean_abs'])}); "
-                f"passes with {key}.atol={fmt(round_up(need))}" if need is not None else f"{kind}/{out}: non-finite error; see the report"
+                f"passes with {key}.atol={fmt(round_up(need))}"
+                if need is not None
+                else f"{kind}/{out}: non-finite error; see the report"
             )
     return lines
 

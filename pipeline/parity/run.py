@@ -28,13 +28,11 @@ from pipeline.parity import polygraphy as pg
 from pipeline.parity.contract import Contract
 from pipeline.core.config import PipelineConfig, TensorSpec, ToleranceConfig
 from pipeline.core.errors import EngineError, ParityError
-from pipeline.parity.report import (SCHEMA_VERSION, coverage_reasons, fmt, polygraphy_options, resolve, round_up, summarize_output,
-                                    tolerance_key)
+from pipeline.parity.report import SCHEMA_VERSION, coverage_reasons, fmt, polygraphy_options, resolve, round_up, summarize_output, tolerance_key
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
 from pipeline.engines.targets import gpu_targets
-
 
 
 def judged_samples(cfg: PipelineConfig, specs: list[TensorSpec]) -> tuple[list[pg.Feed], dict[str, Any]]:
@@ -49,8 +47,11 @@ def judged_samples(cfg: PipelineConfig, specs: list[TensorSpec]) -> tuple[list[p
         names = {s.name for s in specs}
         s = holdout.split([{k: v for k, v in f.items() if k in names} for f in feeds], cfg.int8.calibration.holdout, batched)
         feeds = s.holdout.feeds
-        info = {"split": f"held out of calibration: int8.calibration.holdout={s.share} ({holdout.RULE})",
-                "rows_available": s.calibration.rows + s.holdout.rows, "calibration_rows_left_out": s.calibration.rows}
+        info = {
+            "split": f"held out of calibration: int8.calibration.holdout={s.share} ({holdout.RULE})",
+            "rows_available": s.calibration.rows + s.holdout.rows,
+            "calibration_rows_left_out": s.calibration.rows,
+        }
     feeds = feeds[: cfg.parity.max_samples]
     return feeds, {**info, "rows": sum(holdout.rows_of(f) for f in feeds), "sha256": holdout.digest(feeds, batched)}
 
@@ -73,8 +74,11 @@ def reference_results(cfg: PipelineConfig, source_onnx: Path | None) -> tuple[li
     results = pg.run(runner, feeds, f"reference ({source})")
     for i, out in enumerate(pg.outputs(results)):
         if bad := onnx_tools.nonfinite(out):
-            raise ParityError(f"the reference itself produces NaN/Inf on sample {i}", details={"outputs": bad},
-                              fix="check the model and the sample inputs (model.data); nothing can be compared against a non-finite reference")
+            raise ParityError(
+                f"the reference itself produces NaN/Inf on sample {i}",
+                details={"outputs": bad},
+                fix="check the model and the sample inputs (model.data); nothing can be compared against a non-finite reference",
+            )
     return feeds, results, source, chosen
 
 
@@ -95,8 +99,7 @@ class Judging:
         declared = None
         if source_onnx is not None and source_onnx.is_file():
             declared = Contract.of(*graph_io(onnx_tools.load_model(source_onnx, "reference ONNX")))
-        return cls(dict(cfg.model.output_kinds), dict(cfg.model.output_axes), declared,
-                   Contract.observed(feeds, pg.outputs(reference)), not cfg.precision.keep_io_types)
+        return cls(dict(cfg.model.output_kinds), dict(cfg.model.output_axes), declared, Contract.observed(feeds, pg.outputs(reference)), not cfg.precision.keep_io_types)
 
 
 def _judge_output(name: str, o: dict[str, Any], ref: list[np.ndarray], art: list[np.ndarray], judging: Judging, tol: ToleranceConfig) -> None:
@@ -108,8 +111,11 @@ def _judge_output(name: str, o: dict[str, Any], ref: list[np.ndarray], art: list
         coverage = quality.degeneracy(ref, art, kind, axis)
         metrics = quality.measure(kind, ref, art, axis) if kind is not None else None
     except ValueError as e:
-        raise ParityError(f"output '{name}' cannot be judged along axis {axis}: {e}", details={"shape": np.shape(ref[0])},
-                          fix=f"set model.output_axes.{name} to its class or embedding axis ('+model.output_axes.{name}=<axis>')") from None
+        raise ParityError(
+            f"output '{name}' cannot be judged along axis {axis}: {e}",
+            details={"shape": np.shape(ref[0])},
+            fix=f"set model.output_axes.{name} to its class or embedding axis ('+model.output_axes.{name}=<axis>')",
+        ) from None
     if metrics is None:
         o["coverage"] = {**coverage.to_json(), "judgeable": not coverage.blocking(), "blocking": coverage.blocking()}
         o["passed"] = o["passed"] and not coverage.blocking()
@@ -119,9 +125,17 @@ def _judge_output(name: str, o: dict[str, Any], ref: list[np.ndarray], art: list
     o["passed"] = o["passed"] and verdict.passed
 
 
-def compare_artifact(
-    kind: str, runner: Any, feeds: list[pg.Feed], reference: Any, tol: ToleranceConfig, path: Path,
-    judging: Judging, config_key: str | None = None, declared: Contract | None = None, precision: str | None = None,
+def compare_artifact(  # noqa: PLR0913
+    kind: str,
+    runner: Any,
+    feeds: list[pg.Feed],
+    reference: Any,
+    tol: ToleranceConfig,
+    path: Path,
+    judging: Judging,
+    config_key: str | None = None,
+    declared: Contract | None = None,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """Run one artifact over the samples and summarize it against the reference, output by output.
 
@@ -146,10 +160,7 @@ def compare_artifact(
     names = list(ref_out[0])
     opts = polygraphy_options(tol, names)
     per_sample = pg.compare(reference, results, pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"]))
-    outputs = {
-        n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_sample], [a.get(n) for a in art_out], [r[n] for r in ref_out])
-        for n in names
-    }
+    outputs = {n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_sample], [a.get(n) for a in art_out], [r[n] for r in ref_out]) for n in names}
     for n, o in outputs.items():
         if broken.get(f"output {n}"):
             o["problems"] = [*o.get("problems", []), *broken[f"output {n}"]]
@@ -178,8 +189,7 @@ def _only_coverage(o: dict[str, Any]) -> bool:
     return not o.get("coverage", {}).get("judgeable", True)
 
 
-def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, cfg: PipelineConfig,
-                   judging: Judging) -> dict[str, dict[str, Any]]:
+def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], reference: Any, cfg: PipelineConfig, judging: Judging) -> dict[str, dict[str, Any]]:
     """``trt@<target>`` entries for each GPU target's engine under ``engines`` (built, skipped, or not runnable here).
 
     Only ``targets`` are looked at (a stale directory of a target no longer in the fleet is not). An engine built from
@@ -207,8 +217,7 @@ def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], refe
             out[kind] = {"status": "skipped", "file": str(plan), "reason": why}
             continue
         section = "int8" if manifest.precision == "int8" else "trt"
-        out[kind] = compare_artifact(kind, runner, feeds, reference, getattr(cfg.parity, section), plan, judging, f"parity.{section}",
-                                     precision=str(manifest.precision))
+        out[kind] = compare_artifact(kind, runner, feeds, reference, getattr(cfg.parity, section), plan, judging, f"parity.{section}", precision=str(manifest.precision))
         out[kind]["precision"] = manifest.precision
     return out
 
@@ -222,8 +231,14 @@ def _torch_importable() -> bool:
 
 
 def run_parity(
-    cfg: PipelineConfig, artifacts: dict[str, Path], inputs_path: Path, reference_path: Path,
-    source_onnx: Path | None = None, engines: Path | None = None, goldens_only: bool = False, verbose: bool = False,
+    cfg: PipelineConfig,
+    artifacts: dict[str, Path],
+    inputs_path: Path,
+    reference_path: Path,
+    source_onnx: Path | None = None,
+    engines: Path | None = None,
+    goldens_only: bool = False,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """Compare every artifact with the reference; save goldens unless ``goldens_only``; return the report.
 
@@ -238,8 +253,11 @@ def run_parity(
                 print("[parity] torch is not importable: comparing against the saved goldens instead of the PyTorch model")
             feeds, reference = pg.load_goldens(inputs_path, reference_path)
             source = "goldens"
-            chosen = {"split": f"the saved goldens {inputs_path} (held out of calibration when they were written)",
-                      "rows": sum(holdout.rows_of(f) for f in feeds), "sha256": holdout.digest(feeds)}  # fmt: skip
+            chosen = {
+                "split": f"the saved goldens {inputs_path} (held out of calibration when they were written)",
+                "rows": sum(holdout.rows_of(f) for f in feeds),
+                "sha256": holdout.digest(feeds),
+            }
         else:
             feeds, reference, source, chosen = reference_results(cfg, source_onnx)
             pg.save_goldens(feeds, reference, inputs_path, reference_path)
@@ -263,8 +281,9 @@ def run_parity(
         "model": cfg.model.name,
         "passed": bool(compared) and all(a.get("passed") is True for a in compared),
         "gating": sorted(gates),
-        "not_gating": {k: f"no target serves {k} as configured: its verdict is reported, and under precision auto it decides "
-                       "whether auto may choose it" for k in arts if k not in gates},
+        "not_gating": {
+            k: f"no target serves {k} as configured: its verdict is reported, and under precision auto it decides whether auto may choose it" for k in arts if k not in gates
+        },
         "reference": {
             "source": source,
             "samples": len(feeds),
@@ -333,8 +352,20 @@ def print_table(report: dict[str, Any]) -> None:
             continue
         for out, o in art["outputs"].items():
             f = fmt
-            rows.append([kind, out, o["stat"], f(o["max_abs"]), f(o["max_rel"]), f(o["mean_abs"]), f(o["atol"]), f(o["rtol"]),
-                         f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None), verdict_word(o)])
+            rows.append(
+                [
+                    kind,
+                    out,
+                    o["stat"],
+                    f(o["max_abs"]),
+                    f(o["max_rel"]),
+                    f(o["mean_abs"]),
+                    f(o["atol"]),
+                    f(o["rtol"]),
+                    f(round_up(o["min_passing_atol"]) if o["min_passing_atol"] is not None else None),
+                    verdict_word(o),
+                ]
+            )
     head = ["artifact", "output", "stat", "max abs", "max rel", "mean abs", "atol", "rtol", "min atol", "result"]
     ref = report["reference"]
     held = f", {ref['rows']} rows held out of calibration" if "calibration_rows_left_out" in ref else ""

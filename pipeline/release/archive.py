@@ -73,9 +73,10 @@ def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tupl
         local = _LocalFS(rel_dir)
         extra = sorted(p.name for p in rel_dir.iterdir() if p.name not in RELEASE_ENTRIES)
         mf.raise_on_mismatch(
-            [mf.Mismatch("unexpected", e, "not part of a release") for e in extra]
-            + mf.compare(m["files"], local.walk("files"), lambda f: local.sha256(f"files/{f}")),
-            f"the release in {archive} does not match its own manifest", str(archive), "do not import it; export it again from a good store",
+            [mf.Mismatch("unexpected", e, "not part of a release") for e in extra] + mf.compare(m["files"], local.walk("files"), lambda f: local.sha256(f"files/{f}")),
+            f"the release in {archive} does not match its own manifest",
+            str(archive),
+            "do not import it; export it again from a good store",
         )
         target = store.release_rel(model, version)
         if store.fs.exists(f"{target}/manifest.json"):
@@ -99,12 +100,17 @@ def _identity(m: dict[str, Any], path: Path) -> tuple[str, int]:
 
     model, version = m.get("model"), m.get("version")
     if not isinstance(model, str) or not _NAME.match(model) or len(model.encode()) > 255:
-        raise ReleaseError(f"the manifest in the archive names model {model!r}, which is not a model name a store holds",
-                           fix="letters, digits, _ . - (not starting with '.'), at most 255 bytes: export the release again from a good store",
-                           details={"manifest": path.name})  # fmt: skip
+        raise ReleaseError(
+            f"the manifest in the archive names model {model!r}, which is not a model name a store holds",
+            fix="letters, digits, _ . - (not starting with '.'), at most 255 bytes: export the release again from a good store",
+            details={"manifest": path.name},
+        )
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ReleaseError(f"the manifest in the archive names version {version!r} of '{model}', not a release number (an integer >= 1)",
-                           fix="export the release again from a good store", details={"manifest": path.name})  # fmt: skip
+        raise ReleaseError(
+            f"the manifest in the archive names version {version!r} of '{model}', not a release number (an integer >= 1)",
+            fix="export the release again from a good store",
+            details={"manifest": path.name},
+        )
     return model, version
 
 

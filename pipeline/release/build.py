@@ -112,7 +112,7 @@ def _check_warmup_files(model_dir: Path, where: Path, cfg: Any) -> None:
         )
 
 
-def plan_release(
+def plan_release(  # noqa: PLR0913
     store: ReleaseStore,
     repository: str | Path,
     parity: str | Path,
@@ -152,8 +152,9 @@ def plan_release(
         "dvc": dvc_state,
         "dvc_lock": mf.dvc_lock_hashes(dvc_lock),
         "parity": evidence.parity_section(parity, vdir, outputs),
-        "bench": ({"status": "absent", "reason": dvc_state["bench_detached"]} if dvc_state.get("bench_detached")
-                  else evidence.bench_section(bench, model_dir.name, model_dir, vdir)),
+        "bench": (
+            {"status": "absent", "reason": dvc_state["bench_detached"]} if dvc_state.get("bench_detached") else evidence.bench_section(bench, model_dir.name, model_dir, vdir)
+        ),
         "environment": mf.environment(),
         "gto": {"artifact": gto_tags.gto_name(model_dir.name)},
     }
@@ -198,7 +199,7 @@ def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path
     return BuildResult(name, version, manifest, tag_result, time.perf_counter() - plan.started, plan.notes)
 
 
-def build_release(
+def build_release(  # noqa: PLR0913
     store: ReleaseStore,
     repository: str | Path,
     parity: str | Path,

@@ -95,6 +95,7 @@ def checked(cfg: CanaryConfig, **overrides: Any) -> CanaryConfig:
 
 def signature(cfg: mc.ModelConfig) -> dict[str, Any]:
     """What a client sends and gets back: batching, and each input's and output's name, type and shape."""
+
     def io(ts: Any) -> list[str]:
         return sorted(f"{t.name}: {mc.DataType.Name(t.data_type).removeprefix('TYPE_')}{list(t.dims)}" for t in ts)
 
@@ -105,8 +106,11 @@ def _check_signatures(live: mc.ModelConfig, cand: mc.ModelConfig, lv: int, cv: i
     a, b = signature(live), signature(cand)
     if a != b:
         diff = {k: f"live v{lv} {a[k]} vs candidate v{cv} {b[k]}" for k in a if a[k] != b[k]}
-        raise ReleaseError(f"version {cv} does not take and return what live version {lv} does, so clients of the live version would break",
-                           fix="a canary compares drop-in replacements; ship a changed signature as a new model name", details=diff)  # fmt: skip
+        raise ReleaseError(
+            f"version {cv} does not take and return what live version {lv} does, so clients of the live version would break",
+            fix="a canary compares drop-in replacements; ship a changed signature as a new model name",
+            details=diff,
+        )
 
 
 def _rows(store: ReleaseStore, model: str, versions: list[int], cfg: mc.ModelConfig, extra: Path | None) -> tuple[list[ct.Feed], list[str]]:
@@ -129,17 +133,21 @@ def _rows(store: ReleaseStore, model: str, versions: list[int], cfg: mc.ModelCon
             with pg.quiet():
                 feeds += load_feed_file(extra)
         except ConfigError as e:  # its message names model.data.path, the key the stages read it from
-            raise ReleaseError(f"cannot read --inputs {extra}", fix="give a Polygraphy inputs JSON (a list of feed dicts) or an .npz",
-                               details={"error": e.details.get("error") or e.what}) from None  # fmt: skip
+            raise ReleaseError(
+                f"cannot read --inputs {extra}", fix="give a Polygraphy inputs JSON (a list of feed dicts) or an .npz", details={"error": e.details.get("error") or e.what}
+            ) from None
         sources.append(str(extra))
     if not feeds:
-        raise ReleaseError(f"releases {versions} of '{model}' carry no samples to replay, and no --inputs was given",
-                           fix="pass --inputs <Polygraphy inputs JSON or .npz>, or build releases with `release build` after `dvc repro parity`")  # fmt: skip
+        raise ReleaseError(
+            f"releases {versions} of '{model}' carry no samples to replay, and no --inputs was given",
+            fix="pass --inputs <Polygraphy inputs JSON or .npz>, or build releases with `release build` after `dvc repro parity`",
+        )
     want = {i.name: np.dtype(triton_to_np_dtype(mc.DataType.Name(i.data_type).removeprefix("TYPE_"))) for i in cfg.input}
     missing = sorted({n for f in feeds for n in want if n not in f})
     if missing:
-        raise ReleaseError(f"the samples lack inputs {missing} of the served config", fix="give --inputs with every input",
-                           details={"inputs": sorted(want), "samples from": ", ".join(sources)})  # fmt: skip
+        raise ReleaseError(
+            f"the samples lack inputs {missing} of the served config", fix="give --inputs with every input", details={"inputs": sorted(want), "samples from": ", ".join(sources)}
+        )
     rows = request_rows([{n: np.asarray(f[n]).astype(want[n]) for n in want} for f in feeds], cfg.max_batch_size > 0)
     return rows, sources
 
@@ -175,18 +183,29 @@ def _check_servers(urls: list[str], model: str, live: int, timeout_s: float) -> 
             r.check()
             r.check_explicit()
             if not r.ready(live):
-                raise ReleaseError(f"Triton at {r.url} does not serve version {live} of '{model}', the live version of this environment",
-                                   fix="start it on the environment (`release list` prints the command) and --load-model the model")  # fmt: skip
+                raise ReleaseError(
+                    f"Triton at {r.url} does not serve version {live} of '{model}', the live version of this environment",
+                    fix="start it on the environment (`release list` prints the command) and --load-model the model",
+                )
             left = loaded_copies(r, model)
             if left:
-                raise ReleaseError(f"copies of an earlier canary ({', '.join(left)}) are still loaded on {r.url}",
-                                   fix="run `release canary --env <env> --abort` first")  # fmt: skip
+                raise ReleaseError(f"copies of an earlier canary ({', '.join(left)}) are still loaded on {r.url}", fix="run `release canary --env <env> --abort` first")
 
 
-def run_canary(
-    store: ReleaseStore, env: str, version: int, servers: str | list[str], cfg: CanaryConfig, parity: ParityConfig,
-    model: str | None = None, variant: str | None = None, inputs: Path | None = None, metrics: str | None = None,
-    public_key: str | None = None, git_repo: str | None = None, say: Say = lambda s: None,
+def run_canary(  # noqa: PLR0913, PLR0915
+    store: ReleaseStore,
+    env: str,
+    version: int,
+    servers: str | list[str],
+    cfg: CanaryConfig,
+    parity: ParityConfig,
+    model: str | None = None,
+    variant: str | None = None,
+    inputs: Path | None = None,
+    metrics: str | None = None,
+    public_key: str | None = None,
+    git_repo: str | None = None,
+    say: Say = lambda s: None,
 ) -> CanaryResult:
     """Judge release ``version`` against the live version of ``env`` on the first server; promote it on every server if it passes.
 
@@ -226,23 +245,55 @@ def run_canary(
         sides = [ct.Endpoint(ct.LIVE, sibling_name(model, rid, "baseline"), live), ct.Endpoint(ct.CANDIDATE, sibling_name(model, rid, "candidate"), version)]
         configs = {live: live_cfg, version: cand_cfg}
         report: dict[str, Any] = {
-            "schema": cr.SCHEMA_VERSION, "id": rid, "model": model, "env": env, "live": live, "candidate": version, "variant": variant_name,
-            "status": "running", "started_at": mf.now(), "server": urls[0], "servers": urls, "copies": {ep.side: ep.model for ep in sides},
-            "traffic": {"kind": str(cfg.traffic), "duration_s": cfg.duration_s, "share": cfg.share, "request_rate": cfg.request_rate,
-                        "rounds": cfg.rounds, "rows": len(rows), "samples_from": sources},
+            "schema": cr.SCHEMA_VERSION,
+            "id": rid,
+            "model": model,
+            "env": env,
+            "live": live,
+            "candidate": version,
+            "variant": variant_name,
+            "status": "running",
+            "started_at": mf.now(),
+            "server": urls[0],
+            "servers": urls,
+            "copies": {ep.side: ep.model for ep in sides},
+            "traffic": {
+                "kind": str(cfg.traffic),
+                "duration_s": cfg.duration_s,
+                "share": cfg.share,
+                "request_rate": cfg.request_rate,
+                "rounds": cfg.rounds,
+                "rows": len(rows),
+                "samples_from": sources,
+            },
             "bounds": {"max_p99_ratio": cfg.max_p99_ratio, "max_error_rate": cfg.max_error_rate, "min_round_requests": cfg.min_round_requests},
-            "by": f"{os.environ.get('USER', '?')}@{socket.gethostname()} pid {os.getpid()}", "notes": [],
-        }  # fmt: skip
+            "by": f"{os.environ.get('USER', '?')}@{socket.gethostname()} pid {os.getpid()}",
+            "notes": [],
+        }
         event = {"action": "promote", "version": version, "previous": live, "variant": variant_name, "canary": rid}
-        guard = Guard({"store": store.url, "environments": store.environments, "lease_s": store.lock_lease_s, "env": env, "model": model,
-                       "servers": urls, "record": rid, "parent": os.getpid(), "timeout_s": cfg.load_timeout_s, "event": event})  # fmt: skip
+        guard = Guard(
+            {
+                "store": store.url,
+                "environments": store.environments,
+                "lease_s": store.lock_lease_s,
+                "env": env,
+                "model": model,
+                "servers": urls,
+                "record": rid,
+                "parent": os.getpid(),
+                "timeout_s": cfg.load_timeout_s,
+                "event": event,
+            }
+        )
         record = cr.write_record(store.fs, report)
         timings = {"checks_s": time.perf_counter() - t0}
         switching = False
         judge = TritonReloader(urls[0], model, cfg.load_timeout_s)
         try:
-            say(f"  loading: a baseline of version {live} and the candidate version {version} on {judge.url} as {[ep.model for ep in sides]} "
-                f"({sum(len(b) for f in files.values() for b in f.values()) / 1e6:.1f} MB); '{model}' keeps serving production")  # fmt: skip
+            say(
+                f"  loading: a baseline of version {live} and the candidate version {version} on {judge.url} as {[ep.model for ep in sides]} "
+                f"({sum(len(b) for f in files.values() for b in f.values()) / 1e6:.1f} MB); '{model}' keeps serving production"
+            )
             t = time.perf_counter()
             for ep in sides:
                 judge.load_beside(ep.model, configs[ep.version], ep.version, files[ep.version])
@@ -262,15 +313,13 @@ def run_canary(
                 t = time.perf_counter()
                 promotion = switch(store, env, model, version, state, "promote", variant, urls, public_key, git_repo, {"canary": rid}, lock)
                 timings["switch_s"] = time.perf_counter() - t
-                report["promotion"] = {"from": live, "to": version, "copy": promotion.copy, "timings": promotion.timings,
-                                       "tag": str(promotion.tag) if promotion.tag else None}  # fmt: skip
+                report["promotion"] = {"from": live, "to": version, "copy": promotion.copy, "timings": promotion.timings, "tag": str(promotion.tag) if promotion.tag else None}
                 report["verdict"]["summary"] = f"promoted: the pointer of '{env}' went {live} -> {version}"
             report["status"] = "passed" if promotion else "failed"
         except BaseException as e:
             report["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "error"
             report["note"] = "interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else getattr(e, "what", f"{type(e).__name__}: {e}")
-            report["cleanup"] = restore(store, env, model, urls, env_model=switching, take_lock=False, timeout_s=cfg.load_timeout_s,
-                                        event=event if switching else None)  # fmt: skip
+            report["cleanup"] = restore(store, env, model, urls, env_model=switching, take_lock=False, timeout_s=cfg.load_timeout_s, event=event if switching else None)
             _finish(store, report, timings, t0)
             guard.done()
             raise
@@ -287,9 +336,16 @@ def _finish(store: ReleaseStore, report: dict[str, Any], timings: dict[str, floa
     cr.write_record(store.fs, report)
 
 
-def _judge(
-    report: dict[str, Any], judge: TritonReloader, sides: list[ct.Endpoint], rows: list[ct.Feed], cand_cfg: mc.ModelConfig,
-    cfg: CanaryConfig, kind: str, tol: Any, metrics_url: str,
+def _judge(  # noqa: PLR0913
+    report: dict[str, Any],
+    judge: TritonReloader,
+    sides: list[ct.Endpoint],
+    rows: list[ct.Feed],
+    cand_cfg: mc.ModelConfig,
+    cfg: CanaryConfig,
+    kind: str,
+    tol: Any,
+    metrics_url: str,
 ) -> None:
     """Send the traffic, measure the baseline, the candidate and the served model, and fill the report's checks and verdict."""
     live, cand, production = sides
@@ -302,8 +358,7 @@ def _judge(
         from pipeline.serving.perf_analyzer import locate_perf_analyzer
 
         with tempfile.TemporaryDirectory(prefix="canary-") as tmp:
-            sent, notes = ct.share_load(locate_perf_analyzer(), judge.url, sides, rows, cand_cfg.max_batch_size > 0,
-                                        cfg.request_rate, cfg.share, cfg.duration_s, Path(tmp))  # fmt: skip
+            sent, notes = ct.share_load(locate_perf_analyzer(), judge.url, sides, rows, cand_cfg.max_batch_size > 0, cfg.request_rate, cfg.share, cfg.duration_s, Path(tmp))
         errors += notes
     after = {ep.side: ct.version_counts(judge.client, ep) for ep in sides}
     m_after = ct.version_metrics(metrics_url, sides)  # right after the statistics, so both count the same span
@@ -317,15 +372,26 @@ def _judge(
         return sum(1 for x in sent if x.side == side and (x.ms is None or not failed))
 
     rate, failed, requests = cr.error_rate(delta[ct.CANDIDATE], count(ct.CANDIDATE, True), count(ct.CANDIDATE))
-    errs = {"rate": rate, "failed": failed, "requests": requests, "live_failed": count(ct.LIVE, True), "live_requests": count(ct.LIVE),
-            "production": {"failed_during_canary": delta[ct.PRODUCTION]["fail"], "answered_during_canary": delta[ct.PRODUCTION]["success"],
-                           "sent_by_canary": count(ct.PRODUCTION)},
-            "triton": delta, "messages": errors}  # fmt: skip
+    errs = {
+        "rate": rate,
+        "failed": failed,
+        "requests": requests,
+        "live_failed": count(ct.LIVE, True),
+        "live_requests": count(ct.LIVE),
+        "production": {"failed_during_canary": delta[ct.PRODUCTION]["fail"], "answered_during_canary": delta[ct.PRODUCTION]["success"], "sent_by_canary": count(ct.PRODUCTION)},
+        "triton": delta,
+        "messages": errors,
+    }
     checks = cr.verdict(agree, latency, errs, cfg)
     bad = [f"{c.name}: {c.detail}" for c in checks if not c.passed]
-    report.update(outputs=agree, latency=latency.to_json(), errors=errs, metrics=ct.metrics_delta(m_before, m_after),
-                  checks=[asdict(c) for c in checks],
-                  verdict={"passed": not bad, "summary": "; ".join(bad) + f"; the copies were unloaded, the pointer still names {live.version}" if bad else ""})  # fmt: skip
+    report.update(
+        outputs=agree,
+        latency=latency.to_json(),
+        errors=errs,
+        metrics=ct.metrics_delta(m_before, m_after),
+        checks=[asdict(c) for c in checks],
+        verdict={"passed": not bad, "summary": "; ".join(bad) + f"; the copies were unloaded, the pointer still names {live.version}" if bad else ""},
+    )
     if errors:
         report["notes"] += errors
 

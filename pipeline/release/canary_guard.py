@@ -92,8 +92,14 @@ def _retire_others(r: TritonReloader, live: int, cfg: Any) -> list[int]:
 
 
 def restore(
-    store: ReleaseStore, env: str, model: str, servers: list[str], env_model: bool, take_lock: bool,
-    timeout_s: float = 120.0, event: dict[str, Any] | None = None,
+    store: ReleaseStore,
+    env: str,
+    model: str,
+    servers: list[str],
+    env_model: bool,
+    take_lock: bool,
+    timeout_s: float = 120.0,
+    event: dict[str, Any] | None = None,
 ) -> list[str]:
     """Unload the candidate's copy everywhere and, with ``env_model``, reload the environment's model from its pointer.
 
@@ -154,8 +160,9 @@ class Guard:
     def __init__(self, spec: dict[str, Any]) -> None:
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline.release.canary_guard", json.dumps(spec)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, env=env, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.release.canary_guard", json.dumps(spec)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, start_new_session=True
+        )
 
     def tell(self, word: str) -> None:
         assert self.proc.stdin is not None
@@ -193,13 +200,21 @@ def main(argv: list[str] | None = None, say: Callable[[str], None] = _say) -> in
         return 0
     store = ReleaseStore(spec["store"], spec["environments"], spec["lease_s"])
     say(f"the canary (pid {spec['parent']}) ended without cleaning up; putting {spec['servers']} back to the pointer of '{spec['env']}'")
-    lines = restore(store, spec["env"], spec["model"], spec["servers"], env_model=switching, take_lock=store.fs.local,
-                    timeout_s=spec["timeout_s"], event=spec["event"] if switching else None)  # fmt: skip
+    lines = restore(
+        store, spec["env"], spec["model"], spec["servers"], env_model=switching, take_lock=store.fs.local, timeout_s=spec["timeout_s"], event=spec["event"] if switching else None
+    )
     for ln in lines:
         say(ln)
     with contextlib.suppress(ReleaseError, OSError):
-        mark(store, spec["env"], spec["model"], spec["record"], "killed", f"the canary died {'while switching' if switching else 'before any switch'}; "
-             "its guard unloaded the candidate and left the servers on the pointer", lines)  # fmt: skip
+        mark(
+            store,
+            spec["env"],
+            spec["model"],
+            spec["record"],
+            "killed",
+            f"the canary died {'while switching' if switching else 'before any switch'}; its guard unloaded the candidate and left the servers on the pointer",
+            lines,
+        )
     return 0
 
 

@@ -54,10 +54,7 @@ def agreement(pairs: OutputPairs, tol: ToleranceConfig, kind: str, live: str, ca
     opts = polygraphy_options(tol, pairs.names)
     with pg.quiet():
         per_pair = pg.compare(ref, art, pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"]))
-    outputs = {
-        n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_pair], [a.get(n) for a in pairs.candidate], [r[n] for r in pairs.live])
-        for n in pairs.names
-    }
+    outputs = {n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_pair], [a.get(n) for a in pairs.candidate], [r[n] for r in pairs.live]) for n in pairs.names}
     ok = all(o["passed"] for o in outputs.values())
     return {**base, "passed": ok, "outputs": outputs, "problems": failures({"artifacts": {kind: {"outputs": outputs}}})}
 
@@ -73,15 +70,26 @@ def error_rate(counts: dict[str, int], client_errors: int, sent: int) -> tuple[f
 
 def verdict(agree: dict[str, Any], latency: Latency | None, errors: dict[str, Any], cfg: CanaryConfig) -> list[Check]:
     """The three checks against ``release.canary``'s bounds."""
-    checks = [Check("outputs", bool(agree["passed"]), "; ".join(agree.get("problems") or []) or
-                    f"{agree['distinct']} distinct answers of {agree['answered']} rows within {agree['tolerance']}")]  # fmt: skip
+    checks = [
+        Check(
+            "outputs",
+            bool(agree["passed"]),
+            "; ".join(agree.get("problems") or []) or f"{agree['distinct']} distinct answers of {agree['answered']} rows within {agree['tolerance']}",
+        )
+    ]
     if latency is None:
         checks.append(Check("latency", False, "no latency was measured"))
     else:
         est = latency.p99_ratio
         if est.value is None:
-            checks.append(Check("latency", False, f"no round had {latency.min_round_requests} answered requests on both sides "
-                                f"(release.canary.min_round_requests) in {latency.window_s:.1f} s: lengthen release.canary.duration_s or lower rounds"))  # fmt: skip
+            checks.append(
+                Check(
+                    "latency",
+                    False,
+                    f"no round had {latency.min_round_requests} answered requests on both sides "
+                    f"(release.canary.min_round_requests) in {latency.window_s:.1f} s: lengthen release.canary.duration_s or lower rounds",
+                )
+            )
         else:
             ok = est.value <= cfg.max_p99_ratio
             checks.append(Check("latency", ok, f"p99 candidate/live {est.text()} {'<=' if ok else '>'} {cfg.max_p99_ratio:g} (release.canary.max_p99_ratio)"))
@@ -90,8 +98,13 @@ def verdict(agree: dict[str, Any], latency: Latency | None, errors: dict[str, An
         checks.append(Check("errors", False, "the candidate answered no request"))
     else:
         ok = rate <= cfg.max_error_rate
-        checks.append(Check("errors", ok, f"{errors['failed']} of {errors['requests']} candidate requests failed ({rate:.2%}) "
-                            f"{'<=' if ok else '>'} {cfg.max_error_rate:.2%} (release.canary.max_error_rate)"))  # fmt: skip
+        checks.append(
+            Check(
+                "errors",
+                ok,
+                f"{errors['failed']} of {errors['requests']} candidate requests failed ({rate:.2%}) {'<=' if ok else '>'} {cfg.max_error_rate:.2%} (release.canary.max_error_rate)",
+            )
+        )
     return checks
 
 
@@ -104,14 +117,18 @@ def markdown(report: dict[str, Any]) -> str:
     """The short table: one row per check, the live and candidate numbers side by side, the bound, the result."""
     live, cand = f"live v{report['live']} (baseline copy)", f"candidate v{report['candidate']}"
     t = report.get("traffic", {})
-    head = (f"canary of {report['model']} v{report['candidate']} against live v{report['live']} in '{report['env']}' on {report.get('server')}: "
-            f"{t.get('kind')} traffic, {t.get('duration_s', 0):g} s{(', share %g' % t['share']) if t.get('kind') == 'real' else ''}, {report.get('started_at', '')}")  # fmt: skip
+    head = (
+        f"canary of {report['model']} v{report['candidate']} against live v{report['live']} in '{report['env']}' on {report.get('server')}: "
+        f"{t.get('kind')} traffic, {t.get('duration_s', 0):g} s{(', share %g' % t['share']) if t.get('kind') == 'real' else ''}, {report.get('started_at', '')}"
+    )
     rows = [f"| check | {live} | {cand} | bound | result |", "|---|---|---|---|---|"]
     checks = {c["name"]: c for c in report.get("checks", [])}
     agree = report.get("outputs") or {}
     for name, o in (agree.get("outputs") or {}).items():
-        rows.append(f"| outputs: {name} | reference | max abs {fmt(o['max_abs'])}, mean abs {fmt(o['mean_abs'])}, {o['failed_samples']}/{o['samples']} differ "
-                    f"| {agree['tolerance']}: atol {fmt(o['atol'])}, rtol {fmt(o['rtol'])}, {o['stat']} | {_result(checks, 'outputs')} |")  # fmt: skip
+        rows.append(
+            f"| outputs: {name} | reference | max abs {fmt(o['max_abs'])}, mean abs {fmt(o['mean_abs'])}, {o['failed_samples']}/{o['samples']} differ "
+            f"| {agree['tolerance']}: atol {fmt(o['atol'])}, rtol {fmt(o['rtol'])}, {o['stat']} | {_result(checks, 'outputs')} |"
+        )
     lat = report.get("latency")
     if lat:
         p99, p50 = (_estimate_text(lat[k]) for k in ("p99_ratio", "p50_ratio"))
@@ -120,15 +137,19 @@ def markdown(report: dict[str, Any]) -> str:
         rows.append(f"| p50 latency | {_ms(lat['live']['p50_ms'])} | {_ms(lat['candidate']['p50_ms'])} | ratio {p50} | - |")
     err = report.get("errors")
     if err:
-        rows.append(f"| failed requests | {err['live_failed']} of {err['live_requests']} | {err['failed']} of {err['requests']} "
-                    f"| rate <= {report['bounds']['max_error_rate']:g} | {_result(checks, 'errors')} |")  # fmt: skip
+        rows.append(
+            f"| failed requests | {err['live_failed']} of {err['live_requests']} | {err['failed']} of {err['requests']} "
+            f"| rate <= {report['bounds']['max_error_rate']:g} | {_result(checks, 'errors')} |"
+        )
     m = report.get("metrics") or {}
     if m.get("available"):
         rows.append(f"| Triton /metrics | {_metrics_cell(m.get('live'))} | {_metrics_cell(m.get('candidate'))} | - | - |")
     prod = (err or {}).get("production")
     if prod:
-        rows.append(f"| production on '{report['model']}' v{report['live']} | {prod['answered_during_canary']} answered, {prod['failed_during_canary']} failed "
-                    f"({_metrics_cell(m.get('production')) if m.get('available') else 'no /metrics'}) | - | - | - |")  # fmt: skip
+        rows.append(
+            f"| production on '{report['model']}' v{report['live']} | {prod['answered_during_canary']} answered, {prod['failed_during_canary']} failed "
+            f"({_metrics_cell(m.get('production')) if m.get('available') else 'no /metrics'}) | - | - | - |"
+        )
     v = report.get("verdict") or {}
     tail = f"verdict: {report['status'].upper()}" + (f": {v['summary']}" if v.get("summary") else "")
     return "\n".join([head, "", *rows, "", tail]) + "\n"
@@ -148,8 +169,7 @@ def _result(checks: dict[str, dict[str, Any]], name: str) -> str:
 def _metrics_cell(row: dict[str, Any] | None) -> str:
     if not row:
         return "-"
-    return (f"{row['success']} ok, {row['failure']} failed; request {_ms(row['request_ms'])}, queue {_ms(row['queue_ms'])}, "
-            f"compute {_ms(row['compute_infer_ms'])}")  # fmt: skip
+    return f"{row['success']} ok, {row['failure']} failed; request {_ms(row['request_ms'])}, queue {_ms(row['queue_ms'])}, compute {_ms(row['compute_infer_ms'])}"
 
 
 # ---------------------------------------------------------------- the record in the store
@@ -184,5 +204,7 @@ def summary_line(report: dict[str, Any]) -> str:
     """One line for ``release list``: when, which versions, the outcome and why."""
     v = report.get("verdict") or {}
     why = v.get("summary") or report.get("note") or ""
-    return (f"last canary {report.get('started_at', '?')[:16].replace('T', ' ')}: v{report['candidate']} against live v{report['live']}, "
-            f"{report['status'].upper()}{': ' + why if why else ''}")  # fmt: skip
+    return (
+        f"last canary {report.get('started_at', '?')[:16].replace('T', ' ')}: v{report['candidate']} against live v{report['live']}, "
+        f"{report['status'].upper()}{': ' + why if why else ''}"
+    )

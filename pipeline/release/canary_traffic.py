@@ -114,9 +114,15 @@ class Latency:
     min_round_requests: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"p99_ratio": self.p99_ratio.to_json(), "p50_ratio": self.p50_ratio.to_json(), "live": asdict(self.live),
-                "candidate": asdict(self.candidate), "window_s": round(self.window_s, 3), "min_round_requests": self.min_round_requests,
-                "rounds": [asdict(r) for r in self.rounds]}  # fmt: skip
+        return {
+            "p99_ratio": self.p99_ratio.to_json(),
+            "p50_ratio": self.p50_ratio.to_json(),
+            "live": asdict(self.live),
+            "candidate": asdict(self.candidate),
+            "window_s": round(self.window_s, 3),
+            "min_round_requests": self.min_round_requests,
+            "rounds": [asdict(r) for r in self.rounds],
+        }
 
 
 @dataclass
@@ -184,9 +190,16 @@ def replay(url: str, live: Endpoint, cand: Endpoint, rows: list[Feed], pairs: Ou
     return sent, errors
 
 
-def share_load(
-    pa: PerfAnalyzer, url: str, sides: list[Endpoint], rows: list[Feed], batched: bool,
-    rate: float, share: float, seconds: float, workdir: Path,
+def share_load(  # noqa: PLR0913
+    pa: PerfAnalyzer,
+    url: str,
+    sides: list[Endpoint],
+    rows: list[Feed],
+    batched: bool,
+    rate: float,
+    share: float,
+    seconds: float,
+    workdir: Path,
 ) -> tuple[list[Sent], list[str]]:
     """``rate`` req/s for ``seconds`` from perf_analyzer: ``share`` to the baseline, ``share`` to the candidate, the rest to production.
 
@@ -202,9 +215,26 @@ def share_load(
         if r <= 0:
             continue
         export = workdir / f"{ep.side}.profile.json"
-        cmd = [str(pa.binary), "-m", ep.model, *(["-x", str(ep.version)] if ep.pinned else []), "-u", url, "-i", "http", "--input-data", str(data),
-               "--request-rate-range", f"{r:g}", "--request-count", str(max(1, round(r * seconds))),
-               "--profile-export-file", str(export), "-f", str(workdir / f"{ep.side}.csv")]  # fmt: skip
+        cmd = [
+            str(pa.binary),
+            "-m",
+            ep.model,
+            *(["-x", str(ep.version)] if ep.pinned else []),
+            "-u",
+            url,
+            "-i",
+            "http",
+            "--input-data",
+            str(data),
+            "--request-rate-range",
+            f"{r:g}",
+            "--request-count",
+            str(max(1, round(r * seconds))),
+            "--profile-export-file",
+            str(export),
+            "-f",
+            str(workdir / f"{ep.side}.csv"),
+        ]
         for s in shapes:
             cmd += ["--shape", s]
         log = open(workdir / f"{ep.side}.log", "w+")  # noqa: SIM115 - closed below, after the process ends
@@ -275,8 +305,13 @@ def paired_rounds(sent: list[Sent], rounds: int, min_requests: int) -> Latency:
             r.candidate_p50_ms, r.candidate_p99_ms = _pct(inside[CANDIDATE], 50), _pct(inside[CANDIDATE], 99)
         out.append(r)
     return Latency(
-        out, estimate([r.ratio("p99") for r in out]), estimate([r.ratio("p50") for r in out]),
-        _side(by[LIVE]), _side(by[CANDIDATE]), max(hi - lo, 0.0), min_requests,
+        out,
+        estimate([r.ratio("p99") for r in out]),
+        estimate([r.ratio("p50") for r in out]),
+        _side(by[LIVE]),
+        _side(by[CANDIDATE]),
+        max(hi - lo, 0.0),
+        min_requests,
     )
 
 

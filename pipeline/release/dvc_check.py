@@ -98,13 +98,15 @@ def check(repository: str | Path, parity: str | Path | None = None, bench: str |
             return _unchecked("; ".join(problems), unchecked, state) if problems else state
     except LockError as e:
         raise ReleaseError(
-            f"the DVC project {root} is locked by another dvc command", fix="wait until it finishes (a running `dvc repro`?), then build again",
+            f"the DVC project {root} is locked by another dvc command",
+            fix="wait until it finishes (a running `dvc repro`?), then build again",
             details={"error": e},
         ) from None
     except DvcException as e:
         raise ReleaseError(
             f"DVC cannot read the project {root}, so the release cannot be checked against dvc.lock",
-            fix="run `dvc status` there and fix what it reports", details={"error": f"{type(e).__name__}: {e}"},
+            fix="run `dvc status` there and fix what it reports",
+            details={"error": f"{type(e).__name__}: {e}"},
         ) from None
 
 
@@ -121,8 +123,9 @@ def _check(repo: Any, root: Path, path: Path) -> dict[str, Any]:
     skipped = {
         _name(s, root): f"reads the machine record {', '.join(sorted(_rel(d, root) for d in _dep_paths(s) & machine))}; "
         "its engine is guarded by its manifest and by the parity and repository stages' content deps"
-        for s in order if not s.always_changed and _dep_paths(s) & machine
-    }  # fmt: skip
+        for s in order
+        if not s.always_changed and _dep_paths(s) & machine
+    }
     checked = [s for s in order if not s.always_changed and _name(s, root) not in skipped]
     for s in checked:
         for entries in repo.status(targets=[s.addressing]).values():  # addressing: how DVC resolves it from the cwd
@@ -240,9 +243,15 @@ def _stale_sources(root: Path, always: list[Any], records: dict[str, tuple[Any, 
     missing = [k for k in SOURCE_KINDS if k not in records]
     if missing:
         names = ", ".join(_name(s, root) for s in always) or "(no always-changed stage)"
-        return [(names, f"no out holds the {' and '.join(repr(k) for k in missing)} source record "
-                 "(JSON with \"record\": \"model\"|\"data\"), so a rewritten checkpoint, ONNX file or model module "
-                 "would go unnoticed (dvc.yaml: the probe stage writes them)", None)]
+        return [
+            (
+                names,
+                f"no out holds the {' and '.join(repr(k) for k in missing)} source record "
+                '(JSON with "record": "model"|"data"), so a rewritten checkpoint, ONNX file or model module '
+                "would go unnoticed (dvc.yaml: the probe stage writes them)",
+                None,
+            )
+        ]
     from dvc.dependency.param import ParamsDependency
 
     stage = records["model"][0]

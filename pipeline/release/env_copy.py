@@ -59,7 +59,7 @@ def parts(store: ReleaseStore, env: str, model: str, version: int, m: dict[str, 
     files = m["files"]
 
     def under(prefix: str) -> mf.FileTable:
-        return {k[len(prefix):]: v for k, v in files.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
 
     base, src = store.model_rel(env, model), f"{store.release_rel(model, version)}/files"
     return [
@@ -113,13 +113,15 @@ def install(store: ReleaseStore, env: str, model: str, version: int, m: dict[str
             if only_warmup_missing(problems):
                 # Added file by file with atomic writes: Triton reads them only when it loads the model.
                 for p in problems:
-                    name = p.path[len(warmup_part.label):]
+                    name = p.path[len(warmup_part.label) :]
                     fs.write_atomic(f"{warmup_part.rel}/{name}", fs.read_bytes(f"{warmup_part.src}/{name}"))
                 _check_copy(store, env, version, warmup_part, warmup_part.rel)
                 return "completed"
             mf.raise_on_mismatch(
-                problems, f"the live copy of version {version} in '{env}' was modified",
-                fs.path(version_part.rel), "roll back or promote another version first, then promote this one again to rewrite it",
+                problems,
+                f"the live copy of version {version} in '{env}' was modified",
+                fs.path(version_part.rel),
+                "roll back or promote another version first, then promote this one again to rewrite it",
             )
         for part in todo:
             fs.remove_tree(part.rel)
@@ -158,8 +160,7 @@ def _copy(store: ReleaseStore, env: str, version: int, part: Part) -> None:
 
 def _check_copy(store: ReleaseStore, env: str, version: int, part: Part, at: str) -> None:
     staged = Part(at, part.src, part.label, part.expected)
-    mf.raise_on_mismatch(compare(store, staged), f"copying version {version} into '{env}' produced different bytes",
-                         store.fs.path(at), "check the store's storage and retry")  # fmt: skip
+    mf.raise_on_mismatch(compare(store, staged), f"copying version {version} into '{env}' produced different bytes", store.fs.path(at), "check the store's storage and retry")
 
 
 def missing_warmup(store: ReleaseStore, env: str, model: str, cfg: mc.ModelConfig) -> list[str]:

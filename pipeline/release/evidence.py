@@ -93,8 +93,7 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
     shipped = {m["artifact"] for m in matched.values()}
     # Judged only on what it ships: every other artifact that did not pass is recorded with its reason, never fatal.
     optional = {k: artifact_passed(report, k)[1] for k in arts if k not in shipped and not artifact_passed(report, k)[0]}
-    return {"pass": True, "report": str(path), "served": matched, "not_shipped": optional,
-            "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
+    return {"pass": True, "report": str(path), "served": matched, "not_shipped": optional, "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
 
 
 def parity_samples(path: str | Path) -> tuple[Path | None, dict[str, Any]]:
@@ -151,8 +150,10 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
     shipped = {file_digest(p)[0] for p in version_dir.glob("*.onnx")}
     per_variant = measured.get("files_sha256")
     if isinstance(per_variant, dict) and set(per_variant.values()) != shipped:
-        return _absent(f"{path} measured the variants on other ONNX files than the release ships "
-                       f"(measured {sorted(str(v)[:12] for v in per_variant.values())}, shipped {sorted(s[:12] for s in shipped)})")
+        return _absent(
+            f"{path} measured the variants on other ONNX files than the release ships "
+            f"(measured {sorted(str(v)[:12] for v in per_variant.values())}, shipped {sorted(s[:12] for s in shipped)})"
+        )
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
     if measured.get("configs_sha256") != configs:
         theirs = measured.get("configs_sha256") if isinstance(measured.get("configs_sha256"), dict) else {}

@@ -107,18 +107,14 @@ def check_register(repo: str | Path | None, model: str, version: int, commit: st
     taken = [v.version for v in at_commit if v.is_registered and v.is_active]
     if taken:
         raise ReleaseError(
-            f"commit {commit[:7]} already carries {name}@{taken[0]} (GTO allows one version per commit), "
-            f"so release {version} could not be tagged {name}@{ver}",
-            fix="commit your change first (each release gets its own commit), or pass --no-tag "
-            "(the release then cannot be promoted with tagging on)",
+            f"commit {commit[:7]} already carries {name}@{taken[0]} (GTO allows one version per commit), so release {version} could not be tagged {name}@{ver}",
+            fix="commit your change first (each release gets its own commit), or pass --no-tag (the release then cannot be promoted with tagging on)",
             details={"commit": commit},
         )
     if same_name is not None:
         raise ReleaseError(
-            f"the git tag {name}@{ver} already exists (on commit {same_name.commit_hexsha[:7]}), "
-            f"but the store's next release of '{model}' is {version}",
-            fix="this git repository was tagged by another release store: build into that store (--store), "
-            "or pass --no-tag",
+            f"the git tag {name}@{ver} already exists (on commit {same_name.commit_hexsha[:7]}), but the store's next release of '{model}' is {version}",
+            fix="this git repository was tagged by another release store: build into that store (--store), or pass --no-tag",
         )
 
 
@@ -164,8 +160,7 @@ def check_assignable(repo: str | Path | None, model: str, version: int, commit: 
         by_hand = f"`gto register {name} {commit} --version {ver}`" if commit else f"`gto register {name} <commit> --version {ver}`"
         raise ReleaseError(
             f"release {version} of '{model}' has no GTO tag {name}@{ver} in {repo}, so the promotion could not be recorded in git",
-            fix=f"register it first with {by_hand} (GTO allows one version per commit), "
-            "or pass --no-tag (then `gto show` does not show this promotion)",
+            fix=f"register it first with {by_hand} (GTO allows one version per commit), or pass --no-tag (then `gto show` does not show this promotion)",
         )
 
 
@@ -174,7 +169,7 @@ def _stage_tag_times(reg: Any, name: str, env: str) -> list[int]:
     prefix = f"{name}#{env}"
     out = []
     for t in reg.scm.list_tags():
-        if t.startswith(prefix) and t[len(prefix):len(prefix) + 1] in ("#", "!"):
+        if t.startswith(prefix) and t[len(prefix) : len(prefix) + 1] in ("#", "!"):
             tag = reg.scm.get_tag(t)
             if tag is not None and hasattr(tag, "tag_time"):
                 out.append(int(tag.tag_time))
@@ -202,10 +197,7 @@ def switch(repo: str | Path | None, model: str, env: str, version: int, message:
     name, ver = gto_name(model), gto_version(version)
     with _registry(repo) as reg:
         art = reg.find_artifact(name, create_new=True)
-        others = sorted(
-            {v.version for v in art.get_versions(include_non_explicit=True) if v.version != ver
-             and any(s.stage == env for s in v.get_vstages(active_only=True))}
-        )  # fmt: skip
+        others = sorted({v.version for v in art.get_versions(include_non_explicit=True) if v.version != ver and any(s.stage == env for s in v.get_vstages(active_only=True))})
         _wait_for_next_second(max(_stage_tag_times(reg, name, env), default=None))
     before = set(_list_tags(repo))
     try:

@@ -24,11 +24,18 @@ def describe(st: ReleaseStore, mdl: str) -> tuple[list[list[str]], list[str]]:
             continue
         size = sum(f["size"] for f in m["files"].values()) / 1e6
         commit = (m.get("git") or {}).get("commit") or "-"
-        rows.append([
-            str(v), m["created_at"][:16].replace("T", " "), commit[:7], "pass" if m.get("parity", {}).get("pass") else "?",
-            str(len(m["files"])), f"{size:.1f}", ", ".join(e for e, s in states.items() if s.live == v) or "-",
-            ", ".join(e for e, s in states.items() if v in s.present) or "-",
-        ])  # fmt: skip
+        rows.append(
+            [
+                str(v),
+                m["created_at"][:16].replace("T", " "),
+                commit[:7],
+                "pass" if m.get("parity", {}).get("pass") else "?",
+                str(len(m["files"])),
+                f"{size:.1f}",
+                ", ".join(e for e, s in states.items() if s.live == v) or "-",
+                ", ".join(e for e, s in states.items() if v in s.present) or "-",
+            ]
+        )
     for e, s in states.items():
         if s.live is not None and s.live not in versions:
             lines.append(f"  WARNING {e}: its pointer names version {s.live}, which is not a release here; fix: release promote --to {e} --version <N>")

@@ -138,8 +138,11 @@ class Lease:
         """
         self.renew()
         if self.lost:
-            raise ReleaseError(f"lost the lock before writing: {self.lost}", fix="nothing was switched; run the command again (and check the network to the store)",
-                               details={"lock": self.fs.path(self.rel), "lease_s": self.lease_s})  # fmt: skip
+            raise ReleaseError(
+                f"lost the lock before writing: {self.lost}",
+                fix="nothing was switched; run the command again (and check the network to the store)",
+                details={"lock": self.fs.path(self.rel), "lease_s": self.lease_s},
+            )
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock if it is still ours (never raises)."""

@@ -85,10 +85,7 @@ def dvc_lock_hashes(path: str | Path) -> dict[str, Any]:
         raise ReleaseError(f"cannot parse {p}", fix="restore dvc.lock from git and re-run `dvc repro`", details={"error": e}) from None
     out: dict[str, Any] = {}
     for stage, body in (lock.get("stages") or {}).items():
-        out[stage] = {
-            kind: {d["path"]: d.get("md5") or d.get("hash") for d in body.get(kind, []) if isinstance(d, dict) and "path" in d}
-            for kind in ("deps", "outs")
-        }
+        out[stage] = {kind: {d["path"]: d.get("md5") or d.get("hash") for d in body.get(kind, []) if isinstance(d, dict) and "path" in d} for kind in ("deps", "outs")}
     return out
 
 

@@ -79,9 +79,19 @@ def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str
     return versions[-1], "newest release"
 
 
-def switch(
-    store: ReleaseStore, env: str, model: str, target: int, state: EnvState, action: str,
-    variant: str | None, reload_url: str | list[str] | None, public_key: str | None, git_repo: str | None, extra: dict[str, Any], guard: Lease | Any,
+def switch(  # noqa: C901, PLR0912, PLR0913, PLR0915
+    store: ReleaseStore,
+    env: str,
+    model: str,
+    target: int,
+    state: EnvState,
+    action: str,
+    variant: str | None,
+    reload_url: str | list[str] | None,
+    public_key: str | None,
+    git_repo: str | None,
+    extra: dict[str, Any],
+    guard: Lease | Any,
 ) -> SwitchResult:
     """Steps 1-6 of the module docstring for ``target``, with ``state`` read under the lock ``guard`` holds.
 
@@ -112,9 +122,11 @@ def switch(
     try:  # from here a refusal takes back the copy it made (_drop_unserved_copy below)
         missing = env_copy.missing_warmup(store, env, model, cfg)
         if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
-            raise ReleaseError(f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
-                               fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
-                               details={"missing": ", ".join(missing)})  # fmt: skip
+            raise ReleaseError(
+                f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
+                fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
+                details={"missing": ", ".join(missing)},
+            )
         data = pointer.render(cfg, env, model, target, variant_name)
         if reloaders:
             t = time.perf_counter()
@@ -127,11 +139,22 @@ def switch(
         t = time.perf_counter()
         guard.check()  # we still hold the lock (renewed now), so nobody else switches until we are done
         # The event first, as an intent naming the pointer's sha256; the flip confirms it (store.reconcile).
-        store.record_intent(env, model, {
-            "action": action, "version": target, "previous": state.live, "variant": variant_name,
-            "at": mf.now(), "by": _user(), "reload": ",".join(reload_urls(reload_url)) or None, **extra,
-            "pointer_sha256": hashlib.sha256(data).hexdigest(),
-        }, state)
+        store.record_intent(
+            env,
+            model,
+            {
+                "action": action,
+                "version": target,
+                "previous": state.live,
+                "variant": variant_name,
+                "at": mf.now(),
+                "by": _user(),
+                "reload": ",".join(reload_urls(reload_url)) or None,
+                **extra,
+                "pointer_sha256": hashlib.sha256(data).hexdigest(),
+            },
+            state,
+        )
         store.flip(env, model, data, state.pointer_tag)  # the one atomic step
         flipped = True
         faults.point("after_flip")
@@ -186,8 +209,14 @@ def reload_urls(reload_url: str | list[str] | None) -> list[str]:
 
 
 def promote(
-    store: ReleaseStore, env: str, model: str | None = None, version: int | None = None, variant: str | None = None,
-    reload_url: str | list[str] | None = None, public_key: str | None = None, git_repo: str | None = None,
+    store: ReleaseStore,
+    env: str,
+    model: str | None = None,
+    version: int | None = None,
+    variant: str | None = None,
+    reload_url: str | list[str] | None = None,
+    public_key: str | None = None,
+    git_repo: str | None = None,
 ) -> SwitchResult:
     """Make ``version`` (default: see :func:`default_version`) the live version of ``env``.
 
@@ -230,7 +259,9 @@ def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvS
     problems = store.verify_env_copy(env, model, version, store.verify_release(model, version))
     if problems and not env_copy.only_warmup_missing(problems):
         mf.raise_on_mismatch(
-            problems, f"version {version} is live in '{env}' but its files changed", store.fs.path(store.model_rel(env, model), str(version)),
+            problems,
+            f"version {version} is live in '{env}' but its files changed",
+            store.fs.path(store.model_rel(env, model), str(version)),
             "promote another version, then promote this one again to rewrite the copy",
         )
     cfg, variant_name = store.release_config(model, version, variant_of(state.history, version))
@@ -245,8 +276,12 @@ def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvS
 
 
 def rollback(
-    store: ReleaseStore, env: str, model: str | None = None, reload_url: str | list[str] | None = None,
-    public_key: str | None = None, git_repo: str | None = None,
+    store: ReleaseStore,
+    env: str,
+    model: str | None = None,
+    reload_url: str | list[str] | None = None,
+    public_key: str | None = None,
+    git_repo: str | None = None,
 ) -> SwitchResult:
     """Make the version that was live before the current one live again; delete nothing.
 
@@ -261,7 +296,13 @@ def rollback(
 
 
 def _rollback_locked(
-    store: ReleaseStore, env: str, model: str, reload_url: str | list[str] | None, public_key: str | None, git_repo: str | None, guard: Lease | Any,
+    store: ReleaseStore,
+    env: str,
+    model: str,
+    reload_url: str | list[str] | None,
+    public_key: str | None,
+    git_repo: str | None,
+    guard: Lease | Any,
 ) -> SwitchResult:
     state = store.env_state(env, model)
     store.check_pointer(state)
@@ -272,7 +313,7 @@ def _rollback_locked(
         raise ReleaseError(
             f"the pointer of '{env}' says version {state.live} but its promotion history ends at {stack[-1]}",
             fix=f"config.pbtxt was edited by hand: `release promote --to {env} --version {state.live}` records the live version"
-                f" (or `--version <N>` to serve another), then roll back",
+            f" (or `--version <N>` to serve another), then roll back",
         )
     if len(stack) < 2:
         raise ReleaseError(
@@ -284,7 +325,7 @@ def _rollback_locked(
     return switch(store, env, model, target, state, "rollback", variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live}, guard)
 
 
-def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:
+def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:  # noqa: C901, PLR0912
     """Check every release, and every environment's pointer and version copies; returns lines of what was checked.
 
     Raises:
@@ -318,8 +359,10 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
             if st.live is None and not st.present:
                 continue
             if st.live is not None and st.live not in manifests:
-                problems.append(f"env {env}: pointer names version {st.live}, which is not a release in the store"
-                                f" (fix: `release promote --to {env} --version <N>` with one of {sorted(manifests)})")
+                problems.append(
+                    f"env {env}: pointer names version {st.live}, which is not a release in the store"
+                    f" (fix: `release promote --to {env} --version <N>` with one of {sorted(manifests)})"
+                )
             elif st.live is not None and st.live not in st.present:
                 problems.append(f"env {env}: pointer names version {st.live} but envs/{env}/{mdl}/{st.live}/ is missing")
             for v in st.present:
@@ -328,8 +371,14 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
                     continue
                 bad = store.verify_env_copy(env, mdl, v, manifests[v])
                 if bad:
-                    hint = (" (bytecode caches written by the python-backend stub; a planted .pyc would run at the next load, so they count:"
-                            " promote/rollback remove them from versions that are not live)") if any("__pycache__/" in b.path for b in bad) else ""
+                    hint = (
+                        (
+                            " (bytecode caches written by the python-backend stub; a planted .pyc would run at the next load, so they count:"
+                            " promote/rollback remove them from versions that are not live)"
+                        )
+                        if any("__pycache__/" in b.path for b in bad)
+                        else ""
+                    )
                     if env_copy.only_warmup_missing(bad):
                         hint = f" (copied before environments carried warmup data: `release promote --to {env} --version {v}` adds them)"
                     problems.append(f"env {env}: copy of version {v} differs from its release: " + "; ".join(map(str, bad)) + hint)
@@ -343,8 +392,11 @@ def verify_store(store: ReleaseStore, model: str | None = None, public_key: str 
     for env in store.environments:
         problems += verify_env.stray_problems(store, env, store.models())
     if problems:
-        raise ReleaseError(f"release store {store.url} failed verification ({len(problems)} problem(s))",
-                           fix="do not promote from it until fixed; see each problem", details={"problems": "\n    " + "\n    ".join(problems)})
+        raise ReleaseError(
+            f"release store {store.url} failed verification ({len(problems)} problem(s))",
+            fix="do not promote from it until fixed; see each problem",
+            details={"problems": "\n    " + "\n    ".join(problems)},
+        )
     return checked
 
 
@@ -354,8 +406,10 @@ def _pointer_warmup(store: ReleaseStore, env: str, model: str, live: int) -> lis
     missing = env_copy.missing_warmup(store, env, model, pointer.parse_config(store.fs.read_text(rel), store.fs.path(rel)))
     if not missing:
         return []
-    return [f"env {env}: config.pbtxt's model_warmup names {', '.join(missing)}, which the environment does not hold, so Triton cannot load it"
-            f" (fix: `release promote --to {env} --version {live}` installs version {live}'s warmup rows and points the config at them)"]
+    return [
+        f"env {env}: config.pbtxt's model_warmup names {', '.join(missing)}, which the environment does not hold, so Triton cannot load it"
+        f" (fix: `release promote --to {env} --version {live}` installs version {live}'s warmup rows and points the config at them)"
+    ]
 
 
 def _user() -> str:

@@ -48,6 +48,7 @@ class ReleaseStore(Protocol):
 
     def versions(self, model: str) -> list[int]: ...
 
+
 CLAIM = ".claim"
 _MAX_CLAIM_TRIES = 20
 
@@ -89,7 +90,9 @@ def _verify(store: ReleaseStore, rel_dir: str, rf: ReleaseFiles) -> None:
     present = [f for f in store.fs.walk_files(rel_dir) if posixpath.basename(f) != CLAIM]
     mf.raise_on_mismatch(
         mf.compare(rf.expected, present, lambda f: store.fs.sha256(f"{rel_dir}/{f}")),
-        "the upload to the release store was corrupted", store.fs.path(rel_dir), "re-run the command; nothing was published",
+        "the upload to the release store was corrupted",
+        store.fs.path(rel_dir),
+        "re-run the command; nothing was published",
     )
 
 
@@ -128,8 +131,10 @@ def _claim(store: ReleaseStore, model: str, version: int | None) -> tuple[int, L
             lease.acquire(take_over=False)
         except Busy as b:
             if version is not None:
-                raise ReleaseError(f"release {n} of '{model}' is being written by another process: {b.who()}",
-                                   fix="wait for it to finish (then `release list`), and import again if it is still missing") from None  # fmt: skip
+                raise ReleaseError(
+                    f"release {n} of '{model}' is being written by another process: {b.who()}",
+                    fix="wait for it to finish (then `release list`), and import again if it is still missing",
+                ) from None
             continue
         if store.fs.exists(f"{store.release_rel(model, n)}/manifest.json"):
             lease.release()  # committed between our listing and our claim
@@ -137,8 +142,9 @@ def _claim(store: ReleaseStore, model: str, version: int | None) -> tuple[int, L
                 raise ReleaseError(f"release {n} of '{model}' appeared while this one was being written", fix="run `release list`; it may be the same release")
             continue
         return n, lease
-    raise ReleaseError(f"could not claim a release number for '{model}' after {_MAX_CLAIM_TRIES} tries from {first}",
-                       fix="many builds are running at once; retry when they are done")  # fmt: skip
+    raise ReleaseError(
+        f"could not claim a release number for '{model}' after {_MAX_CLAIM_TRIES} tries from {first}", fix="many builds are running at once; retry when they are done"
+    )
 
 
 def _write_claimed(store: ReleaseStore, model: str, version: int | None, render: Callable[[int], ReleaseFiles]) -> int:

@@ -26,8 +26,17 @@ from typing import Any
 from pipeline.core.config.checks import s3_store_parts
 from pipeline.core.errors import ReleaseError
 
-_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "InvalidClientTokenId",
-                     "AuthorizationHeaderMalformed", "TokenRefreshRequired", "403", "Forbidden"}  # fmt: skip
+_CREDENTIAL_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidToken",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "AuthorizationHeaderMalformed",
+    "TokenRefreshRequired",
+    "403",
+    "Forbidden",
+}
 _SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN")
 
 
@@ -123,24 +132,32 @@ def translate(e: BaseException, loc: S3Location, action: str) -> ReleaseError:
     where = {"endpoint": loc.endpoint or "AWS (no AWS_ENDPOINT_URL set)", "bucket": loc.bucket, "while": action}
     env_fix = "set AWS_ENDPOINT_URL (or write the store as s3://http://host:port/bucket/prefix)"
     if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ConnectionClosedError, bx.ProxyConnectionError, ConnectionError)):
-        return ReleaseError(f"cannot reach the S3 endpoint {loc.endpoint or '(AWS)'}", fix=f"start the S3 server or {env_fix} to one that answers",
-                            details={**where, "error": scrub(f"{type(e).__name__}: {e}")[:300]})  # fmt: skip
+        return ReleaseError(
+            f"cannot reach the S3 endpoint {loc.endpoint or '(AWS)'}",
+            fix=f"start the S3 server or {env_fix} to one that answers",
+            details={**where, "error": scrub(f"{type(e).__name__}: {e}")[:300]},
+        )
     if isinstance(e, (bx.NoCredentialsError, bx.PartialCredentialsError)):
         return ReleaseError("no S3 credentials found", fix="export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for the store's account", details=where)
     err = _client_error(e)
     code, message = err if err else ("", str(e))
     if code in ("NoSuchBucket",) or (code in ("404", "NotFound") and action == "checking the bucket"):
-        return ReleaseError(f"the S3 bucket '{loc.bucket}' does not exist at {loc.endpoint or 'AWS'}",
-                            fix=f"create it first (e.g. `aws s3 mb s3://{loc.bucket}`), or fix the bucket in --store / release.store",
-                            details=where)  # fmt: skip
+        return ReleaseError(
+            f"the S3 bucket '{loc.bucket}' does not exist at {loc.endpoint or 'AWS'}",
+            fix=f"create it first (e.g. `aws s3 mb s3://{loc.bucket}`), or fix the bucket in --store / release.store",
+            details=where,
+        )
     if code in _CREDENTIAL_CODES:
         fix = "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) for this endpoint; they are not printed"
         return ReleaseError("the S3 server rejected the credentials", fix=fix, details={**where, "S3 error": code})
     if code == "AccessDenied" or isinstance(e, PermissionError):
         fix = "grant these credentials s3:GetObject, s3:PutObject, s3:DeleteObject and s3:ListBucket on the store's prefix"
         return ReleaseError(f"access denied to s3://{loc.bucket}", fix=fix, details={**where, "S3 error": code or "AccessDenied"})
-    return ReleaseError(f"an S3 request failed while {action}", fix="check the S3 server's health and retry; nothing half-written is ever read as a release or a pointer",
-                        details={**where, "error": scrub(f"{code or type(e).__name__}: {message}")[:400]})  # fmt: skip
+    return ReleaseError(
+        f"an S3 request failed while {action}",
+        fix="check the S3 server's health and retry; nothing half-written is ever read as a release or a pointer",
+        details={**where, "error": scrub(f"{code or type(e).__name__}: {message}")[:400]},
+    )
 
 
 def s3_errors() -> tuple[type[BaseException], ...]:

@@ -109,5 +109,4 @@ def unkeyed_problems(fs: StoreFS, rel: str, manifest: dict) -> list[str]:
     changed = sorted(n for n in set(signed) | set(actual) if signed.get(n) != actual.get(n))
     if not changed:
         return []
-    return [f"{SIGNATURE} does not sign these files (changed after signing: {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}):"
-            " invalid for any key; do not promote it"]
+    return [f"{SIGNATURE} does not sign these files (changed after signing: {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}): invalid for any key; do not promote it"]

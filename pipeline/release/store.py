@@ -62,8 +62,9 @@ class EnvState:
 class ReleaseStore:
     """Read and write releases and environments in one store."""
 
-    def __init__(self, url: str | os.PathLike[str], environments: list[str] | None = None, lock_lease_s: float = 60.0,
-                 public_key: str | None = None, require_signature: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, url: str | os.PathLike[str], environments: list[str] | None = None, lock_lease_s: float = 60.0, public_key: str | None = None, require_signature: bool = False
+    ) -> None:
         self.public_key, self.require_signature = public_key, require_signature
         # Environments that refuse a release built with --unchecked-evidence (the last one, with release.production_requires_checked_evidence; the CLI sets it).
         self.checked_evidence_envs: list[str] = []
@@ -168,7 +169,11 @@ class ReleaseStore:
         return m
 
     def add_release(
-        self, model: str, source_dir: Path, sections: dict[str, Any], sign: Callable[[Path], None] | None = None,
+        self,
+        model: str,
+        source_dir: Path,
+        sections: dict[str, Any],
+        sign: Callable[[Path], None] | None = None,
         extra: list[tuple[Path, str]] | None = None,
     ) -> tuple[int, dict[str, Any]]:
         """Freeze ``source_dir`` (a shipped Triton model dir) as the next release of ``model``.
@@ -209,7 +214,7 @@ class ReleaseStore:
                 data = (json.dumps(made["manifest"], indent=2) + "\n").encode()
                 if sign is not None:
                     uploads.append((_signed_copy(Path(tmp) / str(version), uploads, data, sign), SIGNATURE))
-                return publish.ReleaseFiles(uploads, data, {f"files/{k}": v for k, v in files.items()} | publish.expected_of(uploads[len(sources):]))
+                return publish.ReleaseFiles(uploads, data, {f"files/{k}": v for k, v in files.items()} | publish.expected_of(uploads[len(sources) :]))
 
             version = publish.write_release(self, model, None, render)
         return version, made["manifest"]
@@ -232,7 +237,8 @@ class ReleaseStore:
                 history = json.loads(hist[0])
             except json.JSONDecodeError as e:
                 raise ReleaseError(
-                    f"the promotion history of '{env}' is corrupt", fix="restore it from a backup; the live version is still the one in config.pbtxt",
+                    f"the promotion history of '{env}' is corrupt",
+                    fix="restore it from a backup; the live version is still the one in config.pbtxt",
                     details={"file": self.fs.path(self.history_rel(env, model)), "error": e},
                 ) from None
         history, interrupted = hist_mod.reconcile(history, ptr[0] if ptr else None, live)
@@ -277,8 +283,10 @@ class ReleaseStore:
         if key:
             signing.verify_dir(self.fs, self.release_rel(model, version), key)
         elif self.require_signature:
-            raise ReleaseError("this store requires signed releases (release.require_signature) but no public key is configured",
-                               fix="set release.public_key to the PEM EC public key, or pass --public-key; nothing was changed")  # fmt: skip
+            raise ReleaseError(
+                "this store requires signed releases (release.require_signature) but no public key is configured",
+                fix="set release.public_key to the PEM EC public key, or pass --public-key; nothing was changed",
+            )
 
     def check_evidence(self, m: dict[str, Any], env: str) -> None:
         """Refuse a release whose evidence dvc.lock did not vouch for, in an environment that requires it.
@@ -288,15 +296,18 @@ class ReleaseStore:
         """
         dvc = m.get("dvc") or {}
         if env in self.checked_evidence_envs and not dvc.get("checked"):
-            raise ReleaseError(f"release {m['version']} of '{m['model']}' was built from evidence dvc.lock does not vouch for, and '{env}' requires it",
-                               fix="build the release from the pipeline's outputs (`dvc repro`, then `release build`), or pass --allow-unchecked-evidence; nothing was changed",
-                               details={"reason": dvc.get("reason") or "(no dvc section)"})  # fmt: skip
+            raise ReleaseError(
+                f"release {m['version']} of '{m['model']}' was built from evidence dvc.lock does not vouch for, and '{env}' requires it",
+                fix="build the release from the pipeline's outputs (`dvc repro`, then `release build`), or pass --allow-unchecked-evidence; nothing was changed",
+                details={"reason": dvc.get("reason") or "(no dvc section)"},
+            )
 
     @staticmethod
     def variants(m: dict[str, Any]) -> list[str]:
         """The config variants a release carries: the ``configs/<name>.pbtxt`` its manifest lists (and checks)."""
-        return sorted(k.removeprefix("configs/").removesuffix(".pbtxt") for k in m["files"]
-                      if k.startswith("configs/") and k.endswith(".pbtxt") and "/" not in k.removeprefix("configs/"))  # fmt: skip
+        return sorted(
+            k.removeprefix("configs/").removesuffix(".pbtxt") for k in m["files"] if k.startswith("configs/") and k.endswith(".pbtxt") and "/" not in k.removeprefix("configs/")
+        )
 
     def check_variant(self, m: dict[str, Any], variant: str) -> None:
         """Refuse a variant that is not a name from the release's own manifest (so no path outside the release is read).
@@ -306,8 +317,10 @@ class ReleaseStore:
         """
         have = self.variants(m)
         if variant not in have:
-            raise ReleaseError(f"release {m['version']} of '{m['model']}' has no config variant {variant!r}",
-                               fix=f"use --variant with one of {have or '(none: the release has only config.pbtxt)'} or leave it out; nothing was changed")  # fmt: skip
+            raise ReleaseError(
+                f"release {m['version']} of '{m['model']}' has no config variant {variant!r}",
+                fix=f"use --variant with one of {have or '(none: the release has only config.pbtxt)'} or leave it out; nothing was changed",
+            )
 
     @contextlib.contextmanager
     def env_lock(self, env: str, model: str, command: str = "promote/rollback") -> Iterator[lock.Lease | Any]:
@@ -335,9 +348,11 @@ class ReleaseStore:
             faults.point("before_flip", self.fs.path(rel))
             self.fs.write_if(rel, data, expect)
         except OSError as e:
-            raise ReleaseError(f"could not write the pointer of '{env}': {e.strerror or e}; the live version is unchanged",
-                               fix="free space on (or fix access to) the store, then run the command again (the recorded intent is marked aborted)",
-                               details={"pointer": self.fs.path(rel)}) from None  # fmt: skip
+            raise ReleaseError(
+                f"could not write the pointer of '{env}': {e.strerror or e}; the live version is unchanged",
+                fix="free space on (or fix access to) the store, then run the command again (the recorded intent is marked aborted)",
+                details={"pointer": self.fs.path(rel)},
+            ) from None
         except Conflict:
             raise ReleaseError(
                 f"the pointer of '{env}' changed while this command held the lock; it was not overwritten",
@@ -366,9 +381,11 @@ class ReleaseStore:
                 details={"history": self.fs.path(rel)},
             ) from None
         except OSError as e:
-            raise ReleaseError(f"could not record the switch in the history of '{env}': {e.strerror or e}; nothing was switched",
-                               fix="free space on (or fix access to) the store, then run the command again",
-                               details={"history": self.fs.path(rel)}) from None  # fmt: skip
+            raise ReleaseError(
+                f"could not record the switch in the history of '{env}': {e.strerror or e}; nothing was switched",
+                fix="free space on (or fix access to) the store, then run the command again",
+                details={"history": self.fs.path(rel)},
+            ) from None
 
     def check_pointer(self, state: EnvState) -> None:
         """Refuse an environment whose pointer names a version that is not a release in the store.

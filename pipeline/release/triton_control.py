@@ -48,11 +48,12 @@ class TritonReloader:
 
     def _fail(self, what: str, e: object, after_flip: bool = False) -> ReleaseError:
         if after_flip:
-            fix = (f"the store already points at the new version; make Triton re-read it with "
-                   f"`curl -X POST http://{self.url}/v2/repository/models/{self.model}/load` (or restart it) and check its log")
+            fix = (
+                f"the store already points at the new version; make Triton re-read it with "
+                f"`curl -X POST http://{self.url}/v2/repository/models/{self.model}/load` (or restart it) and check its log"
+            )
         else:
-            fix = ("start tritonserver with --model-control-mode=explicit and --model-repository=<store>/envs/<env>, "
-                   "and check its log; the environment's pointer was not changed")
+            fix = "start tritonserver with --model-control-mode=explicit and --model-repository=<store>/envs/<env>, and check its log; the environment's pointer was not changed"
         return ReleaseError(what, fix=fix, details={"server": self.url, "model": self.model, "error": str(e).strip()[:800]})
 
     def check(self) -> None:

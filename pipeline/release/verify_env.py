@@ -37,11 +37,12 @@ def served_problems(store: ReleaseStore, env: str, model: str, st: EnvState, man
     if st.live is not None:
         stack = live_stack(st.history)
         if not st.history:
-            out.append(f"env {env}: the promotion history is missing, but the pointer names version {st.live}"
-                       f" (fix: `release promote --to {env} --version {st.live}` records it)")  # fmt: skip
+            out.append(f"env {env}: the promotion history is missing, but the pointer names version {st.live} (fix: `release promote --to {env} --version {st.live}` records it)")
         elif not stack or stack[-1] != st.live:
-            out.append(f"env {env}: the pointer names version {st.live} but the history ends at {stack[-1] if stack else '(nothing)'}"
-                       f" (fix: `release promote --to {env} --version {st.live}` records it)")  # fmt: skip
+            out.append(
+                f"env {env}: the pointer names version {st.live} but the history ends at {stack[-1] if stack else '(nothing)'}"
+                f" (fix: `release promote --to {env} --version {st.live}` records it)"
+            )
     return out
 
 
@@ -70,8 +71,10 @@ def stray_problems(store: ReleaseStore, env: str, models: list[str]) -> list[str
             for n in dirs + files:
                 p = os.path.join(d, n)
                 if os.path.islink(p):
-                    out.append(f"env {env}: {os.path.relpath(p, store.fs.path())} is a symlink (to {os.readlink(p)}): an environment holds only copies;"
-                               f" fix: `release promote --to {env} --version <live>` replaces it")  # fmt: skip
+                    out.append(
+                        f"env {env}: {os.path.relpath(p, store.fs.path())} is a symlink (to {os.readlink(p)}): an environment holds only copies;"
+                        f" fix: `release promote --to {env} --version <live>` replaces it"
+                    )
     return out
 
 

@@ -96,9 +96,7 @@ def describe_variant(variant: VariantConfig, target: TargetConfig, precision: st
     if db is None:
         lines.append("No dynamic_batching: each request runs at once, it never waits in a queue for others.")
     else:
-        lines.append(
-            f"dynamic_batching: a request may wait up to {db.max_queue_delay_us} us for a batch of {list(db.preferred_batch_sizes)}:"
-        )
+        lines.append(f"dynamic_batching: a request may wait up to {db.max_queue_delay_us} us for a batch of {list(db.preferred_batch_sizes)}:")
         lines.append("do not measure latency against this variant at low load; that measures the queue, not the model.")
     return lines
 

@@ -44,18 +44,24 @@ def from_choice(cfg: PipelineConfig, choice_path: Path, files: Mapping[str, Path
     choice = read_choice(choice_path, RepositoryError)
     fix = "rerun the choice on these files: dvc repro choose repository"
     if (choice.target, choice.configured) != (cfg.serving.target, str(cfg.serving.precision)):
-        raise RepositoryError(f"{choice_path} was made for target '{choice.target}' with precision {choice.configured}, the config "
-                              f"serves '{cfg.serving.target}' with precision {cfg.serving.precision}", fix=fix)
+        raise RepositoryError(
+            f"{choice_path} was made for target '{choice.target}' with precision {choice.configured}, the config "
+            f"serves '{cfg.serving.target}' with precision {cfg.serving.precision}",
+            fix=fix,
+        )
     out: dict[str, Served] = {}
     for variant, c in choice.variants.items():
         path = files.get(c.precision)
         if path is None:
-            raise RepositoryError(f"{choice_path} has variant '{variant}' serve {c.precision}, but no {c.precision} ONNX was given",
-                                  fix=f"pass --{c.precision} artifacts/onnx/model.{c.precision}.onnx (dvc.yaml does)")
+            raise RepositoryError(
+                f"{choice_path} has variant '{variant}' serve {c.precision}, but no {c.precision} ONNX was given",
+                fix=f"pass --{c.precision} artifacts/onnx/model.{c.precision}.onnx (dvc.yaml does)",
+            )
         recorded = (choice.files.get(c.precision) or {}).get("sha256")
         if recorded != atomic.file_digest(path)[0]:
-            raise RepositoryError(f"the choice for variant '{variant}' ({c.precision}) was made on another {path.name}",
-                                  fix=fix, details={"choice": choice_path, "recorded sha256": recorded})
+            raise RepositoryError(
+                f"the choice for variant '{variant}' ({c.precision}) was made on another {path.name}", fix=fix, details={"choice": choice_path, "recorded sha256": recorded}
+            )
         out[variant] = Served(c.precision, path, c.reason)
     return out
 

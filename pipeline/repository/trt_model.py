@@ -85,7 +85,7 @@ def _io(manifest_io: Sequence[Mapping[str, Any]]) -> list[IOSpec]:
     return [IOSpec(str(s["name"]), str(s["dtype"]), tuple(s["dims"])) for s in manifest_io]
 
 
-def render_trt_model(
+def render_trt_model(  # noqa: C901, PLR0912, PLR0915
     model_name: str,
     engine_dirs: Mapping[str, Path],
     variant: VariantConfig,
@@ -139,8 +139,7 @@ def render_trt_model(
         check_matches_target(manifest, target, Path(engine_dir), onnx_sha)
         passed, why = engine_parity(parity_report, name)
         if passed and not onnx_sha:
-            passed, why = False, (f"the parity report has no {manifest.precision} entry, so nothing says which "
-                                  f"{manifest.precision.upper()} ONNX the engine must come from")
+            passed, why = False, (f"the parity report has no {manifest.precision} entry, so nothing says which {manifest.precision.upper()} ONNX the engine must come from")
         if not passed:
             out.excluded[name] = f"not shipped: {why}"
             continue
@@ -158,9 +157,7 @@ def render_trt_model(
         max_batches[name] = max_batch([InputProfile.from_dict(i, p) for i, p in manifest.profiles.items()])
         io = io or manifest.io
         if (manifest.settings or {}).get("version_compatible"):
-            out.notes.append(
-                f"{plan_name(target)} is version-compatible: start Triton with --backend-config=tensorrt,version-compatible=true"
-            )
+            out.notes.append(f"{plan_name(target)} is version-compatible: start Triton with --backend-config=tensorrt,version-compatible=true")
     if not out.included:
         return out
 
@@ -171,9 +168,7 @@ def render_trt_model(
             fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variants.<name>.max_batch_size",
         )
     if not io.get("inputs") or not io.get("outputs"):
-        raise EngineError(
-            "the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>"
-        )
+        raise EngineError("the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>")
     inputs, outputs = _io(io["inputs"]), _io(io["outputs"])
     cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variants.{variant.name}", "gpu")
     cfg.platform = "tensorrt_plan"
@@ -182,12 +177,15 @@ def render_trt_model(
     portable = _portable_target(by_cc, targets)
     if portable is not None:
         cfg.default_model_filename = out.included[portable]
-        out.notes.append(f"default_model_filename {out.included[portable]} is hardware-compatible (ampere_plus): GPUs of "
-                         "compute capability 8.0+ not listed in cc_model_filenames load it")
+        out.notes.append(
+            f"default_model_filename {out.included[portable]} is hardware-compatible (ampere_plus): GPUs of compute capability 8.0+ not listed in cc_model_filenames load it"
+        )
     else:
-        out.notes.append("no default_model_filename: no plan is hardware-compatible, and a plan built for another GPU does not "
-                         "load. A GPU not in cc_model_filenames fails to load this model; the ONNX Runtime model beside it "
-                         "is the fallback (start Triton with --exit-on-error=false)")
+        out.notes.append(
+            "no default_model_filename: no plan is hardware-compatible, and a plan built for another GPU does not "
+            "load. A GPU not in cc_model_filenames fails to load this model; the ONNX Runtime model beside it "
+            "is the fallback (start Triton with --exit-on-error=false)"
+        )
     out.config = cfg
     return out
 

@@ -73,5 +73,4 @@ def describe(w: WarmupConfig | None, row: Feed | None, batched: bool) -> str:
         return "No model_warmup: the first request after a load pays ONNX Runtime's first-run cost (see the bench's cold start)."
     shapes = ", ".join(f"{k} {list(v.shape[1:] if batched else v.shape)}" for k, v in row.items())
     sizes = w.batch_sizes if batched else [1]
-    return (f"model_warmup: one real sample row ({shapes}; files in {WARMUP_DIR}/) at batch sizes {sizes}, {w.count}x each, "
-            "run by Triton before it reports the model ready.")  # fmt: skip
+    return f"model_warmup: one real sample row ({shapes}; files in {WARMUP_DIR}/) at batch sizes {sizes}, {w.count}x each, run by Triton before it reports the model ready."

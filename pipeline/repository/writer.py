@@ -64,9 +64,9 @@ def fixed_batch_variant(variant: VariantConfig, inputs: list[IOSpec]) -> tuple[V
     fixed = [f"{i.name} {list(i.dims)}" for i in inputs if not i.dims or isinstance(i.dims[0], int)]
     if not fixed or (variant.max_batch_size == 0 and variant.dynamic_batching is None):
         return variant, None
-    note = (f"max_batch_size 0 and no dynamic batching: the graph has no dynamic batch axis ({', '.join(fixed)}); "
-            f"the config asked for max_batch_size {variant.max_batch_size}"
-            + (" with dynamic batching" if variant.dynamic_batching is not None else ""))  # fmt: skip
+    note = f"max_batch_size 0 and no dynamic batching: the graph has no dynamic batch axis ({', '.join(fixed)}); the config asked for max_batch_size {variant.max_batch_size}" + (
+        " with dynamic batching" if variant.dynamic_batching is not None else ""
+    )
     return dataclasses.replace(variant, max_batch_size=0, dynamic_batching=None), note
 
 
@@ -75,10 +75,7 @@ def write_trt_model(cfg: PipelineConfig, engines: Path, parity: Path | None, out
     dirs = {t: engines / t for t in cfg.targets}
     name = cfg.model.name + cfg.repository.trt_model_suffix
     report = load_parity(parity)
-    rendered = {
-        key: render_trt_model(name, dirs, getattr(cfg.variants, key), report, cfg.repository.version)
-        for key in ("latency", "throughput")
-    }
+    rendered = {key: render_trt_model(name, dirs, getattr(cfg.variants, key), report, cfg.repository.version) for key in ("latency", "throughput")}
     trt = rendered["latency"]
     gpu_dirs = {t: d for t, d in dirs.items() if t not in trt.not_gpu}
     table = targets_table(gpu_dirs, trt.included, trt.excluded) if gpu_dirs else ""
@@ -94,12 +91,15 @@ def write_trt_model(cfg: PipelineConfig, engines: Path, parity: Path | None, out
             (model_dir / "configs" / f"{key}.pbtxt").write_text(text, encoding="utf-8")
         default = (model_dir / "configs" / f"{cfg.repository.default_variant}.pbtxt").read_text(encoding="utf-8")
         (model_dir / "config.pbtxt").write_text(default, encoding="utf-8")
-    return {"model": name if trt.config is not None else None, "included": trt.included, "excluded": trt.excluded,
-            "precision": trt.precision, "table": table}
+    return {"model": name if trt.config is not None else None, "included": trt.included, "excluded": trt.excluded, "precision": trt.precision, "table": table}
 
 
 def write_repository(
-    cfg: PipelineConfig, onnx: Path | dict[str, Served], out: Path, parity: Path | None = None, engines: Path | None = None,
+    cfg: PipelineConfig,
+    onnx: Path | dict[str, Served],
+    out: Path,
+    parity: Path | None = None,
+    engines: Path | None = None,
 ) -> dict[str, Any]:
     """Render and write the repository into ``out`` (a temporary directory); returns a summary.
 
@@ -159,8 +159,16 @@ def write_repository(
         "version": cfg.repository.version,
         "serving_target": serving.name,
         "precision": precision,
-        "served": {v: {"precision": s.precision, "file": f"{cfg.repository.version}/{names[s.precision]}", "source_onnx": str(s.path),
-                       "sha256": atomic.file_digest(s.path)[0], "reason": s.reason} for v, s in served.items()},
+        "served": {
+            v: {
+                "precision": s.precision,
+                "file": f"{cfg.repository.version}/{names[s.precision]}",
+                "source_onnx": str(s.path),
+                "sha256": atomic.file_digest(s.path)[0],
+                "reason": s.reason,
+            }
+            for v, s in served.items()
+        },
         "parity_all": gates,
         "source_onnx": str(onnx),
         "sha256": atomic.file_digest(onnx)[0],

@@ -38,7 +38,7 @@ MODEL_PY = Path(__file__).with_name("python_standin.py")
 # The stand-in reads its ONNX file from parameters.onnx_path. In a release store each version keeps
 # its own model.onnx, which Triton localizes (from S3 too) before the stub starts, so this model.py
 # subclasses the stand-in and points it at the model.onnx of the version being loaded.
-VERSION_LOCAL_STANDIN = '''\
+VERSION_LOCAL_STANDIN = """\
 import json, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from python_standin import TritonPythonModel as _Ort
@@ -50,7 +50,7 @@ class TritonPythonModel(_Ort):
         here = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
         cfg.setdefault("parameters", {})["onnx_path"] = {"string_value": here}
         super().initialize(dict(args, model_config=json.dumps(cfg)))
-'''
+"""
 # What we change per stand-in, so reports can list it next to "identical scheduling config".
 _COMMON_CHANGES = ("platform", "backend", "default_model_filename", "cc_model_filenames", "parameters.onnx_path")
 CHANGED_FIELDS = {
@@ -79,9 +79,7 @@ class ShippedModel:
 
 def read_config(path: Path) -> mc.ModelConfig:
     """Parse a config.pbtxt with Triton's schema; a syntax error names the file."""
-    return triton_config.parse(
-        path, BenchError, "re-run the repository stage (dvc repro repository) so the config is rendered from the schema"
-    )
+    return triton_config.parse(path, BenchError, "re-run the repository stage (dvc repro repository) so the config is rendered from the schema")
 
 
 def write_config(path: Path, cfg: mc.ModelConfig, header: str = "") -> None:

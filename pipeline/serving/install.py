@@ -76,8 +76,7 @@ def locate_tritonserver() -> TritonInstall:
         if missing:
             raise ToolError(
                 "the nvidia-pytriton install is incomplete: tritonserver found but parts it needs are missing",
-                fix=f"reinstall with `pip install --no-deps --force-reinstall nvidia-pytriton==0.7.0` "
-                f"(the stub must exist for Python {version})",
+                fix=f"reinstall with `pip install --no-deps --force-reinstall nvidia-pytriton==0.7.0` (the stub must exist for Python {version})",
                 details={"missing": ", ".join(missing)},
             )
         return inst
@@ -90,9 +89,7 @@ def locate_tritonserver() -> TritonInstall:
 
 def cache_dir() -> Path:
     """Project-owned cache for run-time files (backend dir, library links)."""
-    root = os.environ.get("PIPELINE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "model-pipeline"
-    )
+    root = os.environ.get("PIPELINE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "model-pipeline")
     return Path(root)
 
 

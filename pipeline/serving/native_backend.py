@@ -139,13 +139,14 @@ def build(out_root: Path | None = None, compiler: str = "g++") -> Path:
     """
     cxx = shutil.which(compiler)
     if cxx is None:
-        raise ToolError(f"{compiler} not found: the native bench backend is compiled from native/pipeline_ort",
-                        fix="install g++ (Debian: apt-get install g++), or set bench.embedded_backend=python")
+        raise ToolError(
+            f"{compiler} not found: the native bench backend is compiled from native/pipeline_ort",
+            fix="install g++ (Debian: apt-get install g++), or set bench.embedded_backend=python",
+        )
     includes = [TOOLS_DIR / pkg.url.rsplit("/", 1)[1].removesuffix(".deb") / pkg.include for pkg in HEADER_PACKAGES]
     missing = [str(p) for p in includes if not p.is_dir()]
     if missing:
-        raise ToolError("the native backend's build headers are not installed", fix="run bash scripts/setup.sh (it fetches them)",
-                        details={"missing": ", ".join(missing)})
+        raise ToolError("the native backend's build headers are not installed", fix="run bash scripts/setup.sh (it fetches them)", details={"missing": ", ".join(missing)})
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[:1]
     key = hashlib.sha256()
     for part in [*(p.read_bytes() for p in _sources()), *(str(p).encode() for p in includes), *(v.encode() for v in version)]:
@@ -156,12 +157,27 @@ def build(out_root: Path | None = None, compiler: str = "g++") -> Path:
         return lib
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        cmd = [cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-Wall", "-Wextra", *(f"-I{p}" for p in includes),
-               str(SOURCE_DIR / "pipeline_ort.cc"), "-o", str(tmp / LIBRARY_NAME), "-ldl"]  # fmt: skip
+        cmd = [
+            cxx,
+            "-std=c++17",
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-Wall",
+            "-Wextra",
+            *(f"-I{p}" for p in includes),
+            str(SOURCE_DIR / "pipeline_ort.cc"),
+            "-o",
+            str(tmp / LIBRARY_NAME),
+            "-ldl",
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode != 0:
-            raise ToolError("compiling the native bench backend failed", fix="see the compiler's messages; or set bench.embedded_backend=python",
-                            details={"command": " ".join(cmd), "stderr": res.stderr[-3000:]})
+            raise ToolError(
+                "compiling the native bench backend failed",
+                fix="see the compiler's messages; or set bench.embedded_backend=python",
+                details={"command": " ".join(cmd), "stderr": res.stderr[-3000:]},
+            )
     return lib
 
 

@@ -178,7 +178,7 @@ class PerfRun:
         return f"exit {self.returncode}: " + " | ".join(tail)
 
 
-def build_command(
+def build_command(  # noqa: PLR0913
     pa: PerfAnalyzer,
     model: str,
     url: str,
@@ -213,29 +213,38 @@ def build_command(
         load = ["--concurrency-range", f"{concurrency}:{concurrency}"]
     cmd = [
         str(pa.binary),
-        "-m", model,
-        "-u", url,
-        "-i", protocol,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
         *(["--service-kind", service_kind] if service_kind != "triton" else []),
-        "-b", str(batch_size),
+        "-b",
+        str(batch_size),
         *load,
-        "--measurement-mode", "time_windows",
-        "--measurement-interval", str(measurement_interval_ms),
-        "--stability-percentage", str(stability_percentage),
-        "--max-trials", str(max_trials),
-        "--input-data", str(input_data),
-        "-f", str(csv_path),
+        "--measurement-mode",
+        "time_windows",
+        "--measurement-interval",
+        str(measurement_interval_ms),
+        "--stability-percentage",
+        str(stability_percentage),
+        "--max-trials",
+        str(max_trials),
+        "--input-data",
+        str(input_data),
+        "-f",
+        str(csv_path),
         "--verbose-csv",  # adds server-side queue / compute input / infer / output columns
         "-v",  # per-window numbers in the log, so an unstable run shows why
-    ]  # fmt: skip
+    ]
     for name, dims in (shapes or {}).items():
         # Needed for dynamic dims; the JSON's own shapes take over per step.
         cmd += ["--shape", f"{name}:{','.join(map(str, dims))}"]
     return cmd
 
 
-def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, timeout_s: float = 600.0,
-        required: tuple[str, ...] | None = None) -> PerfRun:  # fmt: skip
+def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, timeout_s: float = 600.0, required: tuple[str, ...] | None = None) -> PerfRun:
     """Run one perf_analyzer command; never raises for an unstable measurement (it is marked invalid).
 
     ``required``: the CSV columns the run must have (default :data:`REQUIRED`; :data:`CLIENT_REQUIRED` for a server

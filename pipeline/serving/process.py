@@ -123,9 +123,7 @@ class Watchdog:
 
     def __init__(self, pgid: int) -> None:
         r, w = os.pipe()
-        self.proc: subprocess.Popen | None = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=r, start_new_session=True, close_fds=True
-        )
+        self.proc: subprocess.Popen | None = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=r, start_new_session=True, close_fds=True)
         os.close(r)
         self._fd: int | None = w
 
@@ -318,8 +316,7 @@ class EmbeddedServer:
                 self.requested_ports = None
                 continue
             raise ToolError(
-                "tritonserver could not load model " + ", ".join(f"'{m}'" for m in self.models)
-                + (f" with --model-config-name={self.config_name}" if self.config_name else ""),
+                "tritonserver could not load model " + ", ".join(f"'{m}'" for m in self.models) + (f" with --model-config-name={self.config_name}" if self.config_name else ""),
                 fix="read the server log lines below; the model config or the model file is wrong",
                 details={
                     "exit code": self.proc.returncode if self.proc else None,
@@ -361,9 +358,7 @@ class EmbeddedServer:
             kill_group(self.proc)
         self._signals.restore()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
         if self._tmp is not None:
             self._tmp.cleanup()

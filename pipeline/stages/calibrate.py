@@ -26,12 +26,16 @@ def _body(a: argparse.Namespace) -> None:
         calibration.save(feeds, a.out)
         report = {**info, **calibration.record(a.out)}
         held = report["split"].get("held_out")
-        write_report(a, report, {**{k: report[k] for k in ("rows", "sha256", "real")},
-                                 "held_out_rows": held["rows"] if held else None, "held_out_sha256": held["sha256"] if held else None})  # fmt: skip
-        print(f"[calibrate] {report['rows']} rows in {report['samples']} samples from {report['source']}: {a.out} "
-              f"({report['bytes'] / 1e3:.0f} kB, sha256 {report['sha256'][:12]})")  # fmt: skip
-        print(f"[calibrate] held out for the parity gate: {held['rows']} of {report['rows_available']} rows "
-              f"(int8.calibration.holdout={cfg.int8.calibration.holdout}, sha256 {held['sha256'][:12]})" if held else f"[calibrate] {report['split']['none']}")
+        write_report(
+            a, report, {**{k: report[k] for k in ("rows", "sha256", "real")}, "held_out_rows": held["rows"] if held else None, "held_out_sha256": held["sha256"] if held else None}
+        )
+        print(f"[calibrate] {report['rows']} rows in {report['samples']} samples from {report['source']}: {a.out} ({report['bytes'] / 1e3:.0f} kB, sha256 {report['sha256'][:12]})")
+        print(
+            f"[calibrate] held out for the parity gate: {held['rows']} of {report['rows_available']} rows "
+            f"(int8.calibration.holdout={cfg.int8.calibration.holdout}, sha256 {held['sha256'][:12]})"
+            if held
+            else f"[calibrate] {report['split']['none']}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,8 +24,10 @@ def _body(a: argparse.Namespace) -> None:
         with atomic.atomic_path(a.out) as tmp:
             report = run_fp16(a.onnx, tmp, cfg.precision, cfg.model)
         write_report(a, report, headline(report))
-        print(f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32 "
-              f"({report['fallback_blocked_count']} by the data-driven fallback)")  # fmt: skip
+        print(
+            f"[fp16] {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_fp16'] / 1e6:.1f} MB, {report['kept_fp32_count']} nodes kept FP32 "
+            f"({report['fallback_blocked_count']} by the data-driven fallback)"
+        )
         for b in report["fallback"]["blocked_nodes"]:
             what = f"{b['role']} '{b['value']}': " if b["value"] else ""
             print(f"[fp16]   kept FP32: {b['node']} ({b['op']}) {what}{b['reason']}")

@@ -124,11 +124,11 @@ def estimate(values: Sequence[float | None], weights: Sequence[float] | None = N
     from scipy.stats import bootstrap  # scipy is slow to import; only the bench needs it
 
     if weights is None:
-        ci = bootstrap((x,), np.median, confidence_level=CONFIDENCE, method="percentile", n_resamples=_RESAMPLES,
-                       rng=np.random.default_rng(_SEED)).confidence_interval  # fmt: skip
+        ci = bootstrap((x,), np.median, confidence_level=CONFIDENCE, method="percentile", n_resamples=_RESAMPLES, rng=np.random.default_rng(_SEED)).confidence_interval
     else:
-        ci = bootstrap((x, w), _weighted_median, paired=True, vectorized=False, confidence_level=CONFIDENCE, method="percentile",
-                       n_resamples=_RESAMPLES, rng=np.random.default_rng(_SEED)).confidence_interval  # fmt: skip
+        ci = bootstrap(
+            (x, w), _weighted_median, paired=True, vectorized=False, confidence_level=CONFIDENCE, method="percentile", n_resamples=_RESAMPLES, rng=np.random.default_rng(_SEED)
+        ).confidence_interval
     # The resampled medians of two or three values can sit a hair off them: the interval holds the estimate.
     return Estimate(mid, min(float(ci.low), mid), max(float(ci.high), mid), int(x.size), left_out, total)
 

@@ -29,15 +29,44 @@ STAND_IN_CACHE = b"STAND-IN TIMING CACHE\n"
 
 # BuilderFlag members of TensorRT 10.x with their values; 11.x removed the weak-typing ones.
 _FLAGS_10 = [
-    "FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS", "SAFETY_SCOPE",
-    "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO", "REJECT_EMPTY_ALGORITHMS",
-    "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "FP8", "ERROR_ON_TIMING_CACHE_MISS", "BF16", "DISABLE_COMPILATION_CACHE",
-    "STRIP_PLAN", "REFIT_IDENTICAL", "WEIGHT_STREAMING", "INT4", "REFIT_INDIVIDUAL", "STRICT_NANS", "MONITOR_MEMORY", "FP4",
-]  # fmt: skip
+    "FP16",
+    "INT8",
+    "DEBUG",
+    "GPU_FALLBACK",
+    "REFIT",
+    "DISABLE_TIMING_CACHE",
+    "TF32",
+    "SPARSE_WEIGHTS",
+    "SAFETY_SCOPE",
+    "OBEY_PRECISION_CONSTRAINTS",
+    "PREFER_PRECISION_CONSTRAINTS",
+    "DIRECT_IO",
+    "REJECT_EMPTY_ALGORITHMS",
+    "VERSION_COMPATIBLE",
+    "EXCLUDE_LEAN_RUNTIME",
+    "FP8",
+    "ERROR_ON_TIMING_CACHE_MISS",
+    "BF16",
+    "DISABLE_COMPILATION_CACHE",
+    "STRIP_PLAN",
+    "REFIT_IDENTICAL",
+    "WEIGHT_STREAMING",
+    "INT4",
+    "REFIT_INDIVIDUAL",
+    "STRICT_NANS",
+    "MONITOR_MEMORY",
+    "FP4",
+]
 _REMOVED_IN_11 = {"FP16", "INT8", "FP8", "BF16", "INT4", "FP4", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO"}
 _PRECISION_FLAGS = {"FP16", "INT8", "FP8", "BF16", "INT4", "FP4"}
-_ONNX_TO_TRT = {onnx.TensorProto.FLOAT: "FLOAT", onnx.TensorProto.FLOAT16: "HALF", onnx.TensorProto.INT32: "INT32",
-                onnx.TensorProto.INT64: "INT64", onnx.TensorProto.BOOL: "BOOL", onnx.TensorProto.INT8: "INT8"}  # fmt: skip
+_ONNX_TO_TRT = {
+    onnx.TensorProto.FLOAT: "FLOAT",
+    onnx.TensorProto.FLOAT16: "HALF",
+    onnx.TensorProto.INT32: "INT32",
+    onnx.TensorProto.INT64: "INT64",
+    onnx.TensorProto.BOOL: "BOOL",
+    onnx.TensorProto.INT8: "INT8",
+}
 
 
 class _Enum(enum.IntEnum):
@@ -180,8 +209,13 @@ def make_fake_tensorrt(
             self.network.inputs = [_tensor(vi) for vi in graph.input if vi.name not in weights]
             self.network.outputs = [_tensor(vi) for vi in graph.output]
             # Q/DQ nodes become IQuantizeLayer/IDequantizeLayer (what Polygraphy looks for to skip INT8 calibration).
-            kinds = {"QuantizeLinear": trt.LayerType.QUANTIZE, "DequantizeLinear": trt.LayerType.DEQUANTIZE,
-                     "MatMul": trt.LayerType.MATRIX_MULTIPLY, "Gemm": trt.LayerType.MATRIX_MULTIPLY, "Conv": trt.LayerType.CONVOLUTION}
+            kinds = {
+                "QuantizeLinear": trt.LayerType.QUANTIZE,
+                "DequantizeLinear": trt.LayerType.DEQUANTIZE,
+                "MatMul": trt.LayerType.MATRIX_MULTIPLY,
+                "Gemm": trt.LayerType.MATRIX_MULTIPLY,
+                "Conv": trt.LayerType.CONVOLUTION,
+            }
             self.network.layers = [Layer(n.name or n.op_type, kinds.get(n.op_type)) for n in graph.node]
             return True
 
@@ -218,10 +252,7 @@ def make_fake_tensorrt(
             return list(self.shapes[input])
 
         def __bool__(self) -> bool:  # IOptimizationProfile.__bool__ is isValid(): min <= opt <= max, same ranks
-            return all(
-                len(lo) == len(mid) == len(hi) and all(a <= b <= c for a, b, c in zip(lo, mid, hi))
-                for lo, mid, hi in self.shapes.values()
-            )
+            return all(len(lo) == len(mid) == len(hi) and all(a <= b <= c for a, b, c in zip(lo, mid, hi)) for lo, mid, hi in self.shapes.values())
 
     class BuilderConfig:
         def __init__(self) -> None:

@@ -37,8 +37,12 @@ def here_target(machine: dict[str, Any], **builder: object) -> TargetConfig:
     """A target for the GPU this test runs on (whatever its family)."""
     gpu = machine["gpus"][0]
     t = TargetConfig(
-        name="here", kind="gpu", gpu_family=gpu["name"], compute_capability=gpu["compute_capability"],
-        precision="fp16", profile=ProfileConfig(batch=[1, 4, 16]),
+        name="here",
+        kind="gpu",
+        gpu_family=gpu["name"],
+        compute_capability=gpu["compute_capability"],
+        precision="fp16",
+        profile=ProfileConfig(batch=[1, 4, 16]),
     )
     for k, v in builder.items():
         setattr(t.builder, k, v)

@@ -42,8 +42,13 @@ def if_onnx(path: Path) -> Path:
         h.make_node("If", ["cond"], ["z"], then_branch=then_g, else_branch=else_g),
         h.make_node("Tanh", ["z"], ["y"]),
     ]
-    g = h.make_graph(nodes, "vad_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, [])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w, b, zero])  # fmt: skip
+    g = h.make_graph(
+        nodes,
+        "vad_twin",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, [])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])],
+        [w, b, zero],
+    )
     return save_graph(g, path)
 
 
@@ -51,9 +56,13 @@ def conv_opset12_onnx(path: Path) -> Path:
     """An OCR-network twin exported at opset 12 (as PaddlePaddle's exporter writes them): Conv + Relu on ``x [N, 3, H, W]``."""
     rng = np.random.default_rng(0)
     w = nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "W")
-    g = h.make_graph([h.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"), h.make_node("Relu", ["c"], ["y"], name="relu")],
-                     "ocr_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 16, 16])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8, 16, 16])], [w])  # fmt: skip
+    g = h.make_graph(
+        [h.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1], name="conv"), h.make_node("Relu", ["c"], ["y"], name="relu")],
+        "ocr_twin",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 16, 16])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N", 8, 16, 16])],
+        [w],
+    )
     return save_graph(g, path, opset=12, ir=7)
 
 
@@ -66,8 +75,7 @@ def stride32_onnx(path: Path) -> Path:
         h.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest", name="up32"),
         h.make_node("Add", ["x", "u"], ["y"], name="fpn_add"),
     ]
-    g = h.make_graph(nodes, "detector_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 3, "H", "W"])], [scales])  # fmt: skip
+    g = h.make_graph(nodes, "detector_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 3, "H", "W"])], [scales])
     return save_graph(g, path)
 
 
@@ -97,8 +105,13 @@ def bert_like_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 3
 def fixed_batch_onnx(path: Path) -> Path:
     """A model exported with a fixed batch of 4 (no dynamic axis at all): ``x [4, 8]`` -> ``y [4, 8]``."""
     w = nh.from_array(np.eye(8, dtype=np.float32) * 0.5, "W")
-    g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["z"], name="mm"), h.make_node("Relu", ["z"], ["y"], name="relu")], "fixed_twin",
-                     [h.make_tensor_value_info("x", T.FLOAT, [4, 8])], [h.make_tensor_value_info("y", T.FLOAT, [4, 8])], [w])  # fmt: skip
+    g = h.make_graph(
+        [h.make_node("MatMul", ["x", "W"], ["z"], name="mm"), h.make_node("Relu", ["z"], ["y"], name="relu")],
+        "fixed_twin",
+        [h.make_tensor_value_info("x", T.FLOAT, [4, 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, [4, 8])],
+        [w],
+    )
     return save_graph(g, path)
 
 
@@ -120,8 +133,7 @@ def vad_state_onnx(path: Path) -> Path:
         h.make_node("Tanh", ["s"], ["stateN"], name="state_out"),
         h.make_node("ReduceMean", ["stateN"], ["y"], axes=[0], keepdims=0, name="y"),
     ]
-    ins = [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, []),
-           h.make_tensor_value_info("state", T.FLOAT, [2, "N", 4])]  # fmt: skip
+    ins = [h.make_tensor_value_info("x", T.FLOAT, ["N", 4]), h.make_tensor_value_info("sr", T.INT64, []), h.make_tensor_value_info("state", T.FLOAT, [2, "N", 4])]
     outs = [h.make_tensor_value_info("y", T.FLOAT, ["N", 4]), h.make_tensor_value_info("stateN", T.FLOAT, [2, "N", 4])]
     return save_graph(h.make_graph(nodes, "vad_state_twin", ins, outs, [w, b, threshold, zero]), path)
 
@@ -152,8 +164,13 @@ def jax_int32_onnx(path: Path, vocab: int = 64, hidden: int = 8, labels: int = 4
         h.make_node("MatMul", ["mean", "dense"], ["logits"], name="dense"),
     ]
     axes0 = nh.from_array(np.array([0], np.int64), "axes0")
-    g = h.make_graph(nodes, "jax_cls_twin", [h.make_tensor_value_info("ids", T.INT32, ["batch", "sequence"])],
-                     [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])], [table, head, seq_axis, axes0])  # fmt: skip
+    g = h.make_graph(
+        nodes,
+        "jax_cls_twin",
+        [h.make_tensor_value_info("ids", T.INT32, ["batch", "sequence"])],
+        [h.make_tensor_value_info("logits", T.FLOAT, ["batch", labels])],
+        [table, head, seq_axis, axes0],
+    )
     return save_graph(g, path)
 
 
@@ -163,8 +180,6 @@ def external_data_onnx(path: Path) -> Path:
     rng = np.random.default_rng(0)
     w1 = nh.from_array(rng.standard_normal((16, 32)).astype(np.float32), "W1")
     w2 = nh.from_array(rng.standard_normal((32, 4)).astype(np.float32), "W2")
-    nodes = [h.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"), h.make_node("Relu", ["a"], ["r"], name="relu"),
-             h.make_node("MatMul", ["r", "W2"], ["y"], name="fc2")]  # fmt: skip
-    g = h.make_graph(nodes, "external_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w1, w2])  # fmt: skip
+    nodes = [h.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"), h.make_node("Relu", ["a"], ["r"], name="relu"), h.make_node("MatMul", ["r", "W2"], ["y"], name="fc2")]
+    g = h.make_graph(nodes, "external_twin", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])], [w1, w2])
     return save_graph(g, path, external=True)

@@ -18,8 +18,7 @@ DVC = [sys.executable, "-m", "dvc"]
 
 def sh(cwd: Path, *cmd: str, check: bool = True, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run a command as a user would, with the venv's python first on PATH and the copy importable (``env`` added)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd),
-           "DVC_NO_ANALYTICS": "1", **(env or {})}  # fmt: skip
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd), "DVC_NO_ANALYTICS": "1", **(env or {})}
     res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and res.returncode != 0:
         raise AssertionError(f"{cmd} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")

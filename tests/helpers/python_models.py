@@ -15,7 +15,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.serving.install import site_packages
 
-MODEL_PY = '''\
+MODEL_PY = """\
 import json, os, sys, time
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sys_path.json")) as f:
     sys.path[:0] = json.load(f)  # the stub ignores PYTHONPATH
@@ -40,11 +40,12 @@ class TritonPythonModel:
                 self.kept.append(np.ones(self.leak, np.uint8))  # written, so resident: a real leak
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (x * 2).astype(np.float32))]))
         return out
-'''
+"""
 
 
-def python_model(root: Path, name: str, *, sleep_s: float = 0.0, leak_bytes: int = 0, max_batch_size: int = 4,
-                 max_queue_size: int = 0, instances: int = 1, queue_delay_us: int = 1000) -> Path:  # fmt: skip
+def python_model(
+    root: Path, name: str, *, sleep_s: float = 0.0, leak_bytes: int = 0, max_batch_size: int = 4, max_queue_size: int = 0, instances: int = 1, queue_delay_us: int = 1000
+) -> Path:
     """``root/<name>/`` with config.pbtxt (dynamic batching up to max_batch_size) and 1/model.py; returns the repository root."""
     d = root / name
     (d / "1").mkdir(parents=True, exist_ok=True)

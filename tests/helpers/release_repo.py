@@ -19,7 +19,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.serving.embedded import VERSION_LOCAL_STANDIN
 from pipeline.serving.install import site_packages
 
-MODEL_PY = '''\
+MODEL_PY = """\
 import json, os, sys
 _p = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sys_path.json")
 if os.path.isfile(_p):  # the stub's interpreter ignores PYTHONPATH
@@ -38,7 +38,7 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(r, "x").as_numpy()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", (x + self.version).astype(np.float32))]))
         return out
-'''
+"""
 
 
 ONNX_BYTES = b"tiny onnx stand-in: parity compared these bytes\n"
@@ -65,7 +65,12 @@ WARMUP_INFERENCES = WARMUP_COUNT * sum(WARMUP_SIZES)
 
 
 def tiny_repository(
-    root: Path, name: str = "tiny", version: str = "1", marker: str = "", onnx: bytes = ONNX_BYTES, warmup: float | None = None,
+    root: Path,
+    name: str = "tiny",
+    version: str = "1",
+    marker: str = "",
+    onnx: bytes = ONNX_BYTES,
+    warmup: float | None = None,
 ) -> Path:
     """``root/<name>/`` like the repository stage writes it; ``marker`` changes model.py's bytes, ``onnx`` model.onnx's.
 
@@ -94,8 +99,13 @@ def tiny_repository(
 
 
 def parity_report(
-    path: Path, ok: bool = True, failed: tuple[str, ...] = (), skipped: tuple[str, ...] = (),
-    onnx: bytes | Path = ONNX_BYTES, model: str = "tiny", inputs: Path | None = None,
+    path: Path,
+    ok: bool = True,
+    failed: tuple[str, ...] = (),
+    skipped: tuple[str, ...] = (),
+    onnx: bytes | Path = ONNX_BYTES,
+    model: str = "tiny",
+    inputs: Path | None = None,
 ) -> Path:
     """A parity.json in the parity stage's format: schema, top-level ``passed``, per artifact status, sha256, outputs.
 
@@ -110,8 +120,13 @@ def parity_report(
             arts[a] = {"status": "skipped", "passed": None, "reason": "no GPU"}
             continue
         good = a not in failed
-        arts[a] = {"file": f"artifacts/onnx/model.{a}.onnx", "sha256": shas.get(a, sha256(a.encode())), "status": "passed" if good else "failed", "passed": good,
-                   "outputs": {"y": {"passed": good, "max_abs": 1e-7 if good else 0.5, "max_rel": 1e-6, "atol": 1e-4, "rtol": 1e-3}}}
+        arts[a] = {
+            "file": f"artifacts/onnx/model.{a}.onnx",
+            "sha256": shas.get(a, sha256(a.encode())),
+            "status": "passed" if good else "failed",
+            "passed": good,
+            "outputs": {"y": {"passed": good, "max_abs": 1e-7 if good else 0.5, "max_rel": 1e-6, "atol": 1e-4, "rtol": 1e-3}},
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     ref = {"reference": {"source": "onnx", "inputs": str(inputs)}} if inputs is not None else {}
     path.write_text(json.dumps({"schema": 1, "model": model, "passed": ok and not failed, "artifacts": arts, **ref}))
@@ -135,8 +150,12 @@ def bench_report(path: Path, model_dir: Path, summary: dict | None = None, name:
     vdir = next(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
     report = {
         "schema": 1,
-        "model": {"name": name or model_dir.name, "sha256": sha256(vdir / "model.onnx"), "version": vdir.name,
-                  "configs_sha256": {p.stem: sha256(p) for p in sorted((model_dir / "configs").glob("*.pbtxt"))}},
+        "model": {
+            "name": name or model_dir.name,
+            "sha256": sha256(vdir / "model.onnx"),
+            "version": vdir.name,
+            "configs_sha256": {p.stem: sha256(p) for p in sorted((model_dir / "configs").glob("*.pbtxt"))},
+        },
         "summary": summary if summary is not None else {"latency_p50_ms": 1.5},
         "variants": {"latency": {"curve": [{"concurrency": c, "p99_ms": 2.0 + c} for c in range(64)]}},
     }
@@ -182,7 +201,12 @@ TritonPythonModel.execute = _slow
 
 
 def standin_repository(
-    root: Path, seed: int, name: str = "tiny", onnx: Path | None = None, sleep_ms: float = 0.0, warmup: bool = False,
+    root: Path,
+    seed: int,
+    name: str = "tiny",
+    onnx: Path | None = None,
+    sleep_ms: float = 0.0,
+    warmup: bool = False,
 ) -> Path:
     """``root/<name>/`` serving a real ONNX model through the python-backend ONNX Runtime stand-in.
 

@@ -47,8 +47,13 @@ class S3Server:
     def client(self) -> Any:
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name="us-east-1",
+        )
 
     def bucket(self, name: str) -> str:
         """Create bucket ``name`` (>= 3 characters) and return it."""
@@ -65,8 +70,9 @@ class S3Server:
 def s3_server(timeout_s: float = 60.0) -> Iterator[S3Server]:
     """Start ``python -m moto.server`` on a free loopback port; stop it (and nothing else) on exit."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **CREDENTIALS})  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **CREDENTIALS}
+    )
     server = S3Server(port, proc)
     try:
         deadline = time.monotonic() + timeout_s

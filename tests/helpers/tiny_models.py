@@ -54,8 +54,14 @@ def export_tiny_onnx(path: str, features: int = 8, input_name: str = "x", output
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (torch.randn(2, features),), path, input_names=[input_name], output_names=[output_name],
-            dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}}, opset_version=17, dynamo=False,
+            model,
+            (torch.randn(2, features),),
+            path,
+            input_names=[input_name],
+            output_names=[output_name],
+            dynamic_axes={input_name: {0: "batch"}, output_name: {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
         )
     return path
 
@@ -68,8 +74,12 @@ def two_io_onnx(path: str, seed: int = 0, batch: int | str = "batch") -> str:
     rng = np.random.default_rng(seed)
     w = helper.make_tensor("W", TensorProto.FLOAT, [4, 4], rng.standard_normal((4, 4)).astype(np.float32).ravel())
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["a", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["z"]),
-         helper.make_node("Tanh", ["z"], ["s"]), helper.make_node("Mul", ["a", "b"], ["p"])],
+        [
+            helper.make_node("MatMul", ["a", "W"], ["h"]),
+            helper.make_node("Add", ["h", "b"], ["z"]),
+            helper.make_node("Tanh", ["z"], ["s"]),
+            helper.make_node("Mul", ["a", "b"], ["p"]),
+        ],
         "two_io",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 4]) for n in ("a", "b")],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, [batch, 4]) for n in ("s", "p")],
@@ -112,8 +122,9 @@ def build_embedder(features: int = 16, outlier: float = 1000.0, seed: int = 0) -
     return TinyEmbedder(features, outlier=outlier).eval()
 
 
-def embedder_samples(features: int = 16, rows: int = 48, dtype: str = "float32", repeat: bool = False, quiet_every: int = 0,
-                     quiet_at: tuple[int, ...] = (), quiet: float = 0.05) -> list[dict[str, np.ndarray]]:
+def embedder_samples(
+    features: int = 16, rows: int = 48, dtype: str = "float32", repeat: bool = False, quiet_every: int = 0, quiet_at: tuple[int, ...] = (), quiet: float = 0.05
+) -> list[dict[str, np.ndarray]]:
     """A model.data hook for TinyEmbedder: ``rows`` rows of real-looking inputs in batches of 8, 16 and the rest
     (``features`` and ``dtype`` other than the model's make samples that do not fit it; ``repeat``: every row twice
     in a row, so the held-out rows copy calibration rows; row i with ``i % quiet_every in quiet_at`` is scaled by
@@ -147,8 +158,17 @@ def qdq_onnx(src: str | Path, out: str | Path, features: int = 16) -> Path:
 
     logging.disable(logging.WARNING)  # the quantizer's pre-processing hint
     try:
-        quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"], extra_options={"ActivationSymmetric": True})
+        quantize_static(
+            str(src),
+            str(out),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul", "Gemm"],
+            extra_options={"ActivationSymmetric": True},
+        )
     finally:
         logging.disable(logging.NOTSET)
     return Path(out)

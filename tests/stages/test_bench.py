@@ -239,8 +239,21 @@ def stage_process(tmp_path: Path, cfg: PipelineConfig) -> subprocess.Popen:
     OmegaConf.save(OmegaConf.structured(cfg), params)
     out = tmp_path / "out"
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "pipeline.stages.bench", "--params", str(params), "--repository", str(tmp_path / "repo"),
-           "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.stages.bench",
+        "--params",
+        str(params),
+        "--repository",
+        str(tmp_path / "repo"),
+        "--out-json",
+        str(out / "bench.json"),
+        "--out-dir",
+        str(out / "bench"),
+        "--curves-dir",
+        str(out / "curves"),
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -311,8 +324,7 @@ def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     out = tmp_path / "out"
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves", tuned_config=out / "throughput.pbtxt")
     t = res.to_json()["tuning"]
-    assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")}
-                                                         for c in t["candidates"]]  # fmt: skip
+    assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")} for c in t["candidates"]]
     # Each candidate sits between in-process gauges; the winner is the steady one with the best share of in-process.
     for c in t["candidates"]:
         assert len(c["gauges"]) == 2 and 1 <= c["rounds"] <= cfg.bench.tune_max_rounds

@@ -52,8 +52,12 @@ def test_side_by_side_on_the_tiny_model(tmp_path: Path) -> None:
             a = d["agreement"]  # every sample row, equal to Triton's within parity.fp32
             assert a["passed"] and a["failed"] == 0 and a["rows"] == data["inputs"]["requests"], (key, a)
             assert d["scheduling"]["workers"] == 1 and d["cold"]["server_start_s"] > 0
-    assert deps["torchserve_same_graph_throughput"]["scheduling"] == {"batch_size": 8, "max_batch_delay_ms": 1, "workers": 1,
-                                                                      "mirrors": deps["torchserve_same_graph_throughput"]["scheduling"]["mirrors"]}  # fmt: skip
+    assert deps["torchserve_same_graph_throughput"]["scheduling"] == {
+        "batch_size": 8,
+        "max_batch_delay_ms": 1,
+        "workers": 1,
+        "mirrors": deps["torchserve_same_graph_throughput"]["scheduling"]["mirrors"],
+    }
     assert deps["torchserve_native_latency"]["runtime"].startswith("PyTorch") and "eager" in deps["torchserve_native_latency"]["runtime"]
     names = {r["name"] for r in side["ratios"]}
     assert {"triton_vs_torchserve_same_graph_c1", "triton_vs_torchserve_same_graph_c4", "onnxruntime_vs_pytorch_in_torchserve_c4"} <= names

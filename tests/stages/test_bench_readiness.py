@@ -101,8 +101,14 @@ def test_triton_metrics_agree_with_perf_analyzer(tmp_path: Path) -> None:
     assert p.agree["server_ms"] <= b.metrics_tolerance and p.agree["compute_infer_ms"] <= b.metrics_tolerance, (p.triton, p.metrics)
     assert p.memory["rss_peak_mb"] >= p.memory["rss_median_mb"] > 10
     # The rule fires on a disagreement over the tolerance, naming what and where.
-    bad = Point(4, True, metrics={"server_ms": 10.0, "server_queue_ms": 1.0, "server_compute_infer_ms": 9.0}, avg_batch=2.0,
-                triton={"queue_ms": 1.0, "compute_infer_ms": 4.0, "success": 10}, agree={"server_ms": 0.5, "compute_infer_ms": 0.55})  # fmt: skip
+    bad = Point(
+        4,
+        True,
+        metrics={"server_ms": 10.0, "server_queue_ms": 1.0, "server_compute_infer_ms": 9.0},
+        avg_batch=2.0,
+        triton={"queue_ms": 1.0, "compute_infer_ms": 4.0, "success": 10},
+        agree={"server_ms": 0.5, "compute_infer_ms": 0.55},
+    )
     res = SimpleNamespace(settings=b, variants={"throughput": None}, points_of=lambda v: [bad] if v == "throughput" else [])
     f = metrics_disagree(res)
     assert f is not None and "compute infer" in f.message and "55%" in f.message
@@ -160,8 +166,21 @@ def test_soak_interrupted_by_sigint_keeps_partial_data_and_no_server(tmp_path: P
     cfg.bench.soak_s, cfg.bench.soak_ramp_s = 60.0, 5.0
     OmegaConf.save(OmegaConf.structured(cfg), tmp_path / "params.yaml")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "pipeline.stages.bench", "--params", str(tmp_path / "params.yaml"), "--repository", str(tmp_path / "repo"),
-           "--out-json", str(out / "bench.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.stages.bench",
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--repository",
+        str(tmp_path / "repo"),
+        "--out-json",
+        str(out / "bench.json"),
+        "--out-dir",
+        str(out / "bench"),
+        "--curves-dir",
+        str(out / "curves"),
+    ]
     env = dict(__import__("os").environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []

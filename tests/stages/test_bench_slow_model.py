@@ -39,11 +39,20 @@ STEPS = 70  # ~2.9 ms a step at batch 1 on one thread here (AMD EPYC, AVX-512): 
 
 # Everything but the windows: fewer concurrencies, rounds and readiness parts (see the module docstring).
 SHORT = [
-    "bench.concurrency=[1,2]", "bench.paired_throughput_concurrency=[1,2]",
-    "bench.paired_rounds=2", "bench.paired_max_rounds=2", "bench.paired_throughput_rounds=2", "bench.paired_throughput_max_rounds=2",
-    "bench.alternations=1", "bench.warmup_runs=2", "bench.baseline_runs=6", "bench.baseline_batch_sizes=[1,2]", "bench.baseline_seconds=1.0",
-    "bench.cold_start=false", "bench.overload=false",
-]  # fmt: skip
+    "bench.concurrency=[1,2]",
+    "bench.paired_throughput_concurrency=[1,2]",
+    "bench.paired_rounds=2",
+    "bench.paired_max_rounds=2",
+    "bench.paired_throughput_rounds=2",
+    "bench.paired_throughput_max_rounds=2",
+    "bench.alternations=1",
+    "bench.warmup_runs=2",
+    "bench.baseline_runs=6",
+    "bench.baseline_batch_sizes=[1,2]",
+    "bench.baseline_seconds=1.0",
+    "bench.cold_start=false",
+    "bench.overload=false",
+]
 WINDOWS = ("measurement_interval_ms", "paired_measurement_interval_ms")
 
 
@@ -53,14 +62,21 @@ def slow_onnx(path: Path, steps: int = STEPS, width: int = WIDTH) -> Path:
     The matrix is orthogonal, so values keep their size through the chain (no inf, no denormals to slow it).
     """
     q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((width, width)))
-    inits = [helper.make_tensor("Q", TensorProto.FLOAT, [width, width], q.astype(np.float32).ravel()),
-             helper.make_tensor("last", TensorProto.INT64, [1], [-1]), helper.make_tensor("mid", TensorProto.INT64, [1], [1])]  # fmt: skip
-    nodes = [helper.make_node("Unsqueeze", ["x", "last"], ["col"]), helper.make_node("Unsqueeze", ["x", "mid"], ["row"]),
-             helper.make_node("MatMul", ["col", "row"], ["h0"])]  # fmt: skip
+    inits = [
+        helper.make_tensor("Q", TensorProto.FLOAT, [width, width], q.astype(np.float32).ravel()),
+        helper.make_tensor("last", TensorProto.INT64, [1], [-1]),
+        helper.make_tensor("mid", TensorProto.INT64, [1], [1]),
+    ]
+    nodes = [helper.make_node("Unsqueeze", ["x", "last"], ["col"]), helper.make_node("Unsqueeze", ["x", "mid"], ["row"]), helper.make_node("MatMul", ["col", "row"], ["h0"])]
     nodes += [helper.make_node("MatMul", [f"h{i}", "Q"], [f"h{i + 1}"]) for i in range(steps)]
     nodes.append(helper.make_node("ReduceMean", [f"h{steps}", "last"], ["y"], keepdims=0))
-    graph = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], initializer=inits)  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])],
+        initializer=inits,
+    )
     return save_graph(graph, path, opset=18)
 
 
@@ -79,14 +95,28 @@ def slow_repository(root: Path, name: str = "slow") -> Path:
 
 def test_a_model_at_200_ms_per_batch_gets_every_headline_with_the_default_windows(
     tmp_path: Path, make_params, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:  # fmt: skip
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the bench's work dirs, so its servers are findable by path
     model_dir = slow_repository(tmp_path / "repo")
     params = make_params("model=onnx", "model.name=slow", f"model.path={model_dir / '1' / 'model.onnx'}", *SHORT)
     shipped = load_config(params).bench
     out = tmp_path / "out"
-    code = bench_stage.main(["--params", str(params), "--repository", str(tmp_path / "repo"), "--out-json", str(out / "bench.json"),
-                             "--metrics", str(out / "metrics.json"), "--out-dir", str(out / "bench"), "--curves-dir", str(out / "curves")])  # fmt: skip
+    code = bench_stage.main(
+        [
+            "--params",
+            str(params),
+            "--repository",
+            str(tmp_path / "repo"),
+            "--out-json",
+            str(out / "bench.json"),
+            "--metrics",
+            str(out / "metrics.json"),
+            "--out-dir",
+            str(out / "bench"),
+            "--curves-dir",
+            str(out / "curves"),
+        ]
+    )
     log = capsys.readouterr().out
     assert code == 0, log[-3000:]
     data, metrics = json.loads((out / "bench.json").read_text()), json.loads((out / "metrics.json").read_text())

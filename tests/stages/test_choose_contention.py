@@ -42,8 +42,9 @@ def chain(path: Path, n: int) -> Path:
         nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
         prev = f"h{i}"
     nodes.append(helper.make_node("Identity", [prev], ["y"]))
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", D])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", D])], inits)  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", D])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", D])], inits
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)

@@ -27,8 +27,9 @@ def project_with_default_model(p: Path) -> None:
     (p / "models").mkdir()
     two_io_onnx(str(p / "models" / "two.onnx"))
     (p / "conf" / "model" / "two.yaml").write_text(
-        "name: two\nsource: onnx\npath: models/two.onnx\n", encoding="utf-8",  # the rest from conf/model_base
-    )  # fmt: skip
+        "name: two\nsource: onnx\npath: models/two.onnx\n",
+        encoding="utf-8",  # the rest from conf/model_base
+    )
     cfg = p / "conf" / "config.yaml"
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("  - model: minilm\n", "  - model: two\n"), encoding="utf-8")
 
@@ -55,8 +56,7 @@ def test_engine_jobs_through_the_remote_assemble_one_repository(tmp_path: Path, 
         manifest = json.loads((handoff / "gpu-jobs" / f"gpu-{target}" / "artifacts" / "engines" / target / "manifest.json").read_text())
         assert manifest["status"] == "skipped" and manifest["target"] == target
         # On its own runner a skipped engine is an error: that is what the GPU jobs pass.
-        again = sh(job, "bash", "scripts/ci/engine-job.sh", target, str(handoff / "onnx-lock"), str(tmp_path / "unused"), "--require-engine",
-                   check=False, env=s3.env)  # fmt: skip
+        again = sh(job, "bash", "scripts/ci/engine-job.sh", target, str(handoff / "onnx-lock"), str(tmp_path / "unused"), "--require-engine", check=False, env=s3.env)
         assert again.returncode != 0 and f"engine@{target} was skipped on its own runner" in again.stderr
 
     assemble = clone("job-assemble")

@@ -23,8 +23,7 @@ pytestmark = pytest.mark.slow
 
 def run(cwd: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
     """A command as a user runs it: the venv first on PATH, the copy (not this checkout) importable."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd),
-           "DVC_NO_ANALYTICS": "1"}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd), "DVC_NO_ANALYTICS": "1"}
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 

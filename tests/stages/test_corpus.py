@@ -52,14 +52,19 @@ def chain(params: Path, d: Path) -> dict[str, int]:
         ("simplify", simplify.main, [*p, "--onnx", a("model.onnx"), "--out", a("model.fp32.onnx"), "--report", a("simplify.json")]),
         ("fp16", fp16.main, [*p, "--onnx", a("model.fp32.onnx"), "--out", a("model.fp16.onnx"), "--report", a("fp16.json")]),
         ("calibrate", calibrate.main, [*p, "--onnx", a("model.fp32.onnx"), "--out", a("samples.json"), "--report", a("calibrate.json")]),
-        ("int8", int8.main, [*p, "--onnx", a("model.fp32.onnx"), "--calibration", a("samples.json"), "--out", a("model.int8.onnx"),
-                             "--report", a("int8.json")]),
-        ("parity", parity.main, [*p, "--source-onnx", a("model.onnx"), *onnx_files, "--engines", a("engines"), "--inputs", a("in.json"),
-                                 "--reference", a("ref.json"), "--report", a("parity.json")]),
+        ("int8", int8.main, [*p, "--onnx", a("model.fp32.onnx"), "--calibration", a("samples.json"), "--out", a("model.int8.onnx"), "--report", a("int8.json")]),
+        (
+            "parity",
+            parity.main,
+            [*p, "--source-onnx", a("model.onnx"), *onnx_files, "--engines", a("engines"), "--inputs", a("in.json"), "--reference", a("ref.json"), "--report", a("parity.json")],
+        ),
         ("choose", choose.main, [*p, *onnx_files, "--parity", a("parity.json"), "--report", a("choose.json")]),
-        ("repository", repository.main, [*p, *onnx_files, "--choice", a("choose.json"), "--parity", a("parity.json"),
-                                         "--engines", a("engines"), "--out", a("repo"), "--report", a("repository.json")]),
-    ]  # fmt: skip
+        (
+            "repository",
+            repository.main,
+            [*p, *onnx_files, "--choice", a("choose.json"), "--parity", a("parity.json"), "--engines", a("engines"), "--out", a("repo"), "--report", a("repository.json")],
+        ),
+    ]
     codes = {}
     for name, main, args in steps:
         codes[name] = main(args)

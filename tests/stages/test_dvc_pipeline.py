@@ -24,6 +24,7 @@ BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A git repo holding a copy of the pipeline, configured for a tiny ONNX model."""
+
     def tiny(p: Path) -> None:
         (p / "models").mkdir()
         export_tiny_onnx(str(p / "models" / "tiny.onnx"))

@@ -25,12 +25,19 @@ from tests.helpers.dvc_project import DVC, commit, make_project, ran, sh
 from tests.helpers.tiny_models import export_tiny_onnx
 
 EMBEDDER = [
-    "model=cnn", "model.name=tinyemb", "model.factory._target_=tests.helpers.tiny_models.build_embedder",
-    "~model.factory.num_classes", "~model.factory.width", "~model.factory.seed",
-    "model.inputs=[{name: x, dtype: float32, shape: [batch, 16], low: -2.0, high: 2.0}]", "model.outputs=[embedding]",
-    "~model.output_kinds", "+model.output_kinds={embedding: embedding}", "model.data={_target_: tests.helpers.tiny_models.embedder_samples}",
+    "model=cnn",
+    "model.name=tinyemb",
+    "model.factory._target_=tests.helpers.tiny_models.build_embedder",
+    "~model.factory.num_classes",
+    "~model.factory.width",
+    "~model.factory.seed",
+    "model.inputs=[{name: x, dtype: float32, shape: [batch, 16], low: -2.0, high: 2.0}]",
+    "model.outputs=[embedding]",
+    "~model.output_kinds",
+    "+model.output_kinds={embedding: embedding}",
+    "model.data={_target_: tests.helpers.tiny_models.embedder_samples}",
     "target_specs.cpu.precision=int8",  # the ONNX Runtime model serves INT8: its parity verdict gates the stage
-]  # fmt: skip
+]
 PER_TENSOR = ["int8.per_channel=false"]
 
 
@@ -191,10 +198,12 @@ def test_without_int8_in_the_fleet_the_fallback_search_does_not_run(make_params,
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("int8.calibration.min_samples=100", "48 sample rows from model.data: int8.calibration.holdout=0.5 leaves 24 to calibrate "
-         "(int8.calibration.min_samples=100) and 24 held out for the parity gate (int8.calibration.min_holdout=8)"),
-        ("int8.calibration.min_holdout=30", "leaves 24 to calibrate (int8.calibration.min_samples=8) and 24 held out for the parity "
-         "gate (int8.calibration.min_holdout=30)"),
+        (
+            "int8.calibration.min_samples=100",
+            "48 sample rows from model.data: int8.calibration.holdout=0.5 leaves 24 to calibrate "
+            "(int8.calibration.min_samples=100) and 24 held out for the parity gate (int8.calibration.min_holdout=8)",
+        ),
+        ("int8.calibration.min_holdout=30", "leaves 24 to calibrate (int8.calibration.min_samples=8) and 24 held out for the parity gate (int8.calibration.min_holdout=30)"),
         ("+model.data.repeat=true", "24 held-out rows of model.data are exact copies of calibration rows"),
         ("+model.data.features=8", "does not fit the graph's ['batch', 16]"),
         ("+model.data.dtype=float64", "dtype float64, the graph takes float32"),
@@ -223,8 +232,14 @@ def test_editing_held_out_rows_reruns_parity_but_never_int8(tmp_path: Path) -> N
         (p / "data").mkdir()
         save_json(data, str(p / "data" / "samples.json"))
 
-    overrides = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx", "model.data={path: data/samples.json}",
-                 "~model.output_kinds", "+model.output_kinds={y: classifier}"]  # fmt: skip
+    overrides = [
+        "model=onnx",
+        "model.name=tiny",
+        "model.path=models/tiny.onnx",
+        "model.data={path: data/samples.json}",
+        "~model.output_kinds",
+        "+model.output_kinds={y: classifier}",
+    ]
     proj = make_project(tmp_path / "proj", overrides, prepare=tiny)
     commit(proj, "init")
     reports = proj / "artifacts" / "reports"

@@ -23,7 +23,7 @@ ENTRY_POINTS = [
     # An unknown model group: composition fails if it gets that far, so params.yaml is never rewritten here.
     ["-m", "pipeline.params", "model=__no_such_model__"],
     ["-m", "pipeline.cli", "release", "list", "--store", "{tmp}/store"],
-]  # fmt: skip
+]
 
 
 def interrupt(args: list[str], delay: float) -> subprocess.CompletedProcess[str]:
@@ -32,8 +32,9 @@ def interrupt(args: list[str], delay: float) -> subprocess.CompletedProcess[str]
     ``-X importtime`` reports each import as it completes, so the signal never lands in the interpreter's own
     start-up (site), which no program can guard, but anywhere from our first import on.
     """
-    proc = subprocess.Popen([sys.executable, "-X", "importtime", *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", *args], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None and proc.stdout is not None
     err: list[str] = []
     ready = threading.Event()

@@ -36,13 +36,27 @@ def build(cfg: PipelineConfig, d: Path) -> dict[str, Path]:
 
 
 def parity_args(params: Path, p: dict[str, Path], d: Path, *extra: str) -> list[str]:
-    return ["--params", str(params), "--source-onnx", str(p["raw"]), "--fp32", str(p["sim"]), "--fp16", str(p["fp16"]),
-            "--inputs", str(d / "inputs.json"), "--reference", str(d / "reference.json"), "--report", str(d / "parity.json"), *extra]
+    return [
+        "--params",
+        str(params),
+        "--source-onnx",
+        str(p["raw"]),
+        "--fp32",
+        str(p["sim"]),
+        "--fp16",
+        str(p["fp16"]),
+        "--inputs",
+        str(d / "inputs.json"),
+        "--reference",
+        str(d / "reference.json"),
+        "--report",
+        str(d / "parity.json"),
+        *extra,
+    ]
 
 
 def repo_args(params: Path, p: dict[str, Path], d: Path) -> list[str]:
-    return ["--params", str(params), "--onnx", str(p["sim"]), "--parity", str(d / "parity.json"),
-            "--out", str(d / "repo"), "--report", str(d / "repository.json")]
+    return ["--params", str(params), "--onnx", str(p["sim"]), "--parity", str(d / "parity.json"), "--out", str(d / "repo"), "--report", str(d / "repository.json")]
 
 
 def perturb(path: Path, scale: float = 0.05) -> None:
@@ -111,8 +125,7 @@ def test_goldens_accepted_later_without_torch(make_params, tmp_path: Path) -> No
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def later(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", block_torch, *parity_args(params, p, tmp_path, *extra)],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        return subprocess.run([sys.executable, "-c", block_torch, *parity_args(params, p, tmp_path, *extra)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
     for extra in (["--goldens-only"], []):  # explicit, and automatic when torch cannot be imported
         res = later(*extra)

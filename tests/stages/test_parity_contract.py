@@ -42,8 +42,12 @@ def detector(path: Path) -> Path:
     FP16-subnormal; a recurrent state)."""
     rng = np.random.default_rng(0)
     g = h.make_graph(
-        [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"), h.make_node("Sigmoid", ["mm"], ["y"], name="sig"),
-         h.make_node("MatMul", ["state", "U"], ["sm"], name="smm"), h.make_node("Tanh", ["sm"], ["stateN"], name="stanh")],
+        [
+            h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+            h.make_node("Sigmoid", ["mm"], ["y"], name="sig"),
+            h.make_node("MatMul", ["state", "U"], ["sm"], name="smm"),
+            h.make_node("Tanh", ["sm"], ["stateN"], name="stanh"),
+        ],
         "detector",
         [h.make_tensor_value_info("x", T.FLOAT, ["batch", 16]), h.make_tensor_value_info("state", T.FLOAT, ["batch", 8])],
         [h.make_tensor_value_info("y", T.FLOAT, ["batch", 8]), h.make_tensor_value_info("stateN", T.FLOAT, ["batch", 8])],
@@ -68,8 +72,18 @@ def samples(path: Path, rows: int = 48) -> str:
 
 
 def run_parity(params: Path, d: Path, **files: Path) -> tuple[int, dict]:
-    args = ["--params", str(params), "--source-onnx", str(files.pop("raw")), "--inputs", str(d / "inputs.json"),
-            "--reference", str(d / "reference.json"), "--report", str(d / "parity.json")]
+    args = [
+        "--params",
+        str(params),
+        "--source-onnx",
+        str(files.pop("raw")),
+        "--inputs",
+        str(d / "inputs.json"),
+        "--reference",
+        str(d / "reference.json"),
+        "--report",
+        str(d / "parity.json"),
+    ]
     args += [a for k, f in files.items() for a in (f"--{k}", str(f))]
     return parity.main(args), json.loads((d / "parity.json").read_text())
 
@@ -139,9 +153,9 @@ def recognizer(path: Path, flip_every: int = 0, noise: float = 0.0) -> Path:
     if flip_every:
         bias[::flip_every, 0] = 100.0  # class 0 wins there, whatever the reference said
     g = h.make_graph(
-        [h.make_node("MatMul", ["x", "W"], ["flat"]), h.make_node("Reshape", ["flat", "shape"], ["r"]),
-         h.make_node("Add", ["r", "B"], ["logits"])],
-        "recognizer", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 8])],
+        [h.make_node("MatMul", ["x", "W"], ["flat"]), h.make_node("Reshape", ["flat", "shape"], ["r"]), h.make_node("Add", ["r", "B"], ["logits"])],
+        "recognizer",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", 8])],
         [h.make_tensor_value_info("logits", T.FLOAT, ["batch", 20, 12])],
         [nh.from_array(w, "W"), nh.from_array(np.array([-1, 20, 12], np.int64), "shape"), nh.from_array(bias, "B")],
     )
@@ -150,8 +164,7 @@ def recognizer(path: Path, flip_every: int = 0, noise: float = 0.0) -> Path:
 
 def test_a_sequence_classifier_is_judged_per_position(make_params, tmp_path: Path) -> None:
     src = recognizer(tmp_path / "rec.onnx")
-    params = make_params("model=onnx", f"model.path={src}", "+model.output_kinds={logits: classifier}", "target_specs.cpu.precision=int8",
-                         samples(tmp_path / "x.npz"))
+    params = make_params("model=onnx", f"model.path={src}", "+model.output_kinds={logits: classifier}", "target_specs.cpu.precision=int8", samples(tmp_path / "x.npz"))
     p = build(params, tmp_path)
     near = recognizer(tmp_path / "near.onnx", noise=1e-3)
     rc, rep = run_parity(params, tmp_path, raw=p["raw"], fp32=p["sim"], fp16=p["fp16"], int8=near)
@@ -172,8 +185,10 @@ def constant_classifier(path: Path, shift: float = 0.0) -> Path:
     BERT classifier's held-out rows did; ``shift`` moves the logits as a quantized copy's error would."""
     w = np.full((8, 2), 1e-4, np.float32)
     g = h.make_graph(
-        [h.make_node("MatMul", ["x", "W"], ["mm"]), h.make_node("Add", ["mm", "B"], ["logits"])], "classifier",
-        [h.make_tensor_value_info("x", T.FLOAT, ["batch", 8])], [h.make_tensor_value_info("logits", T.FLOAT, ["batch", 2])],
+        [h.make_node("MatMul", ["x", "W"], ["mm"]), h.make_node("Add", ["mm", "B"], ["logits"])],
+        "classifier",
+        [h.make_tensor_value_info("x", T.FLOAT, ["batch", 8])],
+        [h.make_tensor_value_info("logits", T.FLOAT, ["batch", 2])],
         [nh.from_array(w, "W"), nh.from_array(np.array([-1.9 + shift, 2.1 - shift], np.float32), "B")],
     )
     return save(g, path)
@@ -181,8 +196,7 @@ def constant_classifier(path: Path, shift: float = 0.0) -> Path:
 
 def test_a_degenerate_reference_is_named_and_never_passes(make_params, tmp_path: Path) -> None:
     src = constant_classifier(tmp_path / "cls.onnx")
-    params = make_params("model=onnx", f"model.path={src}", "+model.output_kinds={logits: classifier}", "target_specs.cpu.precision=int8",
-                         samples(tmp_path / "x.npz"))
+    params = make_params("model=onnx", f"model.path={src}", "+model.output_kinds={logits: classifier}", "target_specs.cpu.precision=int8", samples(tmp_path / "x.npz"))
     p = build(params, tmp_path)
     int8 = constant_classifier(tmp_path / "shifted.onnx", shift=0.006)
     rc, rep = run_parity(params, tmp_path, raw=p["raw"], fp32=p["sim"], fp16=p["fp16"], int8=int8)

@@ -44,8 +44,7 @@ def readme_snippet() -> str:
 
 def test_readme_test_command_is_what_ci_runs() -> None:
     """The README's "Run the tests" block is byte-identical to the commands .ci/run runs (after its preamble)."""
-    ci = [ln for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-          if ln.strip() and not ln.startswith(("#", "set ", "cd "))]  # fmt: skip
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
     after = README.read_text(encoding="utf-8").split("**Run the tests**", 1)[1].split("\n\n")
     block = next(p for p in after[1:] if p.startswith("    "))
     assert [ln.removeprefix("    ") for ln in block.splitlines()] == ci
@@ -105,5 +104,4 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
     assert snippet.returncode == 0, snippet.stderr
     shape, cosine = snippet.stdout.strip().rsplit(" ", 1)
     assert shape == "(2, 384)" and float(cosine) == pytest.approx(similar, abs=1e-4), snippet.stdout
-    print(f"build {t1 - t0:.1f} s, serve + client {time.perf_counter() - t1:.1f} s; cosine similar {similar:.3f}, "
-          f"unrelated max {max(unrelated):.3f}")  # fmt: skip
+    print(f"build {t1 - t0:.1f} s, serve + client {time.perf_counter() - t1:.1f} s; cosine similar {similar:.3f}, unrelated max {max(unrelated):.3f}")

@@ -67,10 +67,13 @@ def test_a_variant_outside_the_release_is_refused_before_anything_is_copied(tmp_
 # ---------------------------------------------------------------- one durable step
 def _promote_with_fault(tmp: Path, url: str, fault: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "dev", "--version", "2", "--store", url, "--no-tag",
-         "--params", str(tmp / "lease.yaml")],
-        cwd=tmp, env={**os.environ, **env, "PYTHONPATH": str(ROOT), "TRITON_PIPELINE_FAULT": fault}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "dev", "--version", "2", "--store", url, "--no-tag", "--params", str(tmp / "lease.yaml")],
+        cwd=tmp,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT), "TRITON_PIPELINE_FAULT": fault},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _store_for(kind: str, tmp: Path, request: pytest.FixtureRequest) -> tuple[ReleaseStore, str, dict[str, str]]:
@@ -87,7 +90,10 @@ def _store_for(kind: str, tmp: Path, request: pytest.FixtureRequest) -> tuple[Re
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_kill_or_a_full_disk_at_the_flip_leaves_pointer_and_history_agreeing(
-    tmp_path: Path, kind: str, request: pytest.FixtureRequest, make_params: Callable[..., Path],
+    tmp_path: Path,
+    kind: str,
+    request: pytest.FixtureRequest,
+    make_params: Callable[..., Path],
 ) -> None:
     store, url, env = _store_for(kind, tmp_path, request)
     make_params("release.lock_lease_s=1", name="lease.yaml")  # a killed holder's S3 lock lapses at once
@@ -228,17 +234,25 @@ def _crafted_archive(tmp: Path, store: ReleaseStore, model: object, version: obj
     return out
 
 
-@pytest.mark.parametrize(("model", "version", "layout", "says"), [
-    (None, 1, ("tiny", "1"), "names model None"),
-    ("tiny", "x", ("tiny", "x"), "not a release number"),
-    ("tiny", -1, ("tiny", "-1"), "not a release number"),
-    (".hid", 1, (".hid", "1"), "not a model name a store holds"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "version", "layout", "says"),
+    [
+        (None, 1, ("tiny", "1"), "names model None"),
+        ("tiny", "x", ("tiny", "x"), "not a release number"),
+        ("tiny", -1, ("tiny", "-1"), "not a release number"),
+        (".hid", 1, (".hid", "1"), "not a model name a store holds"),
+    ],
+)
 def test_import_of_a_crafted_manifest_is_one_message(tmp_path: Path, model: object, version: object, layout: tuple[str, str], says: str) -> None:
     store = ReleaseStore(tmp_path / "store")
     two_releases(tmp_path, store)
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "import", str(_crafted_archive(tmp_path, store, model, version, layout)),
-                        "--store", str(tmp_path / "other")], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "release", "import", str(_crafted_archive(tmp_path, store, model, version, layout)), "--store", str(tmp_path / "other")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and r.stderr.startswith("ERROR ") and says in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "other/releases").exists() or not any((tmp_path / "other/releases").rglob("manifest.json"))
 
@@ -248,12 +262,32 @@ def test_list_survives_one_corrupt_manifest_and_canary_duration_is_bounded(tmp_p
     two_releases(tmp_path, store)
     (tmp_path / "store/releases/tiny/1/manifest.json").write_text("{not json")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "list", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env,
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "list", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "unreadable" in r.stdout and "WARNING tiny 1: corrupt manifest" in r.stdout and "pass" in r.stdout, r.stdout  # release 2 still listed
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "canary", "--env", "dev", "--version", "2", "--duration", "inf",
-                        "--reload", "127.0.0.1:1", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "release",
+            "canary",
+            "--env",
+            "dev",
+            "--version",
+            "2",
+            "--duration",
+            "inf",
+            "--reload",
+            "127.0.0.1:1",
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "between 1 s and 24 h" in r.stderr, r.stderr
 
 
@@ -288,8 +322,7 @@ def test_a_refused_promote_leaves_no_copy_and_no_warmup_rows(tmp_path: Path) -> 
     store = ReleaseStore(tmp_path / "store")
     parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
     for i in (1, 2):
-        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=float(i)), parity, None, lock,
-                      unchecked_evidence=True, git_cwd=tmp_path, tag=False)  # fmt: skip
+        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=float(i)), parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
     promote(store, "dev", version=1)
     env = tmp_path / "store/envs/dev/tiny"
     before = sorted(str(p.relative_to(env)) for p in env.rglob("*"))

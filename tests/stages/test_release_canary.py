@@ -107,8 +107,7 @@ def load(served: tuple[ReleaseStore, EmbeddedServer]) -> Iterator[Callable[..., 
 
     def start(rate: int = 100) -> Load:
         pa = locate_perf_analyzer()
-        cmd = [str(pa.binary), "-m", "tiny", "-u", srv.http_url, "-i", "http", "--request-rate-range", str(rate), "--request-count", str(rate * 600),
-               "--shape", "x:16"]  # fmt: skip
+        cmd = [str(pa.binary), "-m", "tiny", "-u", srv.http_url, "-i", "http", "--request-rate-range", str(rate), "--request-count", str(rate * 600), "--shape", "x:16"]
         proc = subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started.append(proc)
         client = th.InferenceServerClient(srv.http_url)
@@ -173,8 +172,26 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
     store, srv = served
     params = make_params(*KNOBS)
     production = load()
-    r = CliRunner().invoke(app, ["release", "canary", "--env", "dev", "--version", "3", "--reload", srv.http_url, "--metrics", f"127.0.0.1:{srv.metrics_port}",
-                                 "--store", str(store.url), "--params", str(params), "--no-tag"])  # fmt: skip
+    r = CliRunner().invoke(
+        app,
+        [
+            "release",
+            "canary",
+            "--env",
+            "dev",
+            "--version",
+            "3",
+            "--reload",
+            srv.http_url,
+            "--metrics",
+            f"127.0.0.1:{srv.metrics_port}",
+            "--store",
+            str(store.url),
+            "--params",
+            str(params),
+            "--no-tag",
+        ],
+    )
     production.finish()
     assert r.exit_code == 1, r.output
     assert "| outputs: y | reference |" in r.output and "FAIL |" in r.output and "| production on 'tiny' v1 |" in r.output, r.output
@@ -209,8 +226,27 @@ def test_slow_candidate_fails_on_latency_under_a_share_of_real_traffic(served: t
 
 # ---------------------------------------------------------------- killed, interrupted, aborted
 def cli_canary(store: ReleaseStore, srv: EmbeddedServer, params: Path, version: int, *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "pipeline.cli", "release", "canary", "--env", "dev", "--version", str(version), "--reload", srv.http_url,
-           "--metrics", f"127.0.0.1:{srv.metrics_port}", "--store", str(store.url), "--params", str(params), "--no-tag", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "release",
+        "canary",
+        "--env",
+        "dev",
+        "--version",
+        str(version),
+        "--reload",
+        srv.http_url,
+        "--metrics",
+        f"127.0.0.1:{srv.metrics_port}",
+        "--store",
+        str(store.url),
+        "--params",
+        str(params),
+        "--no-tag",
+        *extra,
+    ]
     return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

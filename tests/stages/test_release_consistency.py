@@ -32,16 +32,25 @@ BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
 # The bench's default phases, shorter: two rounds of each headline, no cold-start or overload servers.
 SHORT_BENCH = [
-    "bench.paired_rounds=2", "bench.paired_max_rounds=2", "bench.paired_throughput_rounds=2", "bench.paired_throughput_max_rounds=2",
-    "bench.paired_throughput_concurrency=[1,8]", "bench.alternations=2", "bench.rounds_budget_s=10", "bench.cold_start=false",
-    "bench.overload=false", "bench.warmup_runs=5", "bench.baseline_runs=50", "bench.baseline_seconds=0.2", "bench.baseline_batch_sizes=[1,8]",
-]  # fmt: skip
+    "bench.paired_rounds=2",
+    "bench.paired_max_rounds=2",
+    "bench.paired_throughput_rounds=2",
+    "bench.paired_throughput_max_rounds=2",
+    "bench.paired_throughput_concurrency=[1,8]",
+    "bench.alternations=2",
+    "bench.rounds_budget_s=10",
+    "bench.cold_start=false",
+    "bench.overload=false",
+    "bench.warmup_runs=5",
+    "bench.baseline_runs=50",
+    "bench.baseline_seconds=0.2",
+    "bench.baseline_batch_sizes=[1,8]",
+]
 
 
 def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run a command as a user would: the venv first on PATH, the project copy importable, a git identity for tags."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd),
-           "DVC_NO_ANALYTICS": "1", "COLUMNS": "200"}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd), "DVC_NO_ANALYTICS": "1", "COLUMNS": "200"}
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
     r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     if check and r.returncode != 0:
@@ -61,6 +70,7 @@ def commit(project: Path, message: str) -> None:
 @pytest.fixture(scope="module")
 def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project after its first `dvc repro repository`, committed."""
+
     def tiny(p: Path) -> None:
         (p / "models").mkdir()
         export_tiny_onnx(str(p / "models/tiny.onnx"))
@@ -122,8 +132,12 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
     served = file_digest(model_dir / "1/model.onnx")[0]
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
     # The bench stage needs a Triton server; its report, in the stage's format, measured exactly these files.
-    bench = {"schema": 1, "model": {"name": "tiny", "sha256": served, "configs_sha256": configs, "version": "1"},
-             "summary": {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}}, "variants": {"latency": {"points": {"c1": {}}}}}
+    bench = {
+        "schema": 1,
+        "model": {"name": "tiny", "sha256": served, "configs_sha256": configs, "version": "1"},
+        "summary": {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}},
+        "variants": {"latency": {"points": {"c1": {}}}},
+    }
     (project / "artifacts/reports/bench.json").write_text(json.dumps(bench))
     r = release_build(project)  # not what dvc.lock records as the bench stage's out: refused
     assert r.returncode != 0 and "--bench artifacts/reports/bench.json (bench's out) differs from dvc.lock" in r.stderr, r.stdout + r.stderr
@@ -149,8 +163,7 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
         if art.get("status") == "passed":
             assert art["sha256"] == parity["artifacts"][kind]["sha256"]
             assert all(set(o) == {"max_abs", "atol"} for o in art["outputs"].values())
-    assert m["bench"] == {"status": "measured", "report": "artifacts/reports/bench.json", "model_sha256": served,
-                          "configs_sha256": configs, "summary": bench["summary"]}
+    assert m["bench"] == {"status": "measured", "report": "artifacts/reports/bench.json", "model_sha256": served, "configs_sha256": configs, "summary": bench["summary"]}
 
 
 def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Path) -> None:
@@ -191,8 +204,7 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
     assert checked.only_missing_backend and not checked.errors, checked.log  # a strict tritonserver accepts what production serves
 
     # A second version: a config change, its repository rebuilt; the bench of the first is not attached to it.
-    sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH, "variants.throughput.dynamic_batching.max_queue_delay_us=700",
-       "release.canary.max_p99_ratio=5")  # fmt: skip
+    sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH, "variants.throughput.dynamic_batching.max_queue_delay_us=700", "release.canary.max_p99_ratio=5")
     sh(project, sys.executable, "-m", "dvc", "repro", "repository")
     commit(project, "a shorter queue delay")
     built = release("build")

@@ -91,9 +91,17 @@ def test_two_processes_race_exactly_one_wins(tmp_path: Path, s3: S3Server, bucke
     _releases(tmp_path, store, 3, blobs=8)
     promote(store, "production", version=1)
     start = time.time() + 4  # past both interpreters' imports
-    procs = {v: subprocess.Popen([sys.executable, "-c", RACER, str(start), "release", "promote", "--to", "production", "--allow-unchecked-evidence", "--version", str(v),
-                                  "--no-tag", "--store", url], cwd=tmp_path, env=_env(s3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for v in (2, 3)}  # fmt: skip
+    procs = {
+        v: subprocess.Popen(
+            [sys.executable, "-c", RACER, str(start), "release", "promote", "--to", "production", "--allow-unchecked-evidence", "--version", str(v), "--no-tag", "--store", url],
+            cwd=tmp_path,
+            env=_env(s3),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for v in (2, 3)
+    }
     out = {v: (p.communicate(timeout=120), p.returncode) for v, p in procs.items()}
     winners = [v for v, (_, rc) in out.items() if rc == 0]
     assert len(winners) == 1, out
@@ -115,8 +123,10 @@ def test_contending_processes_lose_no_history_entry(tmp_path: Path, s3: S3Server
     url = f"s3://{bucket}/st"
     _releases(tmp_path, ReleaseStore(url), 4)
     start = time.time() + 4
-    procs = [subprocess.Popen([sys.executable, "-c", CONTENDER, url, mine, "6", str(start)], cwd=tmp_path, env=_env(s3),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for mine in ("1,3", "2,4")]  # fmt: skip
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CONTENDER, url, mine, "6", str(start)], cwd=tmp_path, env=_env(s3), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for mine in ("1,3", "2,4")
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
@@ -168,8 +178,14 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
             version, y = _infer(srv, x)
             assert version == "2" and np.allclose(y, expected[2], atol=1e-5)
 
-        r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "rollback", "--env", "production", "--reload", ",".join(fleet),
-                            "--no-tag", "--store", url], cwd=tmp_path, env=_env(s3), capture_output=True, text=True, timeout=300)  # fmt: skip
+        r = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "release", "rollback", "--env", "production", "--reload", ",".join(fleet), "--no-tag", "--store", url],
+            cwd=tmp_path,
+            env=_env(s3),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0 and "rollback: tiny version 2 -> 1 in 'production'" in r.stdout, r.stdout + r.stderr
         print(r.stdout)
         for srv in fleet:

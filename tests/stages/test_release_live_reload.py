@@ -39,8 +39,7 @@ def successes(client: th.InferenceServerClient) -> int:
 
 
 def start_load(pa, url: str, csv: Path) -> subprocess.Popen[str]:  # noqa: ANN001 - PerfAnalyzer
-    cmd = [str(pa.binary), "-m", "tiny", "-u", url, "-i", "http", "--concurrency-range", "2",
-           "--request-count", str(REQUESTS), "--shape", "x:4", "-f", str(csv)]  # fmt: skip
+    cmd = [str(pa.binary), "-m", "tiny", "-u", url, "-i", "http", "--concurrency-range", "2", "--request-count", str(REQUESTS), "--shape", "x:4", "-f", str(csv)]
     return subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -44,8 +44,7 @@ def bucket(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
 def cli(cwd: Path, env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``triton-pipeline release ...`` as a user runs it, with exactly ``env`` (plus the basics)."""
     base = {"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"], "HOME": str(cwd), "COLUMNS": "250"}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "release", *args], cwd=cwd, env={**base, **env},
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "release", *args], cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 def one_message(r: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -79,8 +78,19 @@ def build(store: ReleaseStore, tmp: Path, repo: Path) -> int:
 
 
 def build_args(tmp: Path, repo: Path) -> list[str]:
-    return ["build", "--repository", str(repo), "--parity", str(tmp / "parity.json"), "--dvc-lock", str(tmp / "dvc.lock"),
-            "--bench", str(tmp / "no-bench.json"), "--no-tag", "--unchecked-evidence"]  # fmt: skip
+    return [
+        "build",
+        "--repository",
+        str(repo),
+        "--parity",
+        str(tmp / "parity.json"),
+        "--dvc-lock",
+        str(tmp / "dvc.lock"),
+        "--bench",
+        str(tmp / "no-bench.json"),
+        "--no-tag",
+        "--unchecked-evidence",
+    ]
 
 
 def live_and_history(store: ReleaseStore, env: str = "production") -> tuple[int | None, list[tuple[str, int]]]:
@@ -179,8 +189,14 @@ def test_upload_killed_halfway_is_never_a_release(tmp_path: Path, s3: S3Server, 
     (repo,) = inputs(tmp_path, n=1, extra_files=N_BLOBS, size=64 * 1024)
     url = f"s3://{bucket}/st"
     params = make_params("release.lock_lease_s=1", name="fast-lease.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "release", *build_args(tmp_path, repo), "--store", url, "--params", str(params)],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "release", *build_args(tmp_path, repo), "--store", url, "--params", str(params)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _kill_when(proc, lambda: len([k for k in s3.keys(bucket, "st/releases/tiny/1/files/") if "blob" in k]) >= 3)
 
     keys = s3.keys(bucket, "st/releases/")
@@ -200,9 +216,7 @@ def test_upload_killed_halfway_is_never_a_release(tmp_path: Path, s3: S3Server, 
     assert store.verify_release("tiny", 1) and not [k for k in s3.keys(bucket) if k.endswith(".claim")]
 
 
-def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(
-    tmp_path: Path, s3: S3Server, bucket: str, make_params: Callable[..., Path]
-) -> None:
+def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(tmp_path: Path, s3: S3Server, bucket: str, make_params: Callable[..., Path]) -> None:
     repos = inputs(tmp_path, extra_files=30, size=128 * 1024)
     url = f"s3://{bucket}/st"
     store = ReleaseStore(url, lock_lease_s=3)
@@ -210,9 +224,30 @@ def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(
         build(store, tmp_path, repo)
     promote(store, "production", version=1)
     params = make_params("release.lock_lease_s=3", name="lease.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "production", "--version", "2", "--no-tag", "--allow-unchecked-evidence",
-                             "--store", url, "--params", str(params)],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "release",
+            "promote",
+            "--to",
+            "production",
+            "--version",
+            "2",
+            "--no-tag",
+            "--allow-unchecked-evidence",
+            "--store",
+            url,
+            "--params",
+            str(params),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _kill_when(proc, lambda: len(s3.keys(bucket, "st/envs/production/tiny/2/")) >= 5)
     # s3fs uploads concurrently, so the kill can land after the last file arrived; a copy killed one file earlier
     # is what is judged below, whichever way the race went.
@@ -267,11 +302,13 @@ def auth_s3() -> Iterator[tuple[S3Server, dict[str, str]]]:
             iam = boto3.client("iam", endpoint_url=srv.endpoint, region_name="us-east-1", **{k.lower(): v for k, v in CREDENTIALS.items() if k != "AWS_DEFAULT_REGION"})
             iam.create_user(UserName="ci")
             key = iam.create_access_key(UserName="ci")["AccessKey"]
-            iam.put_user_policy(UserName="ci", PolicyName="all", PolicyDocument=json.dumps(
-                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))  # fmt: skip
+            iam.put_user_policy(
+                UserName="ci", PolicyName="all", PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
+            )
             good = {**srv.env, "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-            boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=key["AccessKeyId"],
-                         aws_secret_access_key=key["SecretAccessKey"]).create_bucket(Bucket="guarded")  # fmt: skip
+            boto3.client(
+                "s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"]
+            ).create_bucket(Bucket="guarded")
             yield srv, good
     finally:
         if old is None:
@@ -293,8 +330,7 @@ def test_wrong_credentials_are_refused_and_never_printed(tmp_path: Path, auth_s3
             assert secret not in r.stdout + r.stderr and good["AWS_SECRET_ACCESS_KEY"] not in r.stdout + r.stderr
     import boto3  # the server's own view, with good credentials
 
-    c = boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=good["AWS_ACCESS_KEY_ID"],
-                     aws_secret_access_key=good["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    c = boto3.client("s3", endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=good["AWS_ACCESS_KEY_ID"], aws_secret_access_key=good["AWS_SECRET_ACCESS_KEY"])
     keys = [o["Key"] for o in c.list_objects_v2(Bucket="guarded").get("Contents", [])]
     assert [k for k in keys if k.endswith("manifest.json")] == ["st/releases/tiny/1/manifest.json"]  # nothing half-written
     assert not [k for k in keys if k.startswith("st/envs/") or k.endswith(".claim")]
@@ -311,8 +347,11 @@ def test_pointer_naming_a_version_not_in_the_store(tmp_path: Path, s3: S3Server,
     # Someone points production at a version that was never released here (a hand edit, a copy from another store).
     cfg = pointer.parse_config(store.fs.read_text("envs/production/tiny/config.pbtxt"), "x")
     s3.client().put_object(Bucket=bucket, Key="st/envs/production/tiny/config.pbtxt", Body=pointer.render(cfg, "production", "tiny", 7, "default"))
-    one_message(cli(tmp_path, s3.env, "rollback", "--env", "production", "--no-tag", "--store", url),
-                "the pointer of 'production' names version 7 of 'tiny', which is not a release", "release promote --to production --version <N>")  # fmt: skip
+    one_message(
+        cli(tmp_path, s3.env, "rollback", "--env", "production", "--no-tag", "--store", url),
+        "the pointer of 'production' names version 7 of 'tiny', which is not a release",
+        "release promote --to production --version <N>",
+    )
     one_message(cli(tmp_path, s3.env, "verify", "--store", url), "pointer names version 7, which is not a release in the store")
     r = cli(tmp_path, s3.env, "list", "--store", url)
     assert r.returncode == 0 and "WARNING production: its pointer names version 7" in r.stdout, r.stdout
@@ -340,7 +379,6 @@ def test_signed_release_on_s3(tmp_path: Path, s3: S3Server, bucket: str) -> None
     s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/.claim", Body=b"{}")
     assert verify_store(store, public_key=str(pub))
     assert promote(store, "production", version=1, public_key=str(pub)).version == 1
-    s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/manifest.json",
-                           Body=store.fs.read_bytes("releases/tiny/1/manifest.json").replace(b'"tiny"', b'"tiny" '))  # fmt: skip
+    s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/manifest.json", Body=store.fs.read_bytes("releases/tiny/1/manifest.json").replace(b'"tiny"', b'"tiny" '))
     with pytest.raises(ReleaseError, match="signature verification failed"):
         verify_store(store, public_key=str(pub))

@@ -28,9 +28,9 @@ from tests.helpers.s3 import S3Server, s3_triton_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-REFUSE = '''            if (x == {value}).any():
+REFUSE = """            if (x == {value}).any():
                 raise ValueError("a row of another release")
-'''
+"""
 
 
 def _releases(tmp: Path, store: ReleaseStore) -> None:

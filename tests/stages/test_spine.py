@@ -135,7 +135,7 @@ def _stage(tmp_path: Path, params: Path) -> tuple[object, Path]:
 def _assert_clean_failure(res, out_dir: Path, *needles: str) -> None:
     assert res.returncode != 0
     assert "Traceback" not in res.stderr, res.stderr
-    err = res.stderr[res.stderr.index("ERROR [export]"):]
+    err = res.stderr[res.stderr.index("ERROR [export]") :]
     for n in needles:
         assert n in err, err
     assert "fix:" in err

@@ -78,9 +78,25 @@ def test_taken_ports_are_replaced_and_a_handler_error_counts_as_failed_requests(
             b.max_trials = 3
             p = peers_serve.perf_run(pa_mod.locate_perf_analyzer(), t, 1, data, tmp_path, "broken", b, 300)
             assert not p.valid and p.failed_requests >= 1 and "failed on TorchServe" in p.reason
-    res = PeersResult(["torchserve"], [1], {"x": Deployment("x", "TorchServe same graph (latency)", "torchserve", "same_graph", "latency",
-                                                          arch.name, arch.runtime, "ts", agreement=agree, log_excerpt=excerpt,
-                                                          error=f"every one of {agree.rows} requests failed")})  # fmt: skip
+    res = PeersResult(
+        ["torchserve"],
+        [1],
+        {
+            "x": Deployment(
+                "x",
+                "TorchServe same graph (latency)",
+                "torchserve",
+                "same_graph",
+                "latency",
+                arch.name,
+                arch.runtime,
+                "ts",
+                agreement=agree,
+                log_excerpt=excerpt,
+                error=f"every one of {agree.rows} requests failed",
+            )
+        },
+    )
     text = "\n".join(render_peers.section(res))
     assert "every one of 3 requests failed" in text and "request lacks inputs ['z']" in text
     assert not ts_procs(str(tmp_path))
@@ -110,8 +126,7 @@ def test_a_terminated_owner_leaves_no_jvm_or_worker(tmp_path: Path) -> None:
     """SIGTERM unwinds the owner's ``with`` block, which stops the launcher, the JVM and the workers (SIGKILL, which runs no
     handler, is the watchdog's case: test_bench_peers.py kills the whole stage)."""
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=str(ROOT), tmp=str(tmp_path))], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(root=str(ROOT), tmp=str(tmp_path))], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert "READY" in line, line + proc.stdout.read()[-2000:]

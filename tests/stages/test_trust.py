@@ -35,8 +35,7 @@ def model_file(project: Path) -> None:
 
 def test_retrained_checkpoint_and_edited_code_rerun_export(tmp_path: Path) -> None:
     ckpt = "examples/custom_model.safetensors"
-    project = make_project(tmp_path / "proj", ["model=example_custom"], extra=("examples",),
-                           prepare=lambda p: sh(p, "python", "-m", "examples.custom_model", ckpt))  # fmt: skip
+    project = make_project(tmp_path / "proj", ["model=example_custom"], extra=("examples",), prepare=lambda p: sh(p, "python", "-m", "examples.custom_model", ckpt))
     commit(project, "init")
     first = sh(project, *DVC, "repro", "repository")
     assert set(MODEL_STAGES) <= set(ran(first.stdout)), first.stdout
@@ -44,8 +43,12 @@ def test_retrained_checkpoint_and_edited_code_rerun_export(tmp_path: Path) -> No
     assert ran(sh(project, *DVC, "repro", "repository").stdout) == ["probe"]
 
     # A retrain writes new weights to the same path: no param changes, the content does.
-    sh(project, "python", "-c", f"import torch; from safetensors.torch import save_file; from examples.custom_model import build; "
-                                f"torch.manual_seed(1); save_file(build().state_dict(), '{ckpt}')")  # fmt: skip
+    sh(
+        project,
+        "python",
+        "-c",
+        f"import torch; from safetensors.torch import save_file; from examples.custom_model import build; torch.manual_seed(1); save_file(build().state_dict(), '{ckpt}')",
+    )
     retrained = sh(project, *DVC, "repro", "repository")
     assert set(MODEL_STAGES) <= set(ran(retrained.stdout)), retrained.stdout
     after = shipped(project, "tabular")
@@ -64,10 +67,18 @@ def test_retrained_checkpoint_and_edited_code_rerun_export(tmp_path: Path) -> No
 
 def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench_and_reruns_on_a_replaced_file(tmp_path: Path) -> None:
     fast_bench = [
-        "bench.concurrency=[1,2]", "bench.measurement_interval_ms=500", "bench.max_trials=6", "bench.stability_percentage=50",
-        "bench.warmup_runs=5", "bench.baseline_runs=50", "bench.baseline_seconds=0.2", "bench.baseline_batch_sizes=[1,2]",
-        "bench.profile=full", "bench.paired_rounds=0", "bench.paired_throughput_rounds=0",  # the sweep alone: no rounds
-    ]  # fmt: skip
+        "bench.concurrency=[1,2]",
+        "bench.measurement_interval_ms=500",
+        "bench.max_trials=6",
+        "bench.stability_percentage=50",
+        "bench.warmup_runs=5",
+        "bench.baseline_runs=50",
+        "bench.baseline_seconds=0.2",
+        "bench.baseline_batch_sizes=[1,2]",
+        "bench.profile=full",
+        "bench.paired_rounds=0",
+        "bench.paired_throughput_rounds=0",  # the sweep alone: no rounds
+    ]
     base = ["model=onnx", "model.name=two", "model.path=models/two.onnx", *fast_bench]
     project = make_project(tmp_path / "proj", base, prepare=model_file)
     commit(project, "init")

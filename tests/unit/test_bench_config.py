@@ -45,8 +45,7 @@ def test_bad_pairing_settings_fail_at_composition(rounds: int, max_rounds: int, 
     ],
 )
 def test_bad_throughput_pairing_settings_fail_at_composition(rounds: int, max_rounds: int, conc: str, key: str, needle: str) -> None:
-    found = _problems(f"bench.paired_throughput_rounds={rounds}", f"bench.paired_throughput_max_rounds={max_rounds}",
-                      f"bench.paired_throughput_concurrency={conc}")  # fmt: skip
+    found = _problems(f"bench.paired_throughput_rounds={rounds}", f"bench.paired_throughput_max_rounds={max_rounds}", f"bench.paired_throughput_concurrency={conc}")
     assert list(found) == [key] and needle in found[key], found
 
 
@@ -59,8 +58,7 @@ def test_bad_throughput_pairing_settings_fail_at_composition(rounds: int, max_ro
     ],
 )
 def test_bad_tuning_settings_fail_at_composition(server: str, max_rounds: int, conc: int, key: str, needle: str) -> None:
-    found = _problems("bench.tune=true", f"bench.server={server}", "bench.url=127.0.0.1:1", f"bench.tune_max_rounds={max_rounds}",
-                      f"bench.tune_concurrency={conc}")  # fmt: skip
+    found = _problems("bench.tune=true", f"bench.server={server}", "bench.url=127.0.0.1:1", f"bench.tune_max_rounds={max_rounds}", f"bench.tune_concurrency={conc}")
     assert list(found) == [key] and needle in found[key], found
 
 
@@ -89,8 +87,12 @@ def test_bad_interval_settings_fail_at_composition(overrides: list[str], key: st
 
 @pytest.mark.parametrize(
     ("override", "key"),
-    [("bench.profile=quick", "bench.profile"), ("bench.server=remote", "bench.server"),
-     ("bench.embedded_backend=cpp", "bench.embedded_backend"), ("bench.input_shapes=padded", "bench.input_shapes")],
+    [
+        ("bench.profile=quick", "bench.profile"),
+        ("bench.server=remote", "bench.server"),
+        ("bench.embedded_backend=cpp", "bench.embedded_backend"),
+        ("bench.input_shapes=padded", "bench.input_shapes"),
+    ],
 )
 def test_bench_modes_are_closed_sets(override: str, key: str) -> None:
     found = _problems(override)

@@ -24,8 +24,10 @@ from tests.unit.test_bench_report import _configs, _pt, _res
 from tests.unit.test_bench_rounds import c1_rounds
 
 # perf_analyzer 2.51's own words as the sweep records them (PerfRun.reason), from a 100 ms window on a 200 ms model.
-TOO_SHORT = ("exit 3: WARNING: Pass contained only one request, so sample latency standard deviation will be infinity (UINT64_MAX). | "
-             "No valid requests recorded within time interval. Please use a larger time window.")  # fmt: skip
+TOO_SHORT = (
+    "exit 3: WARNING: Pass contained only one request, so sample latency standard deviation will be infinity (UINT64_MAX). | "
+    "No valid requests recorded within time interval. Please use a larger time window."
+)
 UNSTABLE = "exit 2: Failed to obtain stable measurement within 10 measurement windows for concurrency 8. Please try to increase the --measurement-interval."
 SETTINGS = BenchConfig(measurement_interval_ms=3000, paired_measurement_interval_ms=1441)  # as fitted: the report names these
 ROUNDS_KEY, SWEEP_KEY = "bench.paired_measurement_interval_ms", "bench.measurement_interval_ms"
@@ -77,8 +79,7 @@ def test_invalid_rounds_beside_a_valid_sweep_are_still_named_with_the_rounds_win
 
 
 def test_invalid_sweep_points_name_the_sweeps_window() -> None:
-    res = _res([_pt(1, 4.4, 200, 0.03, 4.3), Point(8, False, TOO_SHORT)], [_pt(1, 6.5, 140, 2.1, 4.3), Point(8, False, UNSTABLE)],
-               settings=SETTINGS)  # fmt: skip
+    res = _res([_pt(1, 4.4, 200, 0.03, 4.3), Point(8, False, TOO_SHORT)], [_pt(1, 6.5, 140, 2.1, 4.3), Point(8, False, UNSTABLE)], settings=SETTINGS)
     found = findings(res)
     for v in ("latency", "throughput"):
         (f,) = found[("invalid_measurement", v)]

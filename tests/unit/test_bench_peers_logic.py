@@ -58,13 +58,22 @@ def _result(rounds: int = 3) -> PeersResult:
     for k in KEYS:
         kind = "triton" if k.startswith("triton") else k.split("_", 1)[1].rsplit("_", 1)[0]
         server = "triton" if kind == "triton" else f"torchserve_{kind}"
-        res.deployments[k] = Deployment(k, k, "triton" if kind == "triton" else "torchserve", kind, k.rsplit("_", 1)[1], k, "ort", server,
-                                        None if kind == "triton" else Scheduling(1, 0, 1, "x"), ColdStart(k, False, 1.0, 2.0, 30.0, 3.0, 5))  # fmt: skip
+        res.deployments[k] = Deployment(
+            k,
+            k,
+            "triton" if kind == "triton" else "torchserve",
+            kind,
+            k.rsplit("_", 1)[1],
+            k,
+            "ort",
+            server,
+            None if kind == "triton" else Scheduling(1, 0, 1, "x"),
+            ColdStart(k, False, 1.0, 2.0, 30.0, 3.0, 5),
+        )
     speed = {"triton": 1.0, "same_graph": 2.0, "native": 4.0}  # p50 multiples; infer/s divides by them
     for i in range(rounds):
         for c in (1, 8):
-            res.rounds.append(PeerRound(i, c, list(KEYS), {k: _pt(c, speed[res.deployments[k].kind] * (1 + 0.01 * i), 1000 / speed[res.deployments[k].kind])
-                                                           for k in KEYS}))  # fmt: skip
+            res.rounds.append(PeerRound(i, c, list(KEYS), {k: _pt(c, speed[res.deployments[k].kind] * (1 + 0.01 * i), 1000 / speed[res.deployments[k].kind]) for k in KEYS}))
     return res
 
 
@@ -72,8 +81,7 @@ def test_ratios_pair_neighbours_and_read_above_one_as_the_first_named_winning() 
     res = _result()
     res.rounds[0].points["torchserve_same_graph_latency"] = _pt(1, 0, 0, valid=False)  # an invalid run gives no ratio that round
     got = {r.name: r for r in peers.ratios(res)}
-    assert set(got) == {f"{n}_c{c}" for n in ("triton_vs_torchserve_same_graph", "triton_vs_torchserve_native", "onnxruntime_vs_pytorch_in_torchserve")
-                        for c in (1, 8)}  # fmt: skip
+    assert set(got) == {f"{n}_c{c}" for n in ("triton_vs_torchserve_same_graph", "triton_vs_torchserve_native", "onnxruntime_vs_pytorch_in_torchserve") for c in (1, 8)}
     c1 = got["triton_vs_torchserve_same_graph_c1"]
     assert c1.metric == "p50_ms" and c1.estimate.value == pytest.approx(2.0) and c1.estimate.n == 2 and c1.estimate.left_out == 1
     assert got["triton_vs_torchserve_native_c8"].estimate.value == pytest.approx(4.0)
@@ -102,8 +110,16 @@ def test_result_round_trips_and_renders_one_section_with_the_table_boundary_and_
 
 def _handler(tmp_path: Path, **settings: object) -> PipelineHandler:
     onnx = tiny_onnx(tmp_path / "model.onnx")
-    s = {"runtime": "onnxruntime", "inputs": {"x": "float32"}, "outputs": ["y"], "intra_op_threads": 1, "inter_op_threads": 1,
-         "graph_optimization_level": "ORT_ENABLE_EXTENDED", "model_file": onnx.name, "batched": True} | settings  # fmt: skip
+    s = {
+        "runtime": "onnxruntime",
+        "inputs": {"x": "float32"},
+        "outputs": ["y"],
+        "intra_op_threads": 1,
+        "inter_op_threads": 1,
+        "graph_optimization_level": "ORT_ENABLE_EXTENDED",
+        "model_file": onnx.name,
+        "batched": True,
+    } | settings
     (tmp_path / SETTINGS_FILE).write_text(json.dumps(s))
     h = PipelineHandler()
     h.initialize(SimpleNamespace(system_properties={"model_dir": str(tmp_path)}))

@@ -37,8 +37,7 @@ def test_rss_slope_ignores_the_ramp_and_finds_a_leak() -> None:
 
 def test_metrics_delta_and_cross_check() -> None:
     before = {"success": 10, "inferences": 10, "executions": 5, "queue_us": 1000, "compute_infer_us": 5000, "failed_rejected": 1, "pending": 3}
-    after = {"success": 110, "inferences": 110, "executions": 30, "queue_us": 21000, "compute_infer_us": 105000, "failed_rejected": 4,
-             "failed_other": 0, "pending": 0}  # fmt: skip
+    after = {"success": 110, "inferences": 110, "executions": 30, "queue_us": 21000, "compute_infer_us": 105000, "failed_rejected": 4, "failed_other": 0, "pending": 0}
     d = tm.delta(before, after)
     assert d["success"] == 100 and d["queue_ms"] == pytest.approx(0.2) and d["compute_infer_ms"] == pytest.approx(1.0)
     assert d["avg_batch"] == pytest.approx(4.0) and d["failed"] == 3 and d["failed_rejected"] == 3 and d["pending"] == 0
@@ -53,8 +52,10 @@ def test_metrics_delta_and_cross_check() -> None:
 
 
 def test_parse_passes_reads_every_window() -> None:
-    log = ("  Pass [1] throughput: 339.44 infer/sec. Avg latency: 44899 usec (std 12229 usec). \n"
-           "  Pass [2] throughput: 340.788 infer/sec. Avg latency: 97109 usec (std 11932 usec). \n")  # fmt: skip
+    log = (
+        "  Pass [1] throughput: 339.44 infer/sec. Avg latency: 44899 usec (std 12229 usec). \n"
+        "  Pass [2] throughput: 340.788 infer/sec. Avg latency: 97109 usec (std 11932 usec). \n"
+    )
     assert parse_passes(log) == [(339.44, pytest.approx(44.899)), (340.788, pytest.approx(97.109))]
 
 
@@ -66,10 +67,14 @@ def test_burst_file_is_idle_burst_idle(tmp_path: Path) -> None:
 
 
 def test_records_round_trip() -> None:
-    prod = Production([ColdStart("latency", True, 0.5, 1.2, 30.0, 10.0, 30, 300.0, 320.0, 100.0, 20.0, 8.0)],
-                      Overload(300.0, "rounds", [LoadLevel("150%", 1.5, 450.0, "perf_analyzer", 0, True, passes_ms=[10.0, 30.0])]),
-                      Soak("throughput", 16, 600.0, 600.0, False, 60.0, Estimate(12.0, 5.0, 20.0, 20), 300.0, 305.0, series=[[0.0, 300.0]]),
-                      [Trace("latency + throughput", [[0.0, 300.0], [1.0, 301.0]])], ["GPU metrics off"], ["none"])  # fmt: skip
+    prod = Production(
+        [ColdStart("latency", True, 0.5, 1.2, 30.0, 10.0, 30, 300.0, 320.0, 100.0, 20.0, 8.0)],
+        Overload(300.0, "rounds", [LoadLevel("150%", 1.5, 450.0, "perf_analyzer", 0, True, passes_ms=[10.0, 30.0])]),
+        Soak("throughput", 16, 600.0, 600.0, False, 60.0, Estimate(12.0, 5.0, 20.0, 20), 300.0, 305.0, series=[[0.0, 300.0]]),
+        [Trace("latency + throughput", [[0.0, 300.0], [1.0, 301.0]])],
+        ["GPU metrics off"],
+        ["none"],
+    )
     assert Production.from_json(prod.to_json()) == prod
     assert prod.cold_start[0].first_vs_warm == 3.0 and prod.cold_start[0].start_to_ready_s == pytest.approx(1.7)
     assert thin([(float(i), 1.0) for i in range(1000)], 0.0, keep=100)[-1] == [999.0, 1.0]
@@ -100,13 +105,16 @@ def test_readiness_rules() -> None:
     assert "timed out" in rejections_not_clean(_res(overload=Overload(300.0, "x", [bounded]))).message
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("bench.soak_s=100", "bench.soak_ramp_s"),  # 60 s of ramp leaves too little of 100 s
-    ("bench.overload_levels=[0.5,0]", "bench.overload_levels"),
-    ("bench.first_request_max_ratio=0.5", "bench.first_request_max_ratio"),
-    ("bench.metrics_url=nohost", "bench.metrics_url"),
-    ("bench.memory_growth_mb_per_h=0", "bench.memory_growth_mb_per_h"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("bench.soak_s=100", "bench.soak_ramp_s"),  # 60 s of ramp leaves too little of 100 s
+        ("bench.overload_levels=[0.5,0]", "bench.overload_levels"),
+        ("bench.first_request_max_ratio=0.5", "bench.first_request_max_ratio"),
+        ("bench.metrics_url=nohost", "bench.metrics_url"),
+        ("bench.memory_growth_mb_per_h=0", "bench.memory_growth_mb_per_h"),
+    ],
+)
 def test_readiness_keys_are_checked_at_composition(make_params, override: str, key: str) -> None:
     from pipeline.core.config import load_config
 

@@ -25,9 +25,26 @@ def _pt(c: int, p50: float, thr: float, queue: float, compute: float, batch: flo
     if not valid:
         return Point(c, False, "exit 2: Failed to obtain stable measurement")
     server = queue + compute
-    return Point(c, True, "", {"p50_ms": p50, "p95_ms": p50 * 1.1, "p99_ms": p50 * 1.2, "throughput_infer_s": thr, "server_queue_ms": queue,
-                               "server_compute_input_ms": 0.0, "server_compute_infer_ms": compute, "server_compute_output_ms": 0.0,
-                               "server_ms": server, "queue_share": queue / server, "loadavg_1m": 0.5, "avg_ms": p50 + 0.3}, batch)  # fmt: skip
+    return Point(
+        c,
+        True,
+        "",
+        {
+            "p50_ms": p50,
+            "p95_ms": p50 * 1.1,
+            "p99_ms": p50 * 1.2,
+            "throughput_infer_s": thr,
+            "server_queue_ms": queue,
+            "server_compute_input_ms": 0.0,
+            "server_compute_infer_ms": compute,
+            "server_compute_output_ms": 0.0,
+            "server_ms": server,
+            "queue_share": queue / server,
+            "loadavg_1m": 0.5,
+            "avg_ms": p50 + 0.3,
+        },
+        batch,
+    )
 
 
 def _res(lat: list[Point], thr: list[Point], shapes: int = 1, settings: BenchConfig | None = None) -> BenchResult:
@@ -193,8 +210,10 @@ def test_tuning_ranks_against_the_gauge_and_never_picks_a_drifted_candidate() ->
 # ---------------------------------------------------------------- typed results <-> bench.json
 def _full_result() -> BenchResult:
     """A result with every section: c=1 rounds (embedded), throughput rounds, tuning, ratios, diagnosis."""
-    res = _res([_pt(1, 4.7, 200, 0.03, 4.35), _pt(8, 50, 160, 40, 6), _pt(16, 0, 0, 0, 0, valid=False)],
-               [_pt(1, 6.5, 140, 2.1, 4.3), _pt(8, 28, 280, 10, 16, 4.5), _pt(16, 60, 210, 30, 20, 8)])  # fmt: skip
+    res = _res(
+        [_pt(1, 4.7, 200, 0.03, 4.35), _pt(8, 50, 160, 40, 6), _pt(16, 0, 0, 0, 0, valid=False)],
+        [_pt(1, 6.5, 140, 2.1, 4.3), _pt(8, 28, 280, 10, 16, 4.5), _pt(16, 60, 210, 30, 20, 8)],
+    )
     res.server = ServerInfo("embedded", "x", "native", {"latency": ["backend 'onnxruntime' -> 'pipeline_ort'"]}, "2.51.0")
     res.machine.loadavg_end = [1.0, 0.5, 0.2]
     res.baseline.latency_after = Latency(4.2, 4.5, 4.9, 4.3, 200, OrtSettings(2, 1, 1))

@@ -58,10 +58,11 @@ def throughput_rounds(c: int, runs: list[tuple[float | None, float | None]], gau
 def rounds_result(settings: BenchConfig | None = None) -> BenchResult:
     """A default-profile result: every point from the rounds, c=1 with the batching tax, c=8 and c=16 compared."""
     res = _res([], [], settings=settings or BenchConfig())
-    res.paired_c1 = c1_rounds([(4.7, 4.5), (4.8, 4.6), (4.6, 4.4), None, (4.75, 4.5)],
-                              [[(4.6, 4.4), (4.5, 4.4), (4.7, 4.4)]] * 5, tax=[2.1, 2.0, 2.2, 2.0, 1.9])  # fmt: skip
-    res.paired_throughput = {8: throughput_rounds(8, [(200, 260), (190, 250), (205, 262), (None, 255)], [300, 290, 310, 300]),
-                             16: throughput_rounds(16, [(200, 280), (210, 290), (190, 270), (200, 285)], [300, 300, 300, 300])}  # fmt: skip
+    res.paired_c1 = c1_rounds([(4.7, 4.5), (4.8, 4.6), (4.6, 4.4), None, (4.75, 4.5)], [[(4.6, 4.4), (4.5, 4.4), (4.7, 4.4)]] * 5, tax=[2.1, 2.0, 2.2, 2.0, 1.9])
+    res.paired_throughput = {
+        8: throughput_rounds(8, [(200, 260), (190, 250), (205, 262), (None, 255)], [300, 290, 310, 300]),
+        16: throughput_rounds(16, [(200, 280), (210, 290), (190, 270), (200, 285)], [300, 300, 300, 300]),
+    }
     res.variants = sweep_from_rounds(res.paired_c1, res.paired_throughput)
     res.ratios = ratios(res)
     res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
@@ -91,8 +92,7 @@ def test_every_headline_has_an_interval_in_bench_json_summary_report_and_console
     res = rounds_result()
     data = res.to_json()
     heads = res.ratios.headlines()  # type: ignore[union-attr]
-    assert set(heads) == {"latency_c1_p50_vs_ort_p50", "throughput_vs_latency_c8", "throughput_vs_ort_best_c8",
-                          "throughput_vs_latency_c16", "throughput_vs_ort_best_c16"}  # fmt: skip
+    assert set(heads) == {"latency_c1_p50_vs_ort_p50", "throughput_vs_latency_c8", "throughput_vs_ort_best_c8", "throughput_vs_latency_c16", "throughput_vs_ort_best_c16"}
     for name, e in heads.items():
         assert e.has_interval, name
         for where in (data["ratios"], data["summary"]["ratios"]):
@@ -195,8 +195,11 @@ def test_progress_is_one_line_with_phase_point_round_elapsed_and_eta(capsys: pyt
         now[0] = 14.0
         assert p.line() == "[bench] rounds c=8 round 3/<=12 | 14 s elapsed | ETA ~55 s"
     # Not a terminal: a plain line per change, nothing rewritten.
-    assert capsys.readouterr().out.splitlines() == ["[bench] baseline | 0 s elapsed | ETA ~115 s", "[bench] rounds | 4 s elapsed | ETA ~105 s",
-                                                    "[bench] rounds c=8 round 3/<=12 | 4 s elapsed | ETA ~65 s"]  # fmt: skip
+    assert capsys.readouterr().out.splitlines() == [
+        "[bench] baseline | 0 s elapsed | ETA ~115 s",
+        "[bench] rounds | 4 s elapsed | ETA ~105 s",
+        "[bench] rounds c=8 round 3/<=12 | 4 s elapsed | ETA ~65 s",
+    ]
     # A terminal: one live line, rewritten in place, with each measurement's own line printed above it.
     buf = io.StringIO()
     with Progress({"rounds": 10.0}, console=Console(file=buf, force_terminal=True, width=120)) as p:

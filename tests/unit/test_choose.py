@@ -27,8 +27,10 @@ def timing(p50: dict[str, list[float]], infer: dict[str, list[float]]) -> Timing
 def test_the_fastest_candidate_whose_whole_interval_is_faster_ships_per_variant() -> None:
     # Machine speed drifts round to round (both sides move together); int8 is ~2x faster at batch 1, fp16 slower.
     drift = [1.0, 1.3, 0.9, 1.1, 1.5, 1.0]
-    t = timing({"fp32": [10 * d for d in drift], "fp16": [13 * d for d in drift], "int8": [5 * d * (1 + 0.02 * (i % 2)) for i, d in enumerate(drift)]},
-               {"fp32": [100 / d for d in drift], "fp16": [80 / d for d in drift], "int8": [101 / d + (3 if i % 2 else -3) for i, d in enumerate(drift)]})
+    t = timing(
+        {"fp32": [10 * d for d in drift], "fp16": [13 * d for d in drift], "int8": [5 * d * (1 + 0.02 * (i % 2)) for i, d in enumerate(drift)]},
+        {"fp32": [100 / d for d in drift], "fp16": [80 / d for d in drift], "int8": [101 / d + (3 if i % 2 else -3) for i, d in enumerate(drift)]},
+    )
     assert t.latency_speedup("int8").low > 1.9
     precision, why = pick(t, "latency")
     assert precision == "int8" and why.startswith("auto: fastest by batch-1 p50, 1.98x") and "90% CI" in why
@@ -58,9 +60,17 @@ def test_auto_times_the_candidates_in_paired_rounds_and_records_the_choice(make_
 
     fp32 = tiny_onnx(tmp_path / "model.fp32.onnx")
     files = {"fp32": fp32, "int8": qdq_onnx(fp32, tmp_path / "model.int8.onnx")}
-    params = make_params(*TINY_MLP, "model.inputs=[{name: x, dtype: float32, shape: [batch, 16]}]", "target_specs.cpu.precision=auto",
-                         "+model.data={_target_: tests.helpers.tiny_models.embedder_samples}", "choose.min_rounds=2", "choose.max_rounds=3",
-                         "choose.burst_ms=20", "choose.batch_sizes=[1,4]", "choose.candidates=[fp32,int8]")  # fmt: skip
+    params = make_params(
+        *TINY_MLP,
+        "model.inputs=[{name: x, dtype: float32, shape: [batch, 16]}]",
+        "target_specs.cpu.precision=auto",
+        "+model.data={_target_: tests.helpers.tiny_models.embedder_samples}",
+        "choose.min_rounds=2",
+        "choose.max_rounds=3",
+        "choose.burst_ms=20",
+        "choose.batch_sizes=[1,4]",
+        "choose.candidates=[fp32,int8]",
+    )
     assert run_stage(params, tmp_path, files, {"schema": 1, "artifacts": {"fp32": PASSED, "int8": PASSED}}) == 0
     report = json.loads((tmp_path / "choose.json").read_text())
     t = report["timing"]

@@ -105,8 +105,7 @@ def test_model_base_holds_the_schema_defaults_of_every_optional_key() -> None:
     from pipeline.core.config.schema import ModelConfig
 
     base = yaml.safe_load((ROOT / "conf" / "model_base" / "defaults.yaml").read_text(encoding="utf-8"))
-    schema = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default)
-              for f in dataclasses.fields(ModelConfig)}  # fmt: skip
+    schema = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default) for f in dataclasses.fields(ModelConfig)}
     assert set(base) == set(schema) - {"name", "source"}  # the two every model file must say
     assert base == {k: schema[k] for k in base}
 

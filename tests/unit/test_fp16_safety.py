@@ -20,8 +20,7 @@ FEEDS = [{"x": RNG.uniform(5, 10, (b, 16)).astype(np.float32)} for b in (1, 4)]
 
 
 def graph(nodes: list, inits: list, out_dim: int = 32) -> onnx.ModelProto:
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 16])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["batch", out_dim])], inits)
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 16])], [h.make_tensor_value_info("y", T.FLOAT, ["batch", out_dim])], inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.checker.check_model(m)
@@ -32,9 +31,11 @@ def matmul_layernorm(low: float, high: float) -> onnx.ModelProto:
     """x [5,10] @ W [low,high] -> LayerNormalization -> Relu."""
     w = RNG.uniform(low, high, (16, 32)).astype(np.float32)
     return graph(
-        [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
-         h.make_node("LayerNormalization", ["mm", "g", "b"], ["ln"], name="ln", axis=-1),
-         h.make_node("Relu", ["ln"], ["y"], name="relu")],
+        [
+            h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+            h.make_node("LayerNormalization", ["mm", "g", "b"], ["ln"], name="ln", axis=-1),
+            h.make_node("Relu", ["ln"], ["y"], name="relu"),
+        ],
         [nh.from_array(w, "W"), nh.from_array(np.ones(32, np.float32), "g"), nh.from_array(np.zeros(32, np.float32), "b")],
     )
 
@@ -77,15 +78,20 @@ def test_disabled_fallback_refuses_unsafe_nodes() -> None:
 def test_tiny_values_block_but_softmax_tails_and_sentinels_do_not() -> None:
     tiny = np.full((1, 32), 1e-6, np.float32)
     model = graph(
-        [h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
-         h.make_node("Mul", ["mm", "tiny"], ["small"], name="shrink"),  # every value ~1e-5: below FP16's smallest normal
-         h.make_node("Mul", ["small", "big"], ["back"], name="grow"),
-         h.make_node("Softmax", ["back"], ["sm"], name="softmax", axis=-1),  # tails below 6e-5, but negligible
-         h.make_node("Add", ["sm", "mask"], ["masked"], name="mask_add"),  # float32-min sentinel, as in HF masks
-         h.make_node("Softmax", ["masked"], ["y"], name="softmax2", axis=-1)],
-        [nh.from_array(RNG.uniform(0.05, 0.1, (16, 32)).astype(np.float32), "W"), nh.from_array(tiny, "tiny"),
-         nh.from_array(np.full((1, 32), 1e6, np.float32), "big"),
-         nh.from_array(np.where(np.arange(32) < 16, 0.0, np.finfo(np.float32).min).astype(np.float32)[None], "mask")],
+        [
+            h.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+            h.make_node("Mul", ["mm", "tiny"], ["small"], name="shrink"),  # every value ~1e-5: below FP16's smallest normal
+            h.make_node("Mul", ["small", "big"], ["back"], name="grow"),
+            h.make_node("Softmax", ["back"], ["sm"], name="softmax", axis=-1),  # tails below 6e-5, but negligible
+            h.make_node("Add", ["sm", "mask"], ["masked"], name="mask_add"),  # float32-min sentinel, as in HF masks
+            h.make_node("Softmax", ["masked"], ["y"], name="softmax2", axis=-1),
+        ],
+        [
+            nh.from_array(RNG.uniform(0.05, 0.1, (16, 32)).astype(np.float32), "W"),
+            nh.from_array(tiny, "tiny"),
+            nh.from_array(np.full((1, 32), 1e6, np.float32), "big"),
+            nh.from_array(np.where(np.arange(32) < 16, 0.0, np.finfo(np.float32).min).astype(np.float32)[None], "mask"),
+        ],
     )
     _, rep = run(model)
     assert {b["node"] for b in rep["blocked_nodes"]} == {"shrink", "grow"}

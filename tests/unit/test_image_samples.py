@@ -128,11 +128,15 @@ def test_an_undecodable_image_is_named_with_the_fix(folder: Path, content: bytes
     assert f"replace or remove {bad}" in e.value.render()
 
 
-@pytest.mark.parametrize("specs", [
-    [spec(["N", 3, 4, 4]), spec(["N", 3, 4, 4], name="y")],  # two inputs
-    [spec(["N", 16])],  # rank 2
-    [spec(["N", 3, 4, 4], dtype="int64")],  # not float
-], ids=["two-inputs", "rank-2", "int64"])  # fmt: skip
+@pytest.mark.parametrize(
+    "specs",
+    [
+        [spec(["N", 3, 4, 4]), spec(["N", 3, 4, 4], name="y")],  # two inputs
+        [spec(["N", 16])],  # rank 2
+        [spec(["N", 3, 4, 4], dtype="int64")],  # not float
+    ],
+    ids=["two-inputs", "rank-2", "int64"],
+)
 def test_a_model_that_takes_no_image_batch_is_one_message(folder: Path, specs: list[TensorSpec]) -> None:
     with pytest.raises(ConfigError, match="feeds only a model with one rank-4 float input") as e:
         load_folder(folder, specs, {})

@@ -26,8 +26,13 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]
     tmp = tmp_path_factory.mktemp("plans")
     reports = {e: tmp / f"plan-{e.replace(',', '-')}.json" for e in EXTRAS}
     procs = {
-        e: subprocess.Popen([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(r), f".[{e}]"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        e: subprocess.Popen(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(r), f".[{e}]"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for e, r in reports.items()
     }
     out = {}

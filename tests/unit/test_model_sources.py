@@ -74,12 +74,18 @@ def test_external_data_is_inlined_below_the_limit_refused_above_it_and_a_missing
     from pipeline.core.errors import OnnxModelError
 
     w = np.arange(64, dtype=np.float32).reshape(8, 8) / 64
-    g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["y"])], "ext", [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])], [nh.from_array(w, "W")])  # fmt: skip
+    g = h.make_graph(
+        [h.make_node("MatMul", ["x", "W"], ["y"])],
+        "ext",
+        [h.make_tensor_value_info("x", T.FLOAT, ["N", 8])],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N", 8])],
+        [nh.from_array(w, "W")],
+    )
     d = tmp_path / "m"
     d.mkdir()
-    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(d / "model.onnx"),
-              save_as_external_data=True, location="model.onnx.data", size_threshold=0)  # fmt: skip
+    onnx.save(
+        h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(d / "model.onnx"), save_as_external_data=True, location="model.onnx.data", size_threshold=0
+    )
     assert onnx_tools.external_data_files(d / "model.onnx") == ["model.onnx.data"]
     cfg = load_config(make_params("model=onnx", f"model.path={d / 'model.onnx'}"))
     # The probe fingerprints the data file by content, so a new data file reruns export (DVC sees probe's record change).

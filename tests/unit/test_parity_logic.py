@@ -28,8 +28,9 @@ def check(ref: list[np.ndarray], art: list[np.ndarray], tol: ToleranceConfig) ->
     """Compare with Polygraphy and summarize one output 'y' the way the stage does."""
     opts = polygraphy_options(tol, ["y"])
     with pg.quiet():
-        per = pg.compare(runs("reference", [{"y": r} for r in ref]), runs("art", [{"y": a} for a in art]),
-                         pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"]))
+        per = pg.compare(
+            runs("reference", [{"y": r} for r in ref]), runs("art", [{"y": a} for a in art]), pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"])
+        )
     return summarize_output("y", resolve(tol, "y"), [m.get("y") for m in per], art, ref)
 
 
@@ -93,17 +94,31 @@ def report(**arts: dict) -> dict:
 
 
 def test_artifact_passed_and_gate_message() -> None:
-    y_fail = {"passed": False, "stat": "max", "stat_abs": 0.3, "stat_rel": 2.0, "atol": 0.02, "rtol": 0.02, "failed_samples": 2,
-              "samples": 8, "max_abs": 0.3, "mean_abs": 0.01, "min_passing_atol": 0.3}
-    r = report(fp32={"status": "passed", "passed": True, "outputs": {}},
-               fp16={"status": "failed", "passed": False, "outputs": {"embedding": y_fail}},
-               **{"trt@a100": {"status": "skipped", "reason": "no GPU"}})
+    y_fail = {
+        "passed": False,
+        "stat": "max",
+        "stat_abs": 0.3,
+        "stat_rel": 2.0,
+        "atol": 0.02,
+        "rtol": 0.02,
+        "failed_samples": 2,
+        "samples": 8,
+        "max_abs": 0.3,
+        "mean_abs": 0.01,
+        "min_passing_atol": 0.3,
+    }
+    r = report(
+        fp32={"status": "passed", "passed": True, "outputs": {}},
+        fp16={"status": "failed", "passed": False, "outputs": {"embedding": y_fail}},
+        **{"trt@a100": {"status": "skipped", "reason": "no GPU"}},
+    )
     assert artifact_passed(r, "fp32") == (True, "passed")
     assert artifact_passed(r, "fp16") == (False, "parity failed for outputs ['embedding']")
     assert artifact_passed(r, "trt:a100") == (False, "parity skipped: no GPU")
     assert artifact_passed(r, "trt@h100")[0] is False and "not in the parity report" in artifact_passed(r, "trt@h100")[1]
-    assert failures(r) == ["fp16/embedding: max error abs=0.3 > atol=0.02 and rel=2 > rtol=0.02 in 2/8 samples "
-                           "(max_abs=0.3, mean_abs=0.01); passes with parity.fp16.per_output.embedding.atol=0.3"]
+    assert failures(r) == [
+        "fp16/embedding: max error abs=0.3 > atol=0.02 and rel=2 > rtol=0.02 in 2/8 samples (max_abs=0.3, mean_abs=0.01); passes with parity.fp16.per_output.embedding.atol=0.3"
+    ]
     with pytest.raises(ParityError) as e:
         gate(r, "parity.json")
     assert "parity failed for 1 output(s)" in e.value.what and "parity.fp16.per_output.embedding.atol=0.3" in e.value.render()

@@ -52,11 +52,21 @@ def test_input_json_splits_rows_and_drops_batch_axis() -> None:
 
 def test_build_command_has_every_knob(tmp_path: Path) -> None:
     p = pa.PerfAnalyzer(Path("/x/perf_analyzer"), "")
-    cmd = pa.build_command(p, "m", "127.0.0.1:1", 8, tmp_path / "in.json", tmp_path / "o.csv",
-                           measurement_interval_ms=1234, stability_percentage=15, max_trials=7, shapes={"ids": [12]})  # fmt: skip
+    cmd = pa.build_command(
+        p, "m", "127.0.0.1:1", 8, tmp_path / "in.json", tmp_path / "o.csv", measurement_interval_ms=1234, stability_percentage=15, max_trials=7, shapes={"ids": [12]}
+    )
     s = " ".join(cmd)
-    for part in ("-m m", "-u 127.0.0.1:1", "--concurrency-range 8:8", "--measurement-interval 1234",
-                 "--stability-percentage 15", "--max-trials 7", "--verbose-csv", "--shape ids:12", "-f "):  # fmt: skip
+    for part in (
+        "-m m",
+        "-u 127.0.0.1:1",
+        "--concurrency-range 8:8",
+        "--measurement-interval 1234",
+        "--stability-percentage 15",
+        "--max-trials 7",
+        "--verbose-csv",
+        "--shape ids:12",
+        "-f ",
+    ):
         assert part in s
 
 

@@ -18,8 +18,9 @@ from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 @pytest.fixture
 def store(tmp_path: Path) -> ReleaseStore:
     st = ReleaseStore(tmp_path / "store")
-    build_release(st, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "dvc.lock"),
-        unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+    build_release(
+        st, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "dvc.lock"), unchecked_evidence=True, git_cwd=tmp_path, tag=False
+    )
     return st
 
 
@@ -71,8 +72,16 @@ def test_archive_with_changed_file_is_refused(tmp_path: Path, store: ReleaseStor
 def test_import_refuses_a_different_release_with_the_same_number(tmp_path: Path, store: ReleaseStore) -> None:
     archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
     other = ReleaseStore(tmp_path / "other")
-    build_release(other, tiny_repository(tmp_path / "repo2", marker="x"), parity_report(tmp_path / "p2.json"), None, dvc_lock(tmp_path / "l2"),
-        unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+    build_release(
+        other,
+        tiny_repository(tmp_path / "repo2", marker="x"),
+        parity_report(tmp_path / "p2.json"),
+        None,
+        dvc_lock(tmp_path / "l2"),
+        unchecked_evidence=True,
+        git_cwd=tmp_path,
+        tag=False,
+    )
     with pytest.raises(ReleaseError, match="already has a different release 1"):
         import_release(other, archive)
 

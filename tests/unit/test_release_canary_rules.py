@@ -102,9 +102,13 @@ def test_no_samples_to_replay(tmp_path: Path) -> None:
 
 
 def test_impossible_thresholds_fail_at_composition_and_on_the_command_line() -> None:
-    for override, key in (("release.canary.max_p99_ratio=-1", "release.canary.max_p99_ratio"), ("release.canary.max_error_rate=-0.1", "release.canary.max_error_rate"),
-                          ("release.canary.rounds=1", "release.canary.rounds"), ("release.canary.duration_s=0", "release.canary.duration_s"),
-                          ("release.canary.share=1", "release.canary.share")):  # fmt: skip
+    for override, key in (
+        ("release.canary.max_p99_ratio=-1", "release.canary.max_p99_ratio"),
+        ("release.canary.max_error_rate=-0.1", "release.canary.max_error_rate"),
+        ("release.canary.rounds=1", "release.canary.rounds"),
+        ("release.canary.duration_s=0", "release.canary.duration_s"),
+        ("release.canary.share=1", "release.canary.share"),
+    ):
         with pytest.raises(ConfigError) as e:
             compose([override])
         assert isinstance(e.value, ConfigProblems) and [p.key for p in e.value.problems] == [key], e.value.render()
@@ -121,10 +125,12 @@ def test_impossible_thresholds_fail_at_composition_and_on_the_command_line() -> 
 
 def test_cli_refusals_are_one_message(two: ReleaseStore, tmp_path: Path) -> None:
     base = ["release", "canary", "--env", "dev", "--store", str(two.url), "--params", str(tmp_path / "none.yaml"), "--no-tag"]
-    for extra, needle, code in ((["--reload", UNREACHABLE], "needs the candidate's --version", 2),
-                                (["--version", "2", "--reload", UNREACHABLE, "--duration", "soon"], "--duration 'soon' is not a duration", 2),
-                                (["--version", "2", "--reload", UNREACHABLE, "--share", "0"], "release.canary.share=0", 2),
-                                (["--version", "2", "--reload", UNREACHABLE], "cannot reach Triton at 127.0.0.1:1", 2)):  # fmt: skip
+    for extra, needle, code in (
+        (["--reload", UNREACHABLE], "needs the candidate's --version", 2),
+        (["--version", "2", "--reload", UNREACHABLE, "--duration", "soon"], "--duration 'soon' is not a duration", 2),
+        (["--version", "2", "--reload", UNREACHABLE, "--share", "0"], "release.canary.share=0", 2),
+        (["--version", "2", "--reload", UNREACHABLE], "cannot reach Triton at 127.0.0.1:1", 2),
+    ):
         r = CliRunner().invoke(app, [*base, *extra])
         assert r.exit_code == code and needle in r.output and "Traceback" not in r.output, r.output
 
@@ -185,11 +191,27 @@ def test_verdict_bounds_and_error_rate() -> None:
 def test_record_round_trip_and_summary(tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     assert cr.read_record(store.fs, "dev", "tiny") is None
-    base = {"model": "tiny", "env": "dev", "live": 1, "candidate": 2, "started_at": "2026-01-01T10:00:00+00:00", "server": "h:8000",
-            "traffic": {"kind": "replay", "duration_s": 3}, "bounds": {"max_p99_ratio": 1.25, "max_error_rate": 0.0}}  # fmt: skip
+    base = {
+        "model": "tiny",
+        "env": "dev",
+        "live": 1,
+        "candidate": 2,
+        "started_at": "2026-01-01T10:00:00+00:00",
+        "server": "h:8000",
+        "traffic": {"kind": "replay", "duration_s": 3},
+        "bounds": {"max_p99_ratio": 1.25, "max_error_rate": 0.0},
+    }
     cr.write_record(store.fs, {**base, "id": "20260101T100000Z-v2", "status": "running"})
-    cr.write_record(store.fs, {**base, "id": "20260101T110000Z-v2", "status": "failed", "checks": [{"name": "outputs", "passed": False, "detail": "x"}],
-                               "verdict": {"passed": False, "summary": "outputs: differ"}})  # fmt: skip
+    cr.write_record(
+        store.fs,
+        {
+            **base,
+            "id": "20260101T110000Z-v2",
+            "status": "failed",
+            "checks": [{"name": "outputs", "passed": False, "detail": "x"}],
+            "verdict": {"passed": False, "summary": "outputs: differ"},
+        },
+    )
     last = cr.read_record(store.fs, "dev", "tiny")
     assert last["id"] == "20260101T110000Z-v2" and cr.summary_line(last) == "last canary 2026-01-01 10:00: v2 against live v1, FAILED: outputs: differ"
     md = store.fs.read_text("history/dev/tiny.canary/20260101T110000Z-v2.md")

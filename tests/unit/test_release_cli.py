@@ -12,8 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "release", *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd), "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "release", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd), "COLUMNS": "200"},
+    )
 
 
 def assert_one_message(r: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -137,11 +143,19 @@ def test_ctrl_c_anywhere_prints_one_line(tmp_path: Path) -> None:
     for where in ("import", "parse", "check", "upload"):
         cwd = tmp_path / where
         store = project(cwd, "tiny")
-        r = subprocess.run([sys.executable, "-c", INTERRUPT_AT, where, "release", "build", "--unchecked-evidence", *store], cwd=cwd, capture_output=True, text=True,
-                           timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)})
+        r = subprocess.run(
+            [sys.executable, "-c", INTERRUPT_AT, where, "release", "build", "--unchecked-evidence", *store],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+        )
         releases = cwd / "store/releases/tiny"
-        if (r.returncode not in (130, -2)  # -2: the interpreter re-raised SIGINT after the hook printed
-                or [ln for ln in r.stderr.splitlines() if ln.strip()] != ["interrupted"]
-                or (releases.exists() and list(releases.iterdir()))):  # a staged upload must be removed
+        if (
+            r.returncode not in (130, -2)  # -2: the interpreter re-raised SIGINT after the hook printed
+            or [ln for ln in r.stderr.splitlines() if ln.strip()] != ["interrupted"]
+            or (releases.exists() and list(releases.iterdir()))
+        ):  # a staged upload must be removed
             bad[where] = (r.returncode, r.stderr[-800:], r.stdout[-300:])
     assert not bad, bad

@@ -71,7 +71,7 @@ stages:
     outs: [bench.json: {cache: false}]
 """
 
-STEPS = '''\
+STEPS = """\
 import shutil, sys, yaml
 from pathlib import Path
 
@@ -99,7 +99,7 @@ elif step == "repository":
     (d / "config.pbtxt").write_text(base)
 elif step == "bench":
     Path("bench.json").write_text("{}")
-'''
+"""
 
 
 def run(cwd: Path, *cmd: str) -> subprocess.CompletedProcess[str]:

@@ -123,7 +123,10 @@ def test_bench_of_exactly_these_files_embeds_only_its_summary(tmp_path: Path) ->
     bench = bench_report(tmp_path / "bench.json", repo / "tiny", summary={"ratios": {"latency_c1": 1.05}})
     m = _build(tmp_path, repo, parity_report(tmp_path / "p.json"), bench).manifest
     assert m["bench"] == {
-        "status": "measured", "report": str(bench), "model_sha256": sha256(ONNX_BYTES), "summary": {"ratios": {"latency_c1": 1.05}},
+        "status": "measured",
+        "report": str(bench),
+        "model_sha256": sha256(ONNX_BYTES),
+        "summary": {"ratios": {"latency_c1": 1.05}},
         "configs_sha256": {v: sha256(repo / f"tiny/configs/{v}.pbtxt") for v in ("latency", "throughput")},
     }
 

@@ -109,10 +109,7 @@ def gto_views(repo: Path) -> list[dict[str, str | None]]:
     from gto.constants import VersionSort
 
     envs = ("dev", "staging", "production")
-    views = [
-        {e: gto.api.show(str(repo), sort=sort)["tiny"]["stage"][e] for e in envs}
-        for sort in (VersionSort.Timestamp, VersionSort.SemVer)
-    ]
+    views = [{e: gto.api.show(str(repo), sort=sort)["tiny"]["stage"][e] for e in envs} for sort in (VersionSort.Timestamp, VersionSort.SemVer)]
     which = {}
     for e in envs:
         found = gto.api.find_versions_in_stage(str(repo), "tiny", e)

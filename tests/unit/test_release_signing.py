@@ -30,8 +30,17 @@ def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None
     priv, pub = _keypair(tmp_path, "release")
     _, other_pub = _keypair(tmp_path, "other")
     store = ReleaseStore(tmp_path / "store")
-    build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"),
-        unchecked_evidence=True, git_cwd=tmp_path, sign_key=priv, tag=False)
+    build_release(
+        store,
+        tiny_repository(tmp_path / "repo"),
+        parity_report(tmp_path / "p.json"),
+        None,
+        dvc_lock(tmp_path / "l"),
+        unchecked_evidence=True,
+        git_cwd=tmp_path,
+        sign_key=priv,
+        tag=False,
+    )
     assert (tmp_path / "store/releases/tiny/1/release.sig").is_file()
     assert verify_store(store, public_key=str(pub))
     assert promote(store, "dev", version=1, public_key=str(pub)).version == 1
@@ -57,8 +66,9 @@ def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None
 def test_unsigned_release_with_public_key_is_refused(tmp_path: Path) -> None:
     _, pub = _keypair(tmp_path, "k")
     store = ReleaseStore(tmp_path / "store")
-    build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"),
-        unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+    build_release(
+        store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), unchecked_evidence=True, git_cwd=tmp_path, tag=False
+    )
     with pytest.raises(ReleaseError, match="is not signed"):
         promote(store, "dev", version=1, public_key=str(pub))
 
@@ -69,8 +79,17 @@ def test_signing_on_a_non_local_store(tmp_path: Path) -> None:
 
     priv, pub = _keypair(tmp_path, "k")
     store = ReleaseStore(f"memory://sign-{uuid.uuid4().hex}")
-    build_release(store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"),
-        unchecked_evidence=True, git_cwd=tmp_path, sign_key=priv, tag=False)
+    build_release(
+        store,
+        tiny_repository(tmp_path / "repo"),
+        parity_report(tmp_path / "p.json"),
+        None,
+        dvc_lock(tmp_path / "l"),
+        unchecked_evidence=True,
+        git_cwd=tmp_path,
+        sign_key=priv,
+        tag=False,
+    )
     assert verify_store(store, public_key=str(pub))
     store.fs.fs.pipe_file(store.fs.path("releases/tiny/1/manifest.json"), store.fs.read_bytes("releases/tiny/1/manifest.json").replace(b'"tiny"', b'"tiny" '))
     with pytest.raises(ReleaseError, match="signature verification failed"):

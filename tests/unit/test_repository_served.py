@@ -30,8 +30,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 def record(tmp_path: Path, files: dict[str, Path], latency: str, throughput: str, target: str = "cpu") -> Path:
     given = {p: {"path": str(f), "sha256": atomic.file_digest(f)[0]} for p, f in files.items()}
-    choice = PrecisionChoice(target, "auto", {"latency": VariantChoice(latency, f"auto: {latency} fastest"),
-                                              "throughput": VariantChoice(throughput, f"auto: {throughput} fastest")}, given)  # fmt: skip
+    choice = PrecisionChoice(
+        target, "auto", {"latency": VariantChoice(latency, f"auto: {latency} fastest"), "throughput": VariantChoice(throughput, f"auto: {throughput} fastest")}, given
+    )
     path = tmp_path / "choose.json"
     path.write_text(json.dumps(choice.to_json()))
     return path

@@ -23,8 +23,7 @@ def _write(tiny_cfg, tiny_onnx: Path, tmp_path: Path, *extra: str) -> Path:
 
 
 def test_every_variant_warms_up_on_a_real_sample_row(tiny_cfg, tiny_onnx: Path, tmp_path: Path) -> None:
-    model = _write(tiny_cfg, tiny_onnx, tmp_path, "variants.throughput.max_batch_size=16", "variants.throughput.warmup.batch_sizes=[1,4,16]",
-                   "variants.throughput.warmup.count=2")  # fmt: skip
+    model = _write(tiny_cfg, tiny_onnx, tmp_path, "variants.throughput.max_batch_size=16", "variants.throughput.warmup.batch_sizes=[1,4,16]", "variants.throughput.warmup.count=2")
     thr = triton_config.parse(model / "configs" / "throughput.pbtxt")
     assert [(w.name, w.batch_size, w.count) for w in thr.model_warmup] == [("sample_batch_1", 1, 2), ("sample_batch_4", 4, 2), ("sample_batch_16", 16, 2)]
     x = thr.model_warmup[0].inputs["x"]
@@ -44,11 +43,14 @@ def test_no_warmup_renders_none_and_says_so(tiny_cfg, tiny_onnx: Path, tmp_path:
     assert not (model / WARMUP_DIR).exists()
 
 
-@pytest.mark.parametrize(("override", "key"), [
-    ("variants.latency.warmup.batch_sizes=[1,32]", "variants.latency.warmup.batch_sizes"),
-    ("variants.latency.warmup.batch_sizes=[1,1]", "variants.latency.warmup.batch_sizes"),
-    ("variants.throughput.warmup.count=0", "variants.throughput.warmup.count"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("variants.latency.warmup.batch_sizes=[1,32]", "variants.latency.warmup.batch_sizes"),
+        ("variants.latency.warmup.batch_sizes=[1,1]", "variants.latency.warmup.batch_sizes"),
+        ("variants.throughput.warmup.count=0", "variants.throughput.warmup.count"),
+    ],
+)
 def test_warmup_values_are_checked_at_composition(tiny_cfg, override: str, key: str) -> None:
     from pipeline.core.config import ConfigProblems
 

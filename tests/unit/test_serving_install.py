@@ -52,6 +52,6 @@ def test_error_lines_drop_cpu_noise() -> None:
     log = (
         'E1130 08:36:26.613827 4212 server.cc:241] "CudaDriverHelper has not been initialized."\n'
         "I1130 model loaded fine\n"
-        "E1130 08:36:26.956668 4212 backend_model.cc:692] \"ERROR: Failed to create instance: boom\"\n"
+        'E1130 08:36:26.956668 4212 backend_model.cc:692] "ERROR: Failed to create instance: boom"\n'
     )
     assert install.error_lines(log) == ['E1130 08:36:26.956668 4212 backend_model.cc:692] "ERROR: Failed to create instance: boom"']

@@ -82,9 +82,7 @@ def test_torchserve_handler_imports_nothing_from_the_package() -> None:
 def test_standin_graph_level_tables_agree_with_the_repository_table() -> None:
     """python_standin.py and native/pipeline_ort repeat pipeline/repository/config.py's ORT level table."""
     tree = ast.parse((SERVING / "python_standin.py").read_text(encoding="utf-8"))
-    table = next(
-        n.value for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "_GRAPH_LEVELS" for t in n.targets)
-    )
+    table = next(n.value for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "_GRAPH_LEVELS" for t in n.targets))
     assert isinstance(table, ast.Dict)
     python = {ast.literal_eval(k): v.attr for k, v in zip(table.keys, table.values)}  # type: ignore[union-attr]
     assert python == ORT_LEVEL_NAME

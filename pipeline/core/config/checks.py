@@ -33,8 +33,14 @@ FP16_MAX = 65504.0
 
 
 def check_config(
-    cfg: PipelineConfig, p: Problems, *, fixed_batch: str | None = None, serving: dict[str, Any] | None = None,
-    outputs: list[str] | None = None, engine_precision: dict[str, Any] | None = None, in_fleet: dict[str, Any] | None = None,
+    cfg: PipelineConfig,
+    p: Problems,
+    *,
+    fixed_batch: str | None = None,
+    serving: dict[str, Any] | None = None,
+    outputs: list[str] | None = None,
+    engine_precision: dict[str, Any] | None = None,
+    in_fleet: dict[str, Any] | None = None,
 ) -> None:
     """Run every section's rules on ``cfg``.
 
@@ -142,8 +148,11 @@ def check_model(m: ModelConfig, p: Problems) -> None:
     check_data(m.data, p)
     for out, axis in m.output_axes.items():
         if out not in m.output_kinds:
-            p.add(f"model.output_axes.{out}", axis, f"names an output model.output_kinds does not judge ({sorted(m.output_kinds)}); "
-                  f"add it there (e.g. '+model.output_kinds.{out}=classifier') or remove the axis")
+            p.add(
+                f"model.output_axes.{out}",
+                axis,
+                f"names an output model.output_kinds does not judge ({sorted(m.output_kinds)}); add it there (e.g. '+model.output_kinds.{out}=classifier') or remove the axis",
+            )
         elif axis == 0:
             p.add(f"model.output_axes.{out}", axis, "axis 0 is the batch axis; name the class or embedding axis (e.g. 1, or -1 for the last)")
     p.number("model.seq_len", m.seq_len, 1)
@@ -178,7 +187,7 @@ def check_precision(c: PrecisionConfig, p: Problems) -> None:
     p.number(f"{k}.reference_check_samples", f.reference_check_samples, 1)
 
 
-def check_fleet(cfg: PipelineConfig, p: Problems, serving: dict[str, Any] | None) -> None:
+def check_fleet(cfg: PipelineConfig, p: Problems, serving: dict[str, Any] | None) -> None:  # noqa: C901
     """A non-empty fleet of defined, distinct targets; GPU compute capabilities distinct; serving derived from it."""
     known = sorted(cfg.target_specs)
     if not cfg.targets:
@@ -187,8 +196,11 @@ def check_fleet(cfg: PipelineConfig, p: Problems, serving: dict[str, Any] | None
     p.unique("targets", cfg.targets)
     for t in cfg.targets:
         if t not in cfg.target_specs:
-            p.add("targets", cfg.targets, f"'{t}' has no definition in target_specs{did_you_mean(t, known)} "
-                  f"(defined: {known}; or add conf/target/{t}.yaml and list it in conf/config.yaml)")
+            p.add(
+                "targets",
+                cfg.targets,
+                f"'{t}' has no definition in target_specs{did_you_mean(t, known)} (defined: {known}; or add conf/target/{t}.yaml and list it in conf/config.yaml)",
+            )
     for name, spec in cfg.target_specs.items():
         if spec.name != name:
             p.add(f"target_specs.{name}.name", spec.name, f"must be '{name}', the key it is defined under (conf/target/{name}.yaml)")
@@ -198,21 +210,23 @@ def check_fleet(cfg: PipelineConfig, p: Problems, serving: dict[str, Any] | None
         if spec is None or spec.kind != TargetKind.gpu or not spec.compute_capability:
             continue
         if spec.compute_capability in by_cc:
-            p.add("targets", cfg.targets, f"GPU targets '{by_cc[spec.compute_capability]}' and '{t}' share compute capability "
-                  f"{spec.compute_capability}: Triton picks an engine per capability (cc_model_filenames); keep one of them")
+            p.add(
+                "targets",
+                cfg.targets,
+                f"GPU targets '{by_cc[spec.compute_capability]}' and '{t}' share compute capability "
+                f"{spec.compute_capability}: Triton picks an engine per capability (cc_model_filenames); keep one of them",
+            )
         by_cc.setdefault(spec.compute_capability, t)
     first = cfg.target_specs.get(cfg.targets[0])
     if serving is None or first is None:
         return
     target = serving.get("target")
     if str(target) != cfg.targets[0]:
-        p.add("serving.target", target, f"is derived from targets[0]='{cfg.targets[0]}': never set it; "
-              "to serve another target, put it first in `targets`")
+        p.add("serving.target", target, f"is derived from targets[0]='{cfg.targets[0]}': never set it; to serve another target, put it first in `targets`")
     for field in ("kind", "precision"):
         want, got = getattr(first, field), serving.get(field)
         if not p.has(f"target_specs.{cfg.targets[0]}.{field}") and got is not None and str(got) != str(want):
-            p.add(f"serving.{field}", got, f"is derived from target_specs.{cfg.targets[0]}.{field}="
-                  f"'{want}': never set it; change target_specs.{cfg.targets[0]}.{field} instead")
+            p.add(f"serving.{field}", got, f"is derived from target_specs.{cfg.targets[0]}.{field}='{want}': never set it; change target_specs.{cfg.targets[0]}.{field} instead")
 
 
 def check_target(t: TargetConfig, key: str, p: Problems) -> None:
@@ -225,8 +239,9 @@ def check_target(t: TargetConfig, key: str, p: Problems) -> None:
         p.add(f"{key}.compute_capability", t.compute_capability, f"must look like {hint} (quoted in YAML) for a gpu target")
     b = t.builder
     if b.hardware_compatibility == HardwareCompatibility.ampere_plus and _CC.match(cc) and float(cc) < 8.0:
-        p.add(f"{key}.builder.hardware_compatibility", b.hardware_compatibility,
-              f"ampere_plus needs an Ampere or newer GPU (compute capability >= 8.0), target has {cc}; use 'none'")
+        p.add(
+            f"{key}.builder.hardware_compatibility", b.hardware_compatibility, f"ampere_plus needs an Ampere or newer GPU (compute capability >= 8.0), target has {cc}; use 'none'"
+        )
     p.number(f"{key}.builder.optimization_level", b.optimization_level, 0, 5)
     p.number(f"{key}.builder.workspace_mb", b.workspace_mb, 0, low_open=True)
     check_profile_range(t.profile.batch, f"{key}.profile.batch", p)
@@ -252,12 +267,14 @@ def check_variant(v: VariantConfig, key: str, name: str, p: Problems, fixed_batc
     p.number(f"{key}.intra_op_threads", v.intra_op_threads, 0, LIMITS["threads"])
     p.number(f"{key}.inter_op_threads", v.inter_op_threads, 0, LIMITS["threads"])
     if not p.has(key) and v.instance_count * max(v.intra_op_threads, 1) > LIMITS["instance_threads"]:
-        p.add(f"{key}.instance_count", v.instance_count,
-              f"x intra_op_threads {v.intra_op_threads} = {v.instance_count * max(v.intra_op_threads, 1)} threads, over {LIMITS['instance_threads']}:"
-              f" lower one of them (a machine runs about one thread per core well)")  # fmt: skip
+        p.add(
+            f"{key}.instance_count",
+            v.instance_count,
+            f"x intra_op_threads {v.intra_op_threads} = {v.instance_count * max(v.intra_op_threads, 1)} threads, over {LIMITS['instance_threads']}:"
+            f" lower one of them (a machine runs about one thread per core well)",
+        )
     if v.graph_optimization_level not in GRAPH_LEVELS:
-        p.add(f"{key}.graph_optimization_level", v.graph_optimization_level,
-              "not a Triton ORT level: use 1 (extended), 0 (all, incl. layout), -1 (basic) or 2 (off)")
+        p.add(f"{key}.graph_optimization_level", v.graph_optimization_level, "not a Triton ORT level: use 1 (extended), 0 (all, incl. layout), -1 (basic) or 2 (off)")
     check_warmup(v, key, p, fixed_batch)
     db = v.dynamic_batching
     if db is None:
@@ -270,8 +287,7 @@ def check_variant(v: VariantConfig, key: str, name: str, p: Problems, fixed_batc
     if fixed_batch is not None:
         return  # the repository stage renders max_batch_size 0 and no dynamic batching for this model
     if v.max_batch_size == 0:
-        p.add(f"{key}.max_batch_size", 0, f"{dk} needs max_batch_size > 0: set {key}.max_batch_size="
-              f"{max(db.preferred_batch_sizes, default=8)} or {dk}=null")
+        p.add(f"{key}.max_batch_size", 0, f"{dk} needs max_batch_size > 0: set {key}.max_batch_size={max(db.preferred_batch_sizes, default=8)} or {dk}=null")
     elif v.max_batch_size > 0:
         p.each(f"{dk}.preferred_batch_sizes", db.preferred_batch_sizes, 1, v.max_batch_size, non_empty=False)
 
@@ -320,12 +336,14 @@ def check_parity(cfg: PipelineConfig, p: Problems, outputs: list[str] | None = N
 def check_bench(b: BenchConfig, p: Problems) -> None:
     """Server mode, perf_analyzer settings, pairing and tuning."""
     if b.server == "external" and not b.url:
-        p.add("bench.url", b.url, "bench.server=external needs the running Triton's <host>:<port> for bench.protocol "
-              "(HTTP 8000 or gRPC 8001 by default), e.g. bench.url=127.0.0.1:8000")
+        p.add(
+            "bench.url",
+            b.url,
+            "bench.server=external needs the running Triton's <host>:<port> for bench.protocol (HTTP 8000 or gRPC 8001 by default), e.g. bench.url=127.0.0.1:8000",
+        )
     elif b.url and not _ENDPOINT.match(b.url):
         # perf_analyzer's -u and tritonclient both take host:port (an http:// prefix is tolerated for HTTP only).
-        p.add("bench.url", b.url, "must be <host>:<port> of bench.protocol's endpoint, e.g. 127.0.0.1:8000 (HTTP) "
-              "or 127.0.0.1:8001 (gRPC)")
+        p.add("bench.url", b.url, "must be <host>:<port> of bench.protocol's endpoint, e.g. 127.0.0.1:8000 (HTTP) or 127.0.0.1:8001 (gRPC)")
     elif b.url and b.url.startswith("http://") and b.protocol == "grpc":
         p.add("bench.url", b.url, "is an http:// URL but bench.protocol=grpc: give the gRPC endpoint as <host>:<port>")
     if b.tune and b.server != "embedded":
@@ -386,8 +404,11 @@ def check_bench_rounds(b: BenchConfig, p: Problems) -> None:
         elif cap < n:
             p.add(f"bench.{most}", cap, f"must be >= bench.{least}={n} (closest valid: {n})")
     if b.profile == BenchProfile.default and b.server == BenchServer.embedded and b.paired_rounds == 0:
-        p.add("bench.paired_rounds", 0, "bench.profile=default measures the latency variant only in rounds: "
-              "set bench.paired_rounds >= 2, or bench.profile=full (the sweep's unpaired ratio)")
+        p.add(
+            "bench.paired_rounds",
+            0,
+            "bench.profile=default measures the latency variant only in rounds: set bench.paired_rounds >= 2, or bench.profile=full (the sweep's unpaired ratio)",
+        )
     p.each("bench.paired_throughput_concurrency", b.paired_throughput_concurrency, 1, non_empty=False)
     p.number("bench.paired_measurement_interval_ms", b.paired_measurement_interval_ms, 0, low_open=True)
     p.number("bench.paired_stability_percentage", b.paired_stability_percentage, 1, 100)

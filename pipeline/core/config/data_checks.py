@@ -17,7 +17,7 @@ from pipeline.core.config.schema_data import FILE_SUFFIXES, DataPathConfig
 FORMS = "must be {_target_: pkg.fn, ...} (a sample-data hook) or {path: file.json|.npz|.npy|folder of images}, or null"
 
 
-def check_data(data: dict[str, Any] | None, p: Problems, key: str = "model.data") -> None:
+def check_data(data: dict[str, Any] | None, p: Problems, key: str = "model.data") -> None:  # noqa: C901
     """``data`` is null, a hook (its arguments are its own), or the file form with known keys and usable mean/std."""
     if data is None or "_target_" in data:
         return
@@ -27,8 +27,7 @@ def check_data(data: dict[str, Any] | None, p: Problems, key: str = "model.data"
     known = [f.name for f in dataclasses.fields(DataPathConfig)]
     for k in data:
         if k not in known:
-            p.add(f"{key}.{k}", data[k], f"unknown key{did_you_mean(k, known)} (the file form takes {', '.join(known)}; "
-                  f"a hook, {key}._target_=pkg.fn, takes any arguments)")
+            p.add(f"{key}.{k}", data[k], f"unknown key{did_you_mean(k, known)} (the file form takes {', '.join(known)}; a hook, {key}._target_=pkg.fn, takes any arguments)")
     path = data["path"]
     if not isinstance(path, str) or not path:
         p.add(f"{key}.path", path, "must be the path of a .json, .npz or .npy file, or of a folder of images")

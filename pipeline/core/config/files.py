@@ -73,7 +73,7 @@ def fixed_batch(cfg: PipelineConfig, graph: GraphIO | None = None, base: Path | 
     return None
 
 
-def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: Path | None = None) -> None:
+def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: Path | None = None) -> None:  # noqa: C901, PLR0912
     """The model source is usable: its fields are set, the files it names exist, pinned input names match the graph.
 
     Run at composition only: the export stage is the one stage that needs these, and checks them again itself.
@@ -87,8 +87,12 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
     else:
         target = (m.factory or {}).get("_target_")
         if not isinstance(target, str) or not target:
-            p.add("model.factory._target_", target, "model.source=factory needs an importable function returning an "
-                  "nn.Module, e.g. model.factory._target_=pipeline.models.cnn.build (or use model=onnx model.path=<file>)")
+            p.add(
+                "model.factory._target_",
+                target,
+                "model.source=factory needs an importable function returning an "
+                "nn.Module, e.g. model.factory._target_=pipeline.models.cnn.build (or use model=onnx model.path=<file>)",
+            )
         if not m.inputs:
             p.add("model.inputs", [], "model.source=factory needs the input specs (name, dtype, shape) to export with")
         if not m.outputs:
@@ -96,8 +100,7 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
     data_path = (m.data or {}).get("path") if "_target_" not in (m.data or {}) else None
     named = [
         ("model.path", m.path if m.source == Source.onnx else None, "set model.path to an existing .onnx file"),
-        ("model.checkpoint", m.checkpoint, "write the checkpoint first (e.g. your training run), or set "
-         "model.checkpoint to an existing .safetensors/.pt file, or null"),
+        ("model.checkpoint", m.checkpoint, "write the checkpoint first (e.g. your training run), or set model.checkpoint to an existing .safetensors/.pt file, or null"),
         ("model.data.path", data_path, "set model.data.path to an existing .json, .npz or .npy file, or a folder of images"),
     ]
     for key, value, fix in named:
@@ -114,8 +117,11 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
     if graph is not None and m.inputs:
         pinned, real = [i.name for i in m.inputs], [i.name for i in graph.inputs]
         if sorted(pinned) != sorted(real):
-            p.add("model.inputs", pinned, f"input names differ from the graph's in {m.path}: graph has {real}; "
-                  "fix the names in model.inputs, or set model.inputs=[] to read them from the graph")
+            p.add(
+                "model.inputs",
+                pinned,
+                f"input names differ from the graph's in {m.path}: graph has {real}; fix the names in model.inputs, or set model.inputs=[] to read them from the graph",
+            )
 
 
 def notes(cfg: PipelineConfig, graph: GraphIO | None = None, base: Path | None = None) -> list[str]:

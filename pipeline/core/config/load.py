@@ -40,9 +40,7 @@ def validate(raw: DictConfig | dict[str, Any], origin: str = "params.yaml", *, c
     return cfg
 
 
-def collect(
-    raw: Any, origin: str, p: Problems, *, check_source: bool = False, base: Path | None = None
-) -> tuple[PipelineConfig, files.GraphIO | None]:
+def collect(raw: Any, origin: str, p: Problems, *, check_source: bool = False, base: Path | None = None) -> tuple[PipelineConfig, files.GraphIO | None]:
     """Like :func:`validate`, adding to ``p`` (which may hold problems already); raises if any at the end.
 
     ``base`` is the directory relative model paths are read from (default: the working directory).
@@ -51,8 +49,9 @@ def collect(
         try:
             raw = OmegaConf.to_container(raw, resolve=True)
         except OmegaConfBaseException as e:
-            raise ConfigError(f"cannot resolve an interpolation in {origin}", fix="fix or remove the ${...} value",
-                              details={"key": getattr(e, "full_key", "?"), "error": str(e).splitlines()[0]}) from None
+            raise ConfigError(
+                f"cannot resolve an interpolation in {origin}", fix="fix or remove the ${...} value", details={"key": getattr(e, "full_key", "?"), "error": str(e).splitlines()[0]}
+            ) from None
     if not isinstance(raw, dict):  # a top-level list or scalar
         raise ConfigError(
             f"{origin} holds a {type(raw).__name__}, not a mapping of config sections (model:, export:, ...)",
@@ -79,8 +78,7 @@ def collect(
     assert isinstance(cfg, PipelineConfig)
     graph = files.read_graph(cfg.model, base)
     outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else None)
-    checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs,
-                        engine_precision=engine_precision, in_fleet=in_fleet)
+    checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs, engine_precision=engine_precision, in_fleet=in_fleet)
     if check_source:
         files.check_source(cfg, graph, p, base)
     p.raise_if_any(origin)
@@ -112,9 +110,13 @@ def _catch_variant_choice(raw: dict[str, Any], p: Problems) -> None:
     if node is None:
         return
     chosen = node.get("name", "?") if isinstance(node, dict) else node
-    p.add("variant", chosen, "the `variant` group is not a choice: both variants (latency, throughput) are always built; "
-          f"the served default is repository.default_variant (e.g. repository.default_variant={chosen}), and a variant's "
-          f"values are set with variants.{chosen if chosen in _VARIANTS else 'latency'}.<key>=...")
+    p.add(
+        "variant",
+        chosen,
+        "the `variant` group is not a choice: both variants (latency, throughput) are always built; "
+        f"the served default is repository.default_variant (e.g. repository.default_variant={chosen}), and a variant's "
+        f"values are set with variants.{chosen if chosen in _VARIANTS else 'latency'}.<key>=...",
+    )
 
 
 def _walk(cls: type, raw: dict[str, Any], prefix: str, p: Problems) -> None:
@@ -131,7 +133,7 @@ def _walk(cls: type, raw: dict[str, Any], prefix: str, p: Problems) -> None:
             del raw[key]
 
 
-def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
+def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:  # noqa: C901, PLR0912
     """Whether ``value`` fits type ``typ``; records the problem if not. Recurses into dataclasses and containers."""
     if isinstance(value, str) and value == "???":
         return p.add(key, value, f"has no value: set it, e.g. `python -m pipeline.params ... {key}=<value>` or `dvc exp run -S {key}=<value>`")
@@ -175,4 +177,3 @@ def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
         said = str(e).splitlines()[0].replace("$VALUE_TYPE", type(value).__name__).replace("$VALUE", str(value))  # OmegaConf's unfilled template
         return p.add(key, value, f"must be {'an' if typ is int else 'a'} {typ.__name__}: {said}")
     return True
-

@@ -20,11 +20,17 @@ def check_bench_peers(cfg: PipelineConfig, p: Problems) -> None:
     if len(set(b.peers)) != len(b.peers):
         p.add("bench.peers", [str(x) for x in b.peers], "lists a server twice; give each once, e.g. [torchserve]")
     if b.peers and b.server != BenchServer.embedded:
-        p.add("bench.peers", [str(x) for x in b.peers], f"the side by side starts its own Triton beside the peers: needs "
-              f"bench.server=embedded (not '{b.server}'), or set bench.peers=[]")
+        p.add(
+            "bench.peers",
+            [str(x) for x in b.peers],
+            f"the side by side starts its own Triton beside the peers: needs bench.server=embedded (not '{b.server}'), or set bench.peers=[]",
+        )
     if "torchserve" in b.peers and not _TORCHSERVE_NAME.match(cfg.model.name or ""):
-        p.add("model.name", cfg.model.name, "TorchServe model names must start with a letter or digit and hold only letters, digits, "
-              "_ - . (torch-model-archiver's rule): rename the model, or set bench.peers=[]")
+        p.add(
+            "model.name",
+            cfg.model.name,
+            "TorchServe model names must start with a letter or digit and hold only letters, digits, _ - . (torch-model-archiver's rule): rename the model, or set bench.peers=[]",
+        )
     if p.number("bench.peer_rounds", b.peer_rounds, 2):
         p.number("bench.peer_max_rounds", b.peer_max_rounds, b.peer_rounds)
     p.number("bench.peer_budget_s", b.peer_budget_s, 0, low_open=True)

@@ -59,17 +59,26 @@ def check_fleet_precision(cfg: PipelineConfig, p: Problems, engine_precision: di
             continue
         key = f"target_specs.{t}.precision"
         if spec.precision == Precision.auto and spec.kind == TargetKind.gpu:
-            p.add(key, "auto", "auto times each precision in process with ONNX Runtime on the machine that runs the pipeline, which "
-                  "says nothing about a TensorRT engine on a GPU: set fp16 or int8 (or fp32)")
+            p.add(
+                key,
+                "auto",
+                "auto times each precision in process with ONNX Runtime on the machine that runs the pipeline, which "
+                "says nothing about a TensorRT engine on a GPU: set fp16 or int8 (or fp32)",
+            )
         if spec.precision == Precision.int8 and cfg.model.data is None:
-            p.add(key, "int8", "INT8 is calibrated on real samples and model.data is null: set model.data "
-                  "({_target_: pkg.fn} or {path: samples.json}), or choose another precision")
+            p.add(
+                key, "int8", "INT8 is calibrated on real samples and model.data is null: set model.data ({_target_: pkg.fn} or {path: samples.json}), or choose another precision"
+            )
         if spec.precision == Precision.int8 and spec.kind == TargetKind.gpu:
             if q.mode != QuantMode.static:
                 p.add("int8.mode", q.mode, f"target '{t}' builds a TensorRT engine from the INT8 ONNX, which needs Q/DQ nodes: set int8.mode=static")
             if q.activation_type != QuantType.int8 or not q.activation_symmetric:
-                p.add("int8.activation_type", q.activation_type, f"target '{t}' builds a TensorRT engine from the INT8 ONNX: TensorRT reads "
-                      "symmetric int8 only, set int8.activation_type=int8 and int8.activation_symmetric=true")
+                p.add(
+                    "int8.activation_type",
+                    q.activation_type,
+                    f"target '{t}' builds a TensorRT engine from the INT8 ONNX: TensorRT reads "
+                    "symmetric int8 only, set int8.activation_type=int8 and int8.activation_symmetric=true",
+                )
     precision_problem = any(p.has(f"target_specs.{t}.precision") for t in cfg.targets)
     for prec in IN_FLEET:
         got_flag, want_flag = (fleet or {}).get(f"{prec}_in_fleet"), derived_in_fleet(cfg, prec)
@@ -99,16 +108,18 @@ def check_int8(q: Int8Config, p: Problems) -> None:
         p.number("int8.calibration.max_samples", c.max_samples, c.min_samples)
     p.number("int8.fallback.max_attempts", q.fallback.max_attempts, 1, 50)
     p.number("int8.fallback.min_margin", q.fallback.min_margin, 0, 1, high_open=True)
-    if p.number("int8.fallback.validation", q.fallback.validation, 0, 1, low_open=True, high_open=True) and q.fallback.enabled \
-            and not p.has("int8.calibration.min_samples"):
+    if p.number("int8.fallback.validation", q.fallback.validation, 0, 1, low_open=True, high_open=True) and q.fallback.enabled and not p.has("int8.calibration.min_samples"):
         # The rule holds out floor(n * share) of n rows, so the fewest calibration rows allowed bound both parts.
         held = math.floor(c.min_samples * q.fallback.validation)
         if min(held, c.min_samples - held) < MIN_SPLIT_ROWS:
-            p.add("int8.fallback.validation", q.fallback.validation,
-                  f"int8.calibration.min_samples={c.min_samples}: the fallback's split leaves, with the fewest rows allowed, "
-                  f"{c.min_samples - held} search and {held} validation rows; each part needs at least {MIN_SPLIT_ROWS} (rank "
-                  f"agreement compares the pairs of at least three rows): raise int8.calibration.min_samples or move "
-                  "int8.fallback.validation toward 0.5")
+            p.add(
+                "int8.fallback.validation",
+                q.fallback.validation,
+                f"int8.calibration.min_samples={c.min_samples}: the fallback's split leaves, with the fewest rows allowed, "
+                f"{c.min_samples - held} search and {held} validation rows; each part needs at least {MIN_SPLIT_ROWS} (rank "
+                f"agreement compares the pairs of at least three rows): raise int8.calibration.min_samples or move "
+                "int8.fallback.validation toward 0.5",
+            )
 
 
 def check_choose(c: ChooseConfig, p: Problems) -> None:

@@ -96,8 +96,14 @@ class Problems:
         return self.add(key, value, f"not one of [{', '.join(names)}]{did_you_mean(str(value), names)}")
 
     def number(
-        self, key: str, value: Any, low: float | None = None, high: float | None = None,
-        *, low_open: bool = False, high_open: bool = False,
+        self,
+        key: str,
+        value: Any,
+        low: float | None = None,
+        high: float | None = None,
+        *,
+        low_open: bool = False,
+        high_open: bool = False,
     ) -> bool:
         """``low <= value <= high`` (either bound optional, ``*_open`` makes it strict); names the closest valid value."""
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # value != value: NaN
@@ -123,16 +129,13 @@ class Problems:
         """Every element of a list within ``[low, high]``; the list itself non-empty unless told otherwise."""
         if non_empty and not values:
             return self.add(key, list(values), "must not be empty")
-        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))
-               or (low is not None and v < low) or (high is not None and v > high)]
+        bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or (low is not None and v < low) or (high is not None and v > high)]
         if not bad:
             return True
-        rng = f"in [{_num(low)}, {_num(high)}]" if low is not None and high is not None else (
-            f">= {_num(low)}" if low is not None else f"<= {_num(high)}")
+        rng = f"in [{_num(low)}, {_num(high)}]" if low is not None and high is not None else (f">= {_num(low)}" if low is not None else f"<= {_num(high)}")
         nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
         fixed = list(dict.fromkeys(min(max(v, low if low is not None else v), high if high is not None else v) for v in nums))
-        return self.add(key, list(values), f"every value must be {rng}; {show(bad)} {'is' if len(bad) == 1 else 'are'} not"
-                        + (f" (closest valid: {show(fixed)})" if fixed else ""))
+        return self.add(key, list(values), f"every value must be {rng}; {show(bad)} {'is' if len(bad) == 1 else 'are'} not" + (f" (closest valid: {show(fixed)})" if fixed else ""))
 
     def unique(self, key: str, values: Sequence[Any]) -> bool:
         """No value twice."""
@@ -147,6 +150,12 @@ def _num(x: float | None) -> str:
 
 # Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
 LIMITS = {
-    "max_batch_size": 65536, "instance_count": 64, "threads": 256, "instance_threads": 1024,
-    "max_queue_delay_us": 10_000_000, "max_queue_size": 1_000_000, "warmup_count": 1000, "name_bytes": 255,
-}  # fmt: skip
+    "max_batch_size": 65536,
+    "instance_count": 64,
+    "threads": 256,
+    "instance_threads": 1024,
+    "max_queue_delay_us": 10_000_000,
+    "max_queue_size": 1_000_000,
+    "warmup_count": 1000,
+    "name_bytes": 255,
+}

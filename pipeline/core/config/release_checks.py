@@ -26,6 +26,10 @@ def check_canary(c: CanaryConfig, p: Problems, key: str = "release.canary") -> N
     if c.traffic == CanaryTraffic.real and share_ok and rate_ok and not p.has(key):
         per_round = c.share * c.request_rate * c.duration_s / c.rounds
         if per_round < c.min_round_requests:
-            p.add(f"{key}.share", c.share, f"sends the candidate {per_round:.1f} requests per round ({c.share:g} x {c.request_rate:g} req/s x "
-                  f"{c.duration_s:g} s / {c.rounds} rounds), fewer than min_round_requests={c.min_round_requests}, so no round could be judged: "
-                  f"raise {key}.duration_s to {c.min_round_requests * c.rounds / (c.share * c.request_rate):g} or more, or raise share or request_rate")
+            p.add(
+                f"{key}.share",
+                c.share,
+                f"sends the candidate {per_round:.1f} requests per round ({c.share:g} x {c.request_rate:g} req/s x "
+                f"{c.duration_s:g} s / {c.rounds} rounds), fewer than min_round_requests={c.min_round_requests}, so no round could be judged: "
+                f"raise {key}.duration_s to {c.min_round_requests * c.rounds / (c.share * c.request_rate):g} or more, or raise share or request_rate",
+            )

@@ -98,9 +98,13 @@ def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, unresolved: set[str
             node: Any = raw
             for part in parts:
                 if not isinstance(node, dict) or part not in node:
-                    p.add(key, None, f"is missing, and dvc.yaml's stage '{name}' depends on it (DVC would refuse to "
-                                     f"run that stage): set it in the conf/ file that defines '{parts[0]}' "
-                                     "(conf/model_base/defaults.yaml holds every optional model key's default)")
+                    p.add(
+                        key,
+                        None,
+                        f"is missing, and dvc.yaml's stage '{name}' depends on it (DVC would refuse to "
+                        f"run that stage): set it in the conf/ file that defines '{parts[0]}' "
+                        "(conf/model_base/defaults.yaml holds every optional model key's default)",
+                    )
                     break
                 node = node[part]
 

@@ -29,6 +29,7 @@ from pipeline.core.config.enums import (
 from pipeline.core.config.schema_int8 import ChooseConfig, Int8Config, QualityConfig
 from pipeline.core.config.schema_release import ReleaseConfig
 
+
 # ---------------------------------------------------------------- model
 @dataclass
 class TensorSpec:
@@ -265,9 +266,11 @@ class ParityConfig:
     fp32: ToleranceConfig = field(default_factory=ToleranceConfig)
     fp16: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
     trt: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
-    int8: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(
-        atol=0.1, rtol=0.1, check_error_stat=ErrorStat.mean,
-        quality=QualityConfig(cosine_min=0.98, cosine_mean=0.99, rank_agreement=0.98, top1_agreement=0.98)))
+    int8: ToleranceConfig = field(
+        default_factory=lambda: ToleranceConfig(
+            atol=0.1, rtol=0.1, check_error_stat=ErrorStat.mean, quality=QualityConfig(cosine_min=0.98, cosine_mean=0.99, rank_agreement=0.98, top1_agreement=0.98)
+        )
+    )
     max_samples: int = 64  # samples compared (and saved as goldens), at most: of real ones, the rows held out of calibration
     # Batch sizes of the synthetic samples used when model.data is null (e.g. cnn).
     synthetic_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
