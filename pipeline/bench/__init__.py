@@ -1,16 +1,18 @@
-"""Bench internals (the stage entry is pipeline.stages.bench; the run, step by step, is pipeline.bench.run).
+"""The bench: the shipped model against a real Triton, beside ONNX Runtime in process (stage entry: pipeline.stages.bench).
 
-inputs.py    request rows from the model's samples
-baseline.py  in-process ONNX Runtime (timed by pipeline.stats.ort): baseline, the in-process side of rounds and tuning
-sweep.py     perf_analyzer runs with Triton's counters
-inserver.py  short request bursts timed by the server's own clock inside ORT
-pairing.py   the headline rounds: ratios of neighbours, groups interleaved until their intervals are narrow
-rounds.py    typed records of the rounds and the estimates they give
-tune.py      the throughput variant's scheduling, by measurement
-servers.py   where requests go: embedded tritonserver or an external Triton
-ratios.py    headline numbers        diagnose.py  one function per rule
-render.py    report.md, bench.png, curves, the console line; render_rounds.py: headline, method, rounds tables
-progress.py  the live progress line
-measured.py  typed measurements      results.py   the whole result; bench.json at its one edge
-machine.py   CPU, cores, load, tool versions
+Sub-packages, each depending only on those above it:
+
+measure/    one measurement: request rows, servers (embedded or external), perf_analyzer sweeps with Triton's counters,
+            in-process ORT, in-server bursts, the machine; typed measurements (results.py)
+rounds/     the headline rounds: ratios of neighbours, groups interleaved until their intervals are narrow; their records
+readiness/  production readiness: cold start, overload and bursts, soak, memory over time; their records
+peers/      the side by side with TorchServe: archives, serving, rounds; their records
+
+results.py  the whole result (every sub-package's records), written as bench.json through pipeline.records.bench
+
+analysis/   what the result says: the headline ratios and the diagnosis rules (readiness's among them)
+report/     how people read it: report.md, bench.png, curves, the console line (rendering only)
+
+run.py      the run end to end, step by step; tune.py: the throughput variant's scheduling, by measurement;
+progress.py the live progress line every phase reports to
 """

@@ -1,7 +1,7 @@
 """The whole bench result, and bench.json at its one edge.
 
-:class:`BenchResult` holds every typed measurement (measured.py) and what is derived from them:
-the headline :class:`Ratios` (ratios.py) and the :class:`Finding` list (diagnose.py).
+:class:`BenchResult` holds every typed measurement (the sub-packages' results.py) and what is derived from them:
+the headline :class:`Ratios` (analysis/ratios.py) and the :class:`Finding` list (analysis/diagnose.py).
 :meth:`BenchResult.to_json` writes the keys other code reads (``model.name``, ``model.sha256``,
 ``model.configs_sha256``, ``summary``, ``ratios``, ``variants.<v>.points.c<N>``, ``server``,
 ``machine``, ``diagnosis``); :meth:`BenchResult.from_json` reads a bench.json back, so a report
@@ -16,29 +16,15 @@ from enum import Enum
 from typing import Any
 
 from pipeline.stats.estimate import Estimate
-from pipeline.bench.measured import Baseline, Json, Point, Sweep, Tuning
-from pipeline.bench.peers_results import PeersResult
-from pipeline.bench.production import Production
-from pipeline.bench.rounds import C1Rounds, ThroughputRounds
+from pipeline.bench.measure.inputs import InputsInfo
+from pipeline.bench.measure.machine import Machine
+from pipeline.bench.measure.results import Baseline, Json, Point, Sweep, Tuning
+from pipeline.bench.peers.results import PeersResult
+from pipeline.bench.readiness.results import Production
+from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig
 
 SCHEMA = 3  # 2: headline estimates with intervals; rounds without a drift filter; 3: production readiness
-
-
-@dataclass
-class Machine:
-    """CPU, cores, load and tool versions: the conditions every number was taken under."""
-
-    cpu_model: str
-    cpu_count: int | None
-    cores_available: int
-    platform: str
-    loadavg_start: list[float]
-    versions: dict[str, str]
-    loadavg_end: list[float] | None = None
-
-    def to_json(self) -> Json:
-        return {k: v for k, v in asdict(self).items() if k != "loadavg_end" or v is not None}
 
 
 @dataclass
@@ -59,15 +45,6 @@ class MeasuredModel:
         d |= {"configs": self.configs}
         d |= {"configs_sha256": self.configs_sha256} if self.configs_sha256 is not None else {}
         return d | ({"files_sha256": self.files_sha256} if self.files_sha256 is not None else {})
-
-
-@dataclass
-class InputsInfo:
-    """The requests sent: how many, which shape policy, how many distinct shapes."""
-
-    requests: int
-    policy: str
-    distinct_shapes: int
 
 
 @dataclass

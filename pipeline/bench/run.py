@@ -4,7 +4,7 @@ For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.concurrency 
 sample inputs, records client percentiles, throughput, the server's queue/compute split and
 the batch size actually formed; beside it, ORT timed in this process on the same ONNX file,
 inputs and thread counts. The headline ratios are measured in paired rounds (served runs
-bracketed by in-process timings, see pairing.py), because this VM's speed drifts within a
+bracketed by in-process timings, see rounds/pairing.py), because this VM's speed drifts within a
 minute. Writes bench.json (dvc metrics), per-variant curves (dvc plots), a markdown report
 with a PNG, and a diagnosis. The steps: inputs, baseline, sweep per variant, pairing, tuning,
 outputs; each is a function below.
@@ -22,24 +22,26 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import inputs as inputs_mod
-from pipeline.bench import peers as peers_mod
-from pipeline.bench import readiness, render, tune
-from pipeline.bench.baseline import Gauges, baseline_latency, baseline_throughput
-from pipeline.bench.diagnose import diagnose
+from pipeline.bench.measure import inputs as inputs_mod
+from pipeline.bench.peers import run as peers_mod
+from pipeline.bench import tune
+from pipeline.bench.readiness import run as readiness
+from pipeline.bench.report import render
+from pipeline.bench.measure.baseline import Gauges, baseline_latency, baseline_throughput
+from pipeline.bench.analysis.diagnose import diagnose
 from pipeline.stats.estimate import StopRule
-from pipeline.bench.inputs import BenchInputs
-from pipeline.bench.inserver import WARM_RUNS, InServerOrt
-from pipeline.bench.machine import cpu_budget, loadavg, machine
-from pipeline.bench.measured import Baseline, Point, Sweep, Tuning, fitted_window_ms
+from pipeline.bench.measure.inputs import BenchInputs
+from pipeline.bench.measure.inserver import WARM_RUNS, InServerOrt
+from pipeline.bench.measure.machine import cpu_budget, loadavg, machine
+from pipeline.bench.measure.results import Baseline, Point, Sweep, Tuning, fitted_window_ms
 from pipeline.stats.ort import OrtSettings
-from pipeline.bench.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
+from pipeline.bench.rounds.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
 from pipeline.bench.progress import Progress
-from pipeline.bench.ratios import ratios
+from pipeline.bench.analysis.ratios import ratios
 from pipeline.bench.results import BenchResult, MeasuredModel, ServerInfo
-from pipeline.bench.rounds import Alternation, C1Rounds, ThroughputRounds, sweep_from_rounds
-from pipeline.bench.servers import EmbeddedMode, ExternalMode, Target
-from pipeline.bench.sweep import Sweeper, check_readiness
+from pipeline.bench.rounds.results import Alternation, C1Rounds, ThroughputRounds, sweep_from_rounds
+from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Target
+from pipeline.bench.measure.sweep import Sweeper, check_readiness
 from pipeline.core.atomic import atomic_path, file_digest, remove_stale, write_json, write_text
 from pipeline.core.config import BenchConfig, BenchProfile, BenchServer, PipelineConfig
 from pipeline.core.errors import ConfigError, PipelineError
@@ -301,7 +303,7 @@ def measure_rounds(
     progress: Progress,
     then: Callable[[dict[str, Target], dict[int, ThroughputRounds]], None] | None = None,
 ) -> tuple[C1Rounds | None, dict[int, ThroughputRounds]]:
-    """The headline rounds (pairing.py): c=1, and both variants at each compared concurrency, interleaved.
+    """The headline rounds (rounds/pairing.py): c=1, and both variants at each compared concurrency, interleaved.
 
     Embedded: one server holds every variant the rounds measure as a model of its own, so switching between
     them costs nothing. External: c=1 rounds only, in the latency variant's load.

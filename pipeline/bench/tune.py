@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench.measured import Candidate, Point, Round, Scheduling, Tuning
-from pipeline.bench.servers import EmbeddedMode
-from pipeline.bench.sweep import Sweeper
+from pipeline.bench.measure.results import Candidate, Point, Round, Scheduling, Tuning
+from pipeline.bench.measure.servers import EmbeddedMode
+from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.config import BenchConfig
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from pipeline import exit_with
-from pipeline.bench import render
+from pipeline.bench.report import render
 from pipeline.bench.run import run_bench
 from pipeline.core.atomic import remove_stale, write_json
 from pipeline.core.config import load_config

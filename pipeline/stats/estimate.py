@@ -1,7 +1,7 @@
 """Headline numbers as estimates with a 90% interval over rounds, and when rounds may stop.
 
 Each round of the bench yields one ratio from two measurements taken next to each other (see
-pairing.py), so a change of machine speed that slows both sides of a pair equally cancels in that
+bench/rounds/pairing.py), so a change of machine speed that slows both sides of a pair equally cancels in that
 round's ratio. The estimate is the median of the rounds' ratios; the interval is a percentile
 bootstrap of that median over rounds (scipy.stats.bootstrap), so rounds that a speed change split
 unevenly widen the interval instead of being thrown away. Rounds with an invalid perf_analyzer
@@ -14,7 +14,7 @@ interval does not. Simulated on log-normal rounds it covers 86-91% at 5-16 round
 order-statistic interval covers >= 90% but needs about half again as many rounds for the same
 width); bench.min/max rounds keep the count in that range.
 
-Rounds may carry weights (rounds.py weighs c=1 rounds by how contended their in-process gauge was); the
+Rounds may carry weights (bench/rounds/results.py weighs c=1 rounds by how contended their in-process gauge was); the
 estimate is then the weighted median and the bootstrap resamples rounds together with their weights. A
 weight that does not depend on the ratio (as a slowdown that hits both sides alike does not) leaves the
 median where it is and only changes how much each round counts.

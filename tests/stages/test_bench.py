@@ -298,7 +298,7 @@ def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: P
     """External mode against a live server in explicit model control (here our own embedded one)."""
     import urllib.request
 
-    from pipeline.bench.servers import ExternalMode
+    from pipeline.bench.measure.servers import ExternalMode
 
     model_dir = shipped_repository(tmp_path / "shipped", "tiny")
     build_embedded_repository(model_dir, tmp_path / "emb")

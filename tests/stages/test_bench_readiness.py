@@ -11,13 +11,13 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import coldstart
-from pipeline.bench import soak as soak_mod
-from pipeline.bench import tritonmetrics as tm
-from pipeline.bench.diagnose_readiness import memory_growth, metrics_disagree
-from pipeline.bench.measured import Point
-from pipeline.bench.servers import EmbeddedMode, Target
-from pipeline.bench.sweep import Sweeper
+from pipeline.bench.readiness import coldstart
+from pipeline.bench.readiness import soak as soak_mod
+from pipeline.bench.measure import tritonmetrics as tm
+from pipeline.bench.analysis.readiness import memory_growth, metrics_disagree
+from pipeline.bench.measure.results import Point
+from pipeline.bench.measure.servers import EmbeddedMode, Target
+from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.config import BenchConfig, WarmupConfig
 from pipeline.repository.warmup import add_warmup, write_files
 from pipeline.serving import perf_analyzer as pa_mod

@@ -25,7 +25,7 @@ import pytest
 from google.protobuf import text_format
 from onnx import TensorProto, helper
 
-from pipeline.bench.measured import WINDOW_CAP_MS, WINDOW_LATENCIES
+from pipeline.bench.measure.results import WINDOW_CAP_MS, WINDOW_LATENCIES
 from pipeline.core.config import load_config
 from pipeline.stages import bench as bench_stage
 from tests.helpers.corpus import save_graph

@@ -15,7 +15,7 @@ import pytest
 import tritonclient.http as httpclient
 from google.protobuf import json_format
 
-from pipeline.bench.servers import EmbeddedMode, ExternalMode
+from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode
 from pipeline.core.errors import BenchError, ToolError
 from pipeline.serving.client import TritonClient
 from pipeline.serving.embedded import build_embedded_repository, read_config

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.bench import peers_deploy, peers_serve, render_peers
-from pipeline.bench.peers_results import Deployment, PeersResult
+from pipeline.bench.peers import deploy as peers_deploy
+from pipeline.bench.peers import serve as peers_serve
+from pipeline.bench.report import peers as render_peers
+from pipeline.bench.peers.results import Deployment, PeersResult
 from pipeline.core.config import PipelineConfig
 from pipeline.core.errors import ToolError
 from pipeline.serving import perf_analyzer as pa_mod
@@ -110,7 +112,7 @@ from pipeline.serving.torchserve import build_mar, locate_torchserve
 from pipeline.serving.torchserve_process import TorchServeServer
 from tests.stages.test_bench import procs_mentioning
 from tests.tiny_triton import tiny_onnx, variant_config
-from pipeline.bench import peers_deploy
+from pipeline.bench.peers import deploy as peers_deploy
 tmp = Path({tmp!r})
 inst = locate_torchserve()
 a = peers_deploy.same_graph(inst, "tiny", "latency", tiny_onnx(tmp / "m" / "model.onnx"), variant_config("tiny", "latency"), {{"x": "float32"}}, tmp / "w", tmp / "store")

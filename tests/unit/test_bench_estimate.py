@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pipeline.stats.estimate import Estimate, StopRule, estimate
-from pipeline.bench.measured import Point
-from pipeline.bench.pairing import Group, alternations, c1_embedded, run_rounds, throughput_at
+from pipeline.bench.measure.results import Point
+from pipeline.bench.rounds.pairing import Group, alternations, c1_embedded, run_rounds, throughput_at
 from pipeline.bench.progress import Progress
-from pipeline.bench.rounds import ThroughputRounds
+from pipeline.bench.rounds.results import ThroughputRounds
 
 KEY = "server_compute_infer_ms"
 

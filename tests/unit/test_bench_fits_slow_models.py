@@ -2,22 +2,22 @@
 
 A ResNet-50 made every throughput round INVALID with 500 ms windows (perf_analyzer: "No valid requests recorded
 within time interval"); the report blamed machine_drift and pointed at bench.measurement_interval_ms, which the
-default profile never uses. The rounds' points are built here through pairing.py's own groups (no server).
+default profile never uses. The rounds' points are built here through rounds/pairing.py's own groups (no server).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from pipeline.bench.diagnose import diagnose
+from pipeline.bench.analysis.diagnose import diagnose
 from pipeline.stats.estimate import StopRule
-from pipeline.bench.measured import Baseline, Point, Sweep, Throughput
+from pipeline.bench.measure.results import Baseline, Point, Sweep, Throughput
 from pipeline.stats.ort import Latency, OrtSettings
-from pipeline.bench.pairing import run_rounds, throughput_at
+from pipeline.bench.rounds.pairing import run_rounds, throughput_at
 from pipeline.bench.progress import Progress
-from pipeline.bench.ratios import ratios
+from pipeline.bench.analysis.ratios import ratios
 from pipeline.bench.results import BenchResult, Finding
-from pipeline.bench.rounds import ThroughputRounds, sweep_from_rounds
+from pipeline.bench.rounds.results import ThroughputRounds, sweep_from_rounds
 from pipeline.bench.run import RoundsPlan, expected_seconds, fit_windows
 from pipeline.core.config import BenchConfig
 from tests.unit.test_bench_report import _configs, _pt, _res

@@ -12,11 +12,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from pipeline.bench import peers, render_peers
-from pipeline.bench.measured import Point
-from pipeline.bench.peers_deploy import mirror
-from pipeline.bench.peers_results import Agreement, Deployment, PeerRound, PeersResult, Scheduling
-from pipeline.bench.production import ColdStart
+from pipeline.bench.peers import run as peers
+from pipeline.bench.report import peers as render_peers
+from pipeline.bench.measure.results import Point
+from pipeline.bench.peers.deploy import mirror
+from pipeline.bench.peers.results import Agreement, Deployment, PeerRound, PeersResult, Scheduling
+from pipeline.bench.readiness.results import ColdStart
 from pipeline.core.errors import ToolError
 from pipeline.serving import torchserve
 from pipeline.serving.torchserve_handler import SETTINGS_FILE, PipelineHandler

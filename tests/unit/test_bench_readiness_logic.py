@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import tritonmetrics as tm
-from pipeline.bench.diagnose_readiness import rejections_not_clean, slow_first_request, unbounded_queue
+from pipeline.bench.measure import tritonmetrics as tm
+from pipeline.bench.analysis.readiness import rejections_not_clean, slow_first_request, unbounded_queue
 from pipeline.stats.estimate import Estimate
-from pipeline.bench.overload import burst_intervals
-from pipeline.bench.production import ColdStart, LoadLevel, Overload, Production, Soak, Trace, thin
-from pipeline.bench.soak import rss_slope
+from pipeline.bench.readiness.overload import burst_intervals
+from pipeline.bench.readiness.results import ColdStart, LoadLevel, Overload, Production, Soak, Trace, thin
+from pipeline.bench.readiness.soak import rss_slope
 from pipeline.core.config import BenchConfig, ConfigProblems
 from pipeline.serving.perf_analyzer import parse_passes
 

@@ -11,12 +11,16 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import baseline, render, sweep, tune
-from pipeline.bench.diagnose import diagnose
-from pipeline.bench.measured import Baseline, Candidate, Point, Scheduling, Sweep, Throughput, Tuning
+from pipeline.bench import tune
+from pipeline.bench.measure import baseline, sweep
+from pipeline.bench.report import render
+from pipeline.bench.analysis.diagnose import diagnose
+from pipeline.bench.measure.results import Baseline, Candidate, Point, Scheduling, Sweep, Throughput, Tuning
 from pipeline.stats.ort import Latency, OrtSettings
-from pipeline.bench.ratios import ratios, standin_cost_ms
-from pipeline.bench.results import BenchResult, InputsInfo, Machine, MeasuredModel, ServerInfo
+from pipeline.bench.analysis.ratios import ratios, standin_cost_ms
+from pipeline.bench.measure.inputs import InputsInfo
+from pipeline.bench.measure.machine import Machine
+from pipeline.bench.results import BenchResult, MeasuredModel, ServerInfo
 from pipeline.core.config import BenchConfig
 from tests.tiny_triton import variant_config
 
@@ -296,13 +300,13 @@ def test_tuning_chooses_with_the_tested_rule(monkeypatch: pytest.MonkeyPatch) ->
 def test_bench_talks_to_triton_only_through_the_one_client() -> None:
     """No bench module builds Triton REST URLs by hand (servers.py belongs to the serving migration)."""
     bench = Path(tune.__file__).parent
-    offenders = [p.name for p in bench.glob("*.py") if p.name != "servers.py" and "urllib" in p.read_text()]
+    offenders = [p.relative_to(bench).as_posix() for p in bench.rglob("*.py") if p.name != "servers.py" and "urllib" in p.read_text()]
     assert offenders == []
 
 
 def test_the_measurement_window_fits_a_slow_model_and_leaves_a_fast_one_alone() -> None:
     """Issue 28, finding 7: at ~44 infer/s every 500 ms window was INVALID; the window now spans 4 request latencies."""
-    from pipeline.bench.measured import WINDOW_CAP_MS, fitted_window_ms
+    from pipeline.bench.measure.results import WINDOW_CAP_MS, fitted_window_ms
     from pipeline.bench.run import fit_windows
 
     s = OrtSettings(1, 1, 1)

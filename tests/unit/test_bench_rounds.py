@@ -1,6 +1,6 @@
 """The headline rounds in the result: ratios with intervals, the machine_drift rule, report, summary and console line.
 
-Rounds are recorded through pairing.py's own groups with fake measurements (no server), then read as bench.json,
+Rounds are recorded through rounds/pairing.py's own groups with fake measurements (no server), then read as bench.json,
 report.md and the metrics summary have them.
 """
 
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.bench import render
-from pipeline.bench.diagnose import diagnose
+from pipeline.bench.report import render
+from pipeline.bench.analysis.diagnose import diagnose
 from pipeline.stats.estimate import StopRule
-from pipeline.bench.measured import Point
-from pipeline.bench.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
+from pipeline.bench.measure.results import Point
+from pipeline.bench.rounds.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
 from pipeline.bench.progress import Progress
-from pipeline.bench.ratios import ratios
+from pipeline.bench.analysis.ratios import ratios
 from pipeline.bench.results import BenchResult
-from pipeline.bench.rounds import C1Rounds, ThroughputRounds, sweep_from_rounds
+from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds, sweep_from_rounds
 from pipeline.core.config import BenchConfig
 from tests.unit.test_bench_report import _configs, _pt, _res
 

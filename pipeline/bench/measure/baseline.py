@@ -10,7 +10,7 @@ import functools
 import time
 from pathlib import Path
 
-from pipeline.bench.measured import Throughput
+from pipeline.bench.measure.results import Throughput
 from pipeline.stats.ort import Feed, Latency, OrtSettings, ort_session, percentiles, same_shape_batches, time_runs
 
 

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.bench import tritonmetrics as tm
-from pipeline.bench.production import LoadLevel, Overload
-from pipeline.bench.servers import EmbeddedMode, Target
-from pipeline.bench.sweep import Sweeper
+from pipeline.bench.measure import tritonmetrics as tm
+from pipeline.bench.readiness.results import LoadLevel, Overload
+from pipeline.bench.measure.servers import EmbeddedMode, Target
+from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.atomic import write_text
 from pipeline.core.config import BenchConfig
 from pipeline.serving import perf_analyzer as pa_mod

@@ -12,7 +12,6 @@ from pathlib import Path
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench.results import InputsInfo
 from pipeline.core.config import InputShapes, ModelConfig
 from pipeline.core.samples import input_specs, load_samples, request_rows, shape_key, uniform_rows
 from pipeline.core.specs import graph_io
@@ -23,6 +22,15 @@ from pipeline.stats.ort import Feed
 def http_inputs(row: Feed) -> list:
     """A request row as tritonclient HTTP inputs (binary tensors), what every Python-side request to Triton sends."""
     return infer_inputs(row, "http")
+
+
+@dataclass
+class InputsInfo:
+    """The requests sent: how many, which shape policy, how many distinct shapes."""
+
+    requests: int
+    policy: str
+    distinct_shapes: int
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.bench.render_rounds import _f
+from pipeline.bench.report.rounds import _f
 from pipeline.bench.results import BenchResult
 
 

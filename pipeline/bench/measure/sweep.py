@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.bench import tritonmetrics as tm
-from pipeline.bench.inputs import http_inputs
+from pipeline.bench.measure import tritonmetrics as tm
+from pipeline.bench.measure.inputs import http_inputs
 from pipeline.stats.ort import Feed
-from pipeline.bench.measured import Point
-from pipeline.bench.servers import Target
+from pipeline.bench.measure.results import Point
+from pipeline.bench.measure.servers import Target
 from pipeline.core.config import BenchConfig
 from pipeline.core.errors import BenchError
 from pipeline.serving import perf_analyzer as pa_mod

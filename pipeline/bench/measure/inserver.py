@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from pipeline.bench.inputs import http_inputs
+from pipeline.bench.measure.inputs import http_inputs
 
 from pipeline.stats.ort import Feed
-from pipeline.bench.servers import Target
-from pipeline.bench.sweep import flush_standin, model_stats, standin_counters, standin_split
+from pipeline.bench.measure.servers import Target
+from pipeline.bench.measure.sweep import flush_standin, model_stats, standin_counters, standin_split
 from pipeline.serving.client import TritonClient
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.stats.estimate import CONFIDENCE, Estimate
-from pipeline.bench.measured import Point
+from pipeline.bench.measure.results import Point
 from pipeline.bench.results import BenchResult
 
 

@@ -1,6 +1,6 @@
 """Typed records of the side-by-side bench (bench.peers): deployments, their cold starts and answers, the rounds.
 
-Measured by :mod:`~pipeline.bench.peers`, rendered by :mod:`~pipeline.bench.render_peers`; each record has a
+Measured by :mod:`~pipeline.bench.peers.run`, rendered by :mod:`~pipeline.bench.report.peers`; each record has a
 ``to_json``/``from_json`` pair, read and written only through :class:`PeersResult` (bench.json's ``peers``).
 """
 
@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from pipeline.stats.estimate import Estimate
-from pipeline.bench.measured import Point
-from pipeline.bench.production import ColdStart
-from pipeline.bench.rounds import median_point
+from pipeline.bench.measure.results import Point
+from pipeline.bench.readiness.results import ColdStart
+from pipeline.bench.rounds.results import median_point
 
 Json = dict[str, Any]
 

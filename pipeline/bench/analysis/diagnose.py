@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench.diagnose_readiness import readiness_findings
+from pipeline.bench.analysis.readiness import readiness_findings
 from pipeline.stats.estimate import Estimate
-from pipeline.bench.measured import Point
-from pipeline.bench.ratios import headline_c1, standin_cost_ms
+from pipeline.bench.measure.results import Point
+from pipeline.bench.analysis.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding
 
 SERVED_VS_ORT_LIMIT = 1.15  # issue 4: latency variant c=1 p50 at most this times in-process ORT p50

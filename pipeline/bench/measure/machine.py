@@ -6,10 +6,27 @@ import importlib.metadata as md
 import os
 import platform
 import subprocess
+from dataclasses import asdict, dataclass
 
-from pipeline.bench.results import Machine
+from pipeline.bench.measure.results import Json
 from pipeline.core.host import cores_available, cpu_model
 from pipeline.serving import perf_analyzer as pa_mod
+
+
+@dataclass
+class Machine:
+    """CPU, cores, load and tool versions: the conditions every number was taken under."""
+
+    cpu_model: str
+    cpu_count: int | None
+    cores_available: int
+    platform: str
+    loadavg_start: list[float]
+    versions: dict[str, str]
+    loadavg_end: list[float] | None = None
+
+    def to_json(self) -> Json:
+        return {k: v for k, v in asdict(self).items() if k != "loadavg_end" or v is not None}
 
 
 def cpu_budget() -> int:

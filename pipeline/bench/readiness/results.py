@@ -1,7 +1,7 @@
 """Typed records of the production-readiness measurements: cold start, overload and bursts, soak, memory over time.
 
 Measured by coldstart.py, overload.py and soak.py; each record has a ``to_json``/``from_json`` pair used only by
-results.BenchResult (bench.json's one edge). Per-point memory and Triton's /metrics deltas live on each Point.
+bench/results.py's BenchResult (bench.json's one edge). Per-point memory and Triton's /metrics deltas live on each Point.
 """
 
 from __future__ import annotations

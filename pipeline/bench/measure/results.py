@@ -1,7 +1,7 @@
-"""Typed measurements: perf_analyzer points, the in-process baseline, tuning (the headline rounds are in rounds.py).
+"""Typed measurements: perf_analyzer points, the in-process baseline, tuning (the headline rounds' are in rounds/results.py).
 
 What the measuring modules (baseline, sweep, tune) return and the others read; each
-has a ``to_json``/``from_json`` pair used only by results.BenchResult, the one bench.json edge.
+has a ``to_json``/``from_json`` pair used only by bench/results.py's BenchResult, the one bench.json edge.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import json_format
 
-from pipeline.bench.inputs import http_inputs
-from pipeline.bench.production import ColdStart
-from pipeline.bench.servers import EmbeddedMode
-from pipeline.bench.sweep import model_stats
+from pipeline.bench.measure.inputs import http_inputs
+from pipeline.bench.readiness.results import ColdStart
+from pipeline.bench.measure.servers import EmbeddedMode
+from pipeline.bench.measure.sweep import model_stats
 from pipeline.core.errors import PipelineError
 from pipeline.serving.embedded import read_config, variant_model
 from pipeline.serving.process import EmbeddedServer

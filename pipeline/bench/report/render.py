@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.bench import render_peers, render_readiness, render_rounds
-from pipeline.bench.render_rounds import _f, _invalid
+from pipeline.bench.report import peers as render_peers
+from pipeline.bench.report import readiness as render_readiness
+from pipeline.bench.report import rounds as render_rounds
+from pipeline.bench.report.rounds import _f, _invalid
 from pipeline.bench.results import BenchResult
 from pipeline.core.atomic import write_text
 

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.stats.ort import OrtSettings
-from pipeline.bench.peers_results import Scheduling
+from pipeline.bench.peers.results import Scheduling
 from pipeline.core.atomic import write_text
 from pipeline.core.config import ModelConfig
 from pipeline.stats.ort import ORT_LEVEL_NAME

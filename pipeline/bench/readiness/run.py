@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.bench import coldstart
-from pipeline.bench import overload as overload_mod
-from pipeline.bench import soak as soak_mod
-from pipeline.bench.inputs import BenchInputs
-from pipeline.bench.measured import Sweep
-from pipeline.bench.production import Production, Trace, thin
+from pipeline.bench.readiness import coldstart
+from pipeline.bench.readiness import overload as overload_mod
+from pipeline.bench.readiness import soak as soak_mod
+from pipeline.bench.measure.inputs import BenchInputs
+from pipeline.bench.measure.results import Sweep
+from pipeline.bench.readiness.results import Production, Trace, thin
 from pipeline.bench.progress import Progress
-from pipeline.bench.rounds import ThroughputRounds
-from pipeline.bench.servers import EmbeddedMode, ExternalMode, Target
-from pipeline.bench.sweep import Sweeper
+from pipeline.bench.rounds.results import ThroughputRounds
+from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Target
+from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.config import BenchConfig
 
 

@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.stats.estimate import StopRule
-from pipeline.bench.measured import Point
+from pipeline.bench.measure.results import Point
 from pipeline.bench.progress import Progress
-from pipeline.bench.rounds import Alternation, C1Round, C1Rounds, ThroughputRound, ThroughputRounds
+from pipeline.bench.rounds.results import Alternation, C1Round, C1Rounds, ThroughputRound, ThroughputRounds
 
 
 @dataclass

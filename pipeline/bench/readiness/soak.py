@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 
 from pipeline.stats.estimate import CONFIDENCE, Estimate
-from pipeline.bench.production import Soak, thin
-from pipeline.bench.servers import Target
-from pipeline.bench.sweep import Sweeper
+from pipeline.bench.readiness.results import Soak, thin
+from pipeline.bench.measure.servers import Target
+from pipeline.bench.measure.sweep import Sweeper
 from pipeline.serving import perf_analyzer as pa_mod
 
 _BLOCKS = 20  # block medians the line is fitted through (at least 5 s each)

@@ -1,6 +1,6 @@
 """The headline numbers: served against in-process ORT, throughput variant against latency variant.
 
-The rounds (pairing.py) give them wherever they ran, as estimates with intervals: the sweep measures
+The rounds (rounds/pairing.py) give them wherever they ran, as estimates with intervals: the sweep measures
 one point after another, each variant in its own server, minutes apart on a machine whose speed
 drifts. The unpaired numbers are kept beside them to show what pairing corrects.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.stats.estimate import Estimate
-from pipeline.bench.measured import Point
+from pipeline.bench.measure.results import Point
 from pipeline.bench.results import BenchResult, Comparison, Ratios
 from pipeline.core.config import BenchConfig, BenchProfile, BenchServer
 

@@ -1,4 +1,4 @@
-"""Typed records of the headline rounds (measured by pairing.py) and the estimates they give.
+"""Typed records of the headline rounds (measured by rounds/pairing.py) and the estimates they give.
 
 A round's ratio comes from measurements taken next to each other, so each round is drift-free on
 its own; the headline is the median over rounds with its interval (estimate.py). The estimates are
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.stats.estimate import Estimate, estimate
-from pipeline.bench.measured import Json, Point, Sweep
+from pipeline.bench.measure.results import Json, Point, Sweep
 
 
 @dataclass

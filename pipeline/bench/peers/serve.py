@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.bench.inputs import http_inputs
-from pipeline.bench.measured import Point
-from pipeline.bench.peers_results import Agreement
-from pipeline.bench.production import ColdStart
-from pipeline.bench.servers import Target
+from pipeline.bench.measure.inputs import http_inputs
+from pipeline.bench.measure.results import Point
+from pipeline.bench.peers.results import Agreement
+from pipeline.bench.readiness.results import ColdStart
+from pipeline.bench.measure.servers import Target
 from pipeline.core.config import BenchConfig, ToleranceConfig
 from pipeline.parity.report import resolve
 from pipeline.serving import perf_analyzer as pa_mod

@@ -2,7 +2,7 @@
 
 One Triton server holds both variants (as in the headline rounds); two TorchServe servers hold the two deployments
 (same graph: the shipped ONNX in ONNX Runtime, the server comparison; native: the PyTorch model in eager mode, the
-runtime comparison), each with a model per mirrored schedule (peers_deploy.py). All three run at once, idle while
+runtime comparison), each with a model per mirrored schedule (deploy.py). All three run at once, idle while
 another is measured. Order of work:
 
 1. archives (torch-model-archiver), then each TorchServe server's start and each model's registration, timed: the cold
@@ -23,17 +23,17 @@ from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import peers_deploy as deploy
-from pipeline.bench import peers_serve as serve
+from pipeline.bench.peers import deploy
+from pipeline.bench.peers import serve
 from pipeline.stats.estimate import StopRule, estimate
-from pipeline.bench.inputs import BenchInputs
-from pipeline.bench.measured import Point
+from pipeline.bench.measure.inputs import BenchInputs
+from pipeline.bench.measure.results import Point
 from pipeline.stats.ort import OrtSettings
-from pipeline.bench.peers_results import Deployment, PeerRound, PeersResult, Ratio
-from pipeline.bench.production import ColdStart
+from pipeline.bench.peers.results import Deployment, PeerRound, PeersResult, Ratio
+from pipeline.bench.readiness.results import ColdStart
 from pipeline.bench.progress import Progress
-from pipeline.bench.servers import EmbeddedMode, Target
-from pipeline.bench.sweep import Sweeper
+from pipeline.bench.measure.servers import EmbeddedMode, Target
+from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.config import BenchConfig, BenchProfile, PipelineConfig, Source, ToleranceConfig
 from pipeline.core.errors import ModelSourceError, PipelineError
 from pipeline.serving.embedded import ShippedModel

@@ -1,14 +1,14 @@
 """The side by side as people read it: one report section (deployments, boundary, table, ratios) and peers.png.
 
-Rendering only: every number comes computed in the :class:`~pipeline.bench.peers_results.PeersResult`.
+Rendering only: every number comes computed in the :class:`~pipeline.bench.peers.results.PeersResult`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.bench.peers_results import Deployment, PeersResult
-from pipeline.bench.render_rounds import _f, _invalid
+from pipeline.bench.peers.results import Deployment, PeersResult
+from pipeline.bench.report.rounds import _f, _invalid
 
 _STYLE = {"triton": "C0", "same_graph": "C1", "native": "C2"}
 

@@ -1,0 +1,1 @@
+"""What the measurements say: the headline ratios and the diagnosis rules (each finding names its fix)."""

@@ -1,0 +1,1 @@
+"""What takes one measurement: request rows, where they go, perf_analyzer and Triton's counters, in-process ORT."""

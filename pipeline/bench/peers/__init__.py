@@ -1,0 +1,1 @@
+"""The side by side (bench.peers): the same model, inputs and load through TorchServe beside Triton."""
