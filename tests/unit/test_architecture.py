@@ -1,7 +1,8 @@
-"""The layout holds: one package per subsystem, dependencies one way, core depends on nothing else.
+"""The layout holds: one package per subsystem, dependencies one way, core depends on nothing else, records on core alone.
 
-Reads every module's imports with ``ast`` (function-level imports included: a lazy import is still a
-dependency), so a cycle cannot hide behind an import inside a function.
+Inside a package split into sub-packages (bench, core, release once split) the parts depend one way too.
+Reads every module's imports with ``ast`` (tests/helpers/imports.py; function-level imports included: a lazy import is
+still a dependency), so a cycle cannot hide behind an import inside a function.
 """
 
 from __future__ import annotations
@@ -10,43 +11,17 @@ import ast
 import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PKG = ROOT / "pipeline"
-SUBSYSTEMS = ["core", "models", "convert", "parity", "engines", "repository", "serving", "bench", "choose", "release", "stages"]
+from tests.helpers.imports import PKG, ROOT, module_name, pipeline_imports
 
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports_of(path: Path) -> set[str]:
-    """Every ``pipeline.*`` module ``path`` imports, resolved to the module (not the attribute) it names."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    known = MODULES
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            # `from pkg import submodule` depends on the submodule; `from pkg import name` on pkg itself.
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names]
-        for n in names:
-            while n and n not in known:
-                n = n.rpartition(".")[0]
-            if n.startswith("pipeline") and n != "pipeline":
-                out.add(n)
-    return out
-
+SUBSYSTEMS = ["core", "records", "stats", "models", "convert", "parity", "engines", "repository", "serving", "bench", "choose", "release", "stages"]
 
 MODULES = {module_name(p) for p in PKG.rglob("*.py")}
-GRAPH = {module_name(p): imports_of(p) - {module_name(p)} for p in PKG.rglob("*.py")}
+GRAPH = {module_name(p): pipeline_imports(p) - {module_name(p), "pipeline"} for p in PKG.rglob("*.py")}
+# Packages split into sub-packages (bench/{measure,rounds,...}, core/config, ...): their parts depend one way too.
+SPLIT = sorted(module_name(d / "__init__.py") for d in PKG.rglob("*") if d != PKG and (d / "__init__.py").is_file() and any((c / "__init__.py").is_file() for c in d.iterdir()))
 
 
 def package(mod: str) -> str:
@@ -112,6 +87,42 @@ def test_no_package_import_cycles() -> None:
 def test_core_imports_nothing_from_the_other_packages() -> None:
     bad = {m: sorted(d for d in deps if package(d) != "core") for m, deps in GRAPH.items() if package(m) == "core"}
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_records_import_only_core() -> None:
+    """The typed records stages exchange (pipeline.records) depend on pipeline.core alone, so any stage may read any record."""
+    bad = {m: sorted(d for d in deps if package(d) not in {"core", "records"}) for m, deps in GRAPH.items() if package(m) == "records"}
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
+def parts_graph(pkg: str, graph: dict[str, set[str]] = GRAPH) -> dict[str, set[str]]:
+    """Imports between the direct parts of ``pkg`` (each sub-package, and each module beside them, is one node)."""
+
+    def part(mod: str) -> str | None:
+        return mod[len(pkg) + 1 :].split(".")[0] if mod.startswith(pkg + ".") else None
+
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        if (a := part(mod)) is not None:
+            out.setdefault(a, set()).update(b for b in map(part, deps) if b is not None and b != a)
+    return out
+
+
+def test_the_split_packages_are_found() -> None:
+    assert {"pipeline.bench", "pipeline.core"} <= set(SPLIT), SPLIT
+
+
+@pytest.mark.parametrize("pkg", SPLIT)
+def test_no_import_cycles_among_subpackages(pkg: str) -> None:
+    graph = parts_graph(pkg)
+    assert cycles(graph) == [], {p: sorted(d) for p, d in graph.items()}
+
+
+def test_the_cycle_check_sees_a_cycle_between_parts() -> None:
+    """parts_graph folds modules into their sub-package, so two modules importing across two sub-packages are a cycle."""
+    assert cycles(parts_graph("pipeline.bench")) == []
+    back = GRAPH | {"pipeline.bench.measure.sweep": GRAPH["pipeline.bench.measure.sweep"] | {"pipeline.bench.report.render"}}
+    assert any({"measure", "report"} <= set(c) for c in cycles(parts_graph("pipeline.bench", back)))
 
 
 def test_stages_are_thin() -> None:

@@ -8,45 +8,15 @@ point, and checks that a file or folder dep of the stage covers each file.
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.imports import ROOT, module_file, pipeline_imports
+
 STAGES = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-
-
-def module_file(name: str) -> Path | None:
-    """The file behind ``pipeline.x.y`` (package __init__ or module), or None for a name that is no module."""
-    p = ROOT.joinpath(*name.split("."))
-    return next((f for f in (p / "__init__.py", p.with_suffix(".py")) if f.is_file()), None)
-
-
-def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node but those under ``if TYPE_CHECKING:`` (imports for annotations only never run)."""
-    out, todo = [], [tree]
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            todo.extend(node.orelse)
-            continue
-        todo.extend(ast.iter_child_nodes(node))
-    return out
-
-
-def pipeline_imports(path: Path) -> set[str]:
-    """Every ``pipeline...`` name ``path`` imports, anywhere in the file (``from a import b`` gives a and a.b)."""
-    names: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:  # the package uses absolute imports
-            names |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
-    return {n for n in names if n.split(".")[0] == "pipeline"}
 
 
 def closure(module: str) -> set[Path]:
@@ -59,7 +29,7 @@ def closure(module: str) -> set[Path]:
             f = module_file(".".join(parts[:i]))
             if f is not None and f not in seen:
                 seen.add(f)
-                todo.extend(pipeline_imports(f))
+                todo.extend(pipeline_imports(f, runtime_only=True))
     return seen
 
 
