@@ -1,10 +1,10 @@
 """The whole bench result, and bench.json at its one edge.
 
-:class:`BenchResult` holds every typed measurement (the sub-packages' results.py) and what is derived from them:
+:class:`BenchResult` holds every typed measurement (the parts' results.py) and what is derived from them:
 the headline :class:`Ratios` (analysis/ratios.py) and the :class:`Finding` list (analysis/diagnose.py).
-:meth:`BenchResult.to_json` writes the keys other code reads (``model.name``, ``model.sha256``,
-``model.configs_sha256``, ``summary``, ``ratios``, ``variants.<v>.points.c<N>``, ``server``,
-``machine``, ``diagnosis``); :meth:`BenchResult.from_json` reads a bench.json back, so a report
+:meth:`BenchResult.to_json` writes bench.json: the keys other stages read (``schema``, ``model``, ``summary``) through
+their record, pipeline.records.bench, and the bench's own beside them (``ratios``, ``variants.<v>.points.c<N>``,
+``server``, ``machine``, ``diagnosis``, ...); :meth:`BenchResult.from_json` reads a bench.json back, so a report
 can be rendered again from it.
 """
 
@@ -23,28 +23,7 @@ from pipeline.bench.peers.results import PeersResult
 from pipeline.bench.readiness.results import Production
 from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig
-
-SCHEMA = 3  # 2: headline estimates with intervals; rounds without a drift filter; 3: production readiness
-
-
-@dataclass
-class MeasuredModel:
-    """What was measured; a release embeds the summary only if its files have these sha256 digests."""
-
-    name: str
-    onnx: str
-    version: str
-    configs: dict[str, str]
-    sha256: str | None = None
-    configs_sha256: dict[str, str] | None = None
-    files_sha256: dict[str, str] | None = None  # variant -> sha256 of the ONNX file it served
-
-    def to_json(self) -> Json:
-        d: Json = {"name": self.name, "onnx": self.onnx, "version": self.version}
-        d |= {"sha256": self.sha256} if self.sha256 is not None else {}
-        d |= {"configs": self.configs}
-        d |= {"configs_sha256": self.configs_sha256} if self.configs_sha256 is not None else {}
-        return d | ({"files_sha256": self.files_sha256} if self.files_sha256 is not None else {})
+from pipeline.records.bench import SCHEMA, BenchRecord, MeasuredModel
 
 
 @dataclass
@@ -293,12 +272,14 @@ class BenchResult:
             | ({"peers": self.peers.summary()} if self.peers else {})
         )
 
+    def record(self) -> BenchRecord:
+        """What other stages read of bench.json: the schema, the files measured, the summary (when ratios were taken)."""
+        return BenchRecord(self.model, self.summary() if self.ratios is not None else None, self.schema)
+
     def to_json(self) -> Json:
-        """bench.json: every measurement, the ratios, the summary and the diagnosis."""
-        d: Json = {
-            "schema": self.schema,
+        """bench.json: the record other stages read (:meth:`record`), every measurement, the ratios and the diagnosis."""
+        d: Json = self.record().to_json() | {
             "machine": self.machine.to_json(),
-            "model": self.model.to_json(),
             "inputs": asdict(self.inputs),
             "settings": _plain(asdict(self.settings)),
             "baseline": self.baseline.to_json(),
@@ -312,7 +293,7 @@ class BenchResult:
         if self.tuning is not None:
             d["tuning"] = self.tuning.to_json()
         if self.ratios is not None:
-            d |= {"ratios": self.ratios.to_json(), "summary": self.summary()}
+            d["ratios"] = self.ratios.to_json()
         if self.production is not None:
             d["production"] = self.production.to_json()
         if self.peers is not None:
@@ -321,11 +302,15 @@ class BenchResult:
 
     @classmethod
     def from_json(cls, d: Json) -> BenchResult:
-        """A bench.json read back (the summary is derived again, not read)."""
-        m = d["model"]
+        """A bench.json read back (the summary is derived again, not read).
+
+        Raises:
+            BenchError: its record (schema, model) does not parse (:meth:`BenchRecord.from_json`).
+        """
+        head = BenchRecord.from_json(d)
         return cls(
             machine=Machine(**d["machine"]),
-            model=MeasuredModel(m["name"], m["onnx"], m["version"], m["configs"], m.get("sha256"), m.get("configs_sha256"), m.get("files_sha256")),
+            model=head.model,
             inputs=InputsInfo(**d["inputs"]),
             settings=_settings_from_json(d.get("settings", {})),
             baseline=Baseline.from_json(d["baseline"]),
@@ -336,7 +321,7 @@ class BenchResult:
             tuning=Tuning.from_json(d["tuning"]) if d.get("tuning") else None,
             ratios=Ratios.from_json(d["ratios"]) if "ratios" in d else None,
             diagnosis=[Finding(**f) for f in d.get("diagnosis", [])],
-            schema=d.get("schema", SCHEMA),
+            schema=head.schema,
             production=Production.from_json(d["production"]) if d.get("production") else None,
             peers=PeersResult.from_json(d["peers"]) if d.get("peers") else None,
         )

@@ -38,7 +38,8 @@ from pipeline.stats.ort import OrtSettings
 from pipeline.bench.rounds.pairing import alternations, c1_embedded, c1_external, run_rounds, throughput_at
 from pipeline.bench.progress import Progress
 from pipeline.bench.analysis.ratios import ratios
-from pipeline.bench.results import BenchResult, MeasuredModel, ServerInfo
+from pipeline.bench.results import BenchResult, ServerInfo
+from pipeline.records.bench import MeasuredModel
 from pipeline.bench.rounds.results import Alternation, C1Rounds, ThroughputRounds, sweep_from_rounds
 from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Target
 from pipeline.bench.measure.sweep import Sweeper, check_readiness

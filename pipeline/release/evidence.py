@@ -8,7 +8,8 @@ absent, with the reason (a release without a benchmark is still a valid release)
 
 The manifest embeds summaries, never whole reports: parity's verdict and per artifact
 its status, sha256 and worst error per output; the bench's ``summary`` and the shas it was
-measured on. Parity is read with the parity stage's own reader (:mod:`pipeline.parity.report`).
+measured on. Parity is read with the parity stage's own reader (:mod:`pipeline.parity.report`), the bench report
+through its record (:mod:`pipeline.records.bench`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.atomic import file_digest
-from pipeline.core.errors import ParityError, ReleaseError
+from pipeline.core.errors import BenchError, ParityError, ReleaseError
 from pipeline.parity.report import artifact_passed, load_report
+from pipeline.records.bench import BenchRecord
 
 ONNX_FILE = "model.onnx"
 PLAN_SUFFIX = ".plan"
@@ -136,35 +138,37 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         return _absent(f"{path} is not readable JSON ({e})")
-    measured = data.get("model") if isinstance(data, dict) else None
-    if not isinstance(measured, dict):
-        return _absent(f"{path} does not say which model it measured (no model section)")
-    if measured.get("name") != model:
-        return _absent(f"{path} measured model '{measured.get('name')}', not '{model}'")
+    try:
+        record = BenchRecord.from_json(data)
+    except BenchError as e:
+        return _absent(f"{path}: {e.what}")
+    measured = record.model
+    if measured.name != model:
+        return _absent(f"{path} measured model '{measured.name}', not '{model}'")
     onnx = version_dir / ONNX_FILE
     if not onnx.is_file():
         return _absent(f"the release has no {ONNX_FILE} (the bench measures the ONNX Runtime model)")
     sha = file_digest(onnx)[0]
-    if measured.get("sha256") != sha:
-        return _absent(f"{path} measured a model.onnx with sha256 {str(measured.get('sha256'))[:12]}..., the release ships {sha[:12]}...")
+    if measured.sha256 != sha:
+        return _absent(f"{path} measured a model.onnx with sha256 {str(measured.sha256)[:12]}..., the release ships {sha[:12]}...")
     shipped = {file_digest(p)[0] for p in version_dir.glob("*.onnx")}
-    per_variant = measured.get("files_sha256")
-    if isinstance(per_variant, dict) and set(per_variant.values()) != shipped:
+    per_variant = measured.files_sha256
+    if per_variant is not None and set(per_variant.values()) != shipped:
         return _absent(
             f"{path} measured the variants on other ONNX files than the release ships "
-            f"(measured {sorted(str(v)[:12] for v in per_variant.values())}, shipped {sorted(s[:12] for s in shipped)})"
+            f"(measured {sorted(v[:12] for v in per_variant.values())}, shipped {sorted(s[:12] for s in shipped)})"
         )
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
-    if measured.get("configs_sha256") != configs:
-        theirs = measured.get("configs_sha256") if isinstance(measured.get("configs_sha256"), dict) else {}
+    if measured.configs_sha256 != configs:
+        theirs = measured.configs_sha256 or {}
         diff = sorted(k for k in configs.keys() | theirs.keys() if configs.get(k) != theirs.get(k))
         return _absent(f"{path} measured other config variants than the release ships (differ: {', '.join(diff)})")
     default = model_dir / "config.pbtxt"  # what an environment serves without --variant: it must be a measured variant
     if default.is_file() and file_digest(default)[0] not in configs.values():
         return _absent(f"{path} measured no config equal to the release's config.pbtxt (edited after the bench?)")
-    if not isinstance(data.get("summary"), dict):
+    if record.summary is None:
         return _absent(f"{path} has no summary to record (rerun `dvc repro bench`)")
-    return {"status": "measured", "report": str(path), "model_sha256": sha, "configs_sha256": configs, "summary": data["summary"]}
+    return {"status": "measured", "report": str(path), "model_sha256": sha, "configs_sha256": configs, "summary": record.summary}
 
 
 def _absent(reason: str) -> dict[str, Any]:

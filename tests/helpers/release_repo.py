@@ -16,6 +16,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from pipeline.records.bench import BenchRecord, MeasuredModel
 from pipeline.serving.embedded import VERSION_LOCAL_STANDIN
 from pipeline.serving.install import site_packages
 
@@ -146,19 +147,16 @@ def sample_inputs(path: Path, feeds: int = 4, batch: int = 2, seed: int = 7) -> 
 
 
 def bench_report(path: Path, model_dir: Path, summary: dict | None = None, name: str | None = None) -> Path:
-    """A bench.json that measured ``model_dir`` (its model.onnx and configs/*.pbtxt), with a bulky body beside the summary."""
+    """A bench.json that measured ``model_dir`` (its model.onnx and configs/*.pbtxt), with a bulky body beside the summary.
+
+    Its header is written by the bench's own record (pipeline.records.bench), so it has the stage's format."""
     vdir = next(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
-    report = {
-        "schema": 1,
-        "model": {
-            "name": name or model_dir.name,
-            "sha256": sha256(vdir / "model.onnx"),
-            "version": vdir.name,
-            "configs_sha256": {p.stem: sha256(p) for p in sorted((model_dir / "configs").glob("*.pbtxt"))},
-        },
-        "summary": summary if summary is not None else {"latency_p50_ms": 1.5},
-        "variants": {"latency": {"curve": [{"concurrency": c, "p99_ms": 2.0 + c} for c in range(64)]}},
-    }
+    configs = sorted((model_dir / "configs").glob("*.pbtxt"))
+    measured = MeasuredModel(
+        name or model_dir.name, str(vdir / "model.onnx"), vdir.name, {p.stem: str(p) for p in configs}, sha256(vdir / "model.onnx"), {p.stem: sha256(p) for p in configs}
+    )
+    report = BenchRecord(measured, summary if summary is not None else {"latency_p50_ms": 1.5}).to_json()
+    report["variants"] = {"latency": {"curve": [{"concurrency": c, "p99_ms": 2.0 + c} for c in range(64)]}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report))
     return path

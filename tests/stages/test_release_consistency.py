@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.atomic import file_digest
+from pipeline.records.bench import BenchRecord, MeasuredModel
 from tests.helpers.dvc_project import make_project
 from tests.helpers.release_repo import retrain_onnx
 from tests.helpers.tiny_models import export_tiny_onnx
@@ -132,12 +133,9 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
     served = file_digest(model_dir / "1/model.onnx")[0]
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
     # The bench stage needs a Triton server; its report, in the stage's format, measured exactly these files.
-    bench = {
-        "schema": 1,
-        "model": {"name": "tiny", "sha256": served, "configs_sha256": configs, "version": "1"},
-        "summary": {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}},
-        "variants": {"latency": {"points": {"c1": {}}}},
-    }
+    measured = MeasuredModel("tiny", str(model_dir / "1/model.onnx"), "1", {v: str(model_dir / f"configs/{v}.pbtxt") for v in configs}, served, configs)
+    bench = BenchRecord(measured, {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}}).to_json()
+    bench["variants"] = {"latency": {"points": {"c1": {}}}}
     (project / "artifacts/reports/bench.json").write_text(json.dumps(bench))
     r = release_build(project)  # not what dvc.lock records as the bench stage's out: refused
     assert r.returncode != 0 and "--bench artifacts/reports/bench.json (bench's out) differs from dvc.lock" in r.stderr, r.stdout + r.stderr

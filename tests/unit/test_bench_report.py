@@ -20,7 +20,8 @@ from pipeline.stats.ort import Latency, OrtSettings
 from pipeline.bench.analysis.ratios import ratios, standin_cost_ms
 from pipeline.bench.measure.inputs import InputsInfo
 from pipeline.bench.measure.machine import Machine
-from pipeline.bench.results import BenchResult, MeasuredModel, ServerInfo
+from pipeline.bench.results import BenchResult, ServerInfo
+from pipeline.records.bench import MeasuredModel
 from pipeline.core.config import BenchConfig
 from tests.tiny_triton import variant_config
 
