@@ -170,7 +170,7 @@ def _plain(x: Any) -> Any:
 def _settings_from_json(d: Json) -> BenchConfig:
     """bench.json's settings as a BenchConfig (keys it no longer has are dropped, new ones take their defaults)."""
     default = BenchConfig()
-    kw = {}
+    kw: Json = {}
     for f in fields(BenchConfig):
         if f.name in d:
             kind = type(getattr(default, f.name))
@@ -221,9 +221,10 @@ class BenchResult:
 
     def _production_summary(self) -> Json:
         """The readiness headline, flat for `dvc exp show`: cold start, first request, peak RSS, overload, metrics, soak."""
-        prod, out = self.production, {}
+        prod = self.production
         if prod is None:
             return {}
+        out: Json = {}
         # Each variant's cold start as it ships (with its model_warmup when it has one); the run without warmup that
         # shows what warmup buys is in bench.json and report.md.
         shipped = {c.variant: c for c in sorted(prod.cold_start, key=lambda c: c.warmup)}

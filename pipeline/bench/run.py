@@ -41,6 +41,8 @@ from pipeline.bench.analysis.ratios import ratios
 from pipeline.bench.results import BenchResult, ServerInfo
 from pipeline.records.bench import MeasuredModel
 from pipeline.bench.rounds.results import Alternation, C1Rounds, ThroughputRounds, sweep_from_rounds
+from pipeline.bench.peers.results import PeersResult
+from pipeline.bench.readiness.results import Production
 from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Target
 from pipeline.bench.measure.sweep import Sweeper, check_readiness
 from pipeline.core.atomic import atomic_path, file_digest, remove_stale, write_json, write_text
@@ -48,11 +50,12 @@ from pipeline.core.config import BenchConfig, BenchProfile, BenchServer, Pipelin
 from pipeline.core.errors import ConfigError, PipelineError
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.embedded import ShippedModel, find_shipped, read_config, write_config
+from pipeline.serving.torchserve import TorchServeInstall
 
 Mode = EmbeddedMode | ExternalMode
 
 
-def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None) -> BenchResult:  # noqa: PLR0915
+def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None) -> BenchResult:
     """Benchmark the shipped model ``repository/<model.name>``; write every output; return the result.
 
     The config was checked when it was composed (pipeline.core.config); only what the built
@@ -66,76 +69,136 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     ts_inst = peers_mod.check() if b.peers else None  # so do TorchServe and its Java (bench.peers)
     shipped, configs = shipped_configs(repository / cfg.model.name, b.tune)
-    main_cfg = configs.get("latency") or next(iter(configs.values()))
+    main_cfg = main_config(configs)
     inp = inputs_mod.prepare(cfg.model, shipped.onnx, main_cfg, b.input_shapes)
     mach = machine(pa)
     model = measured_model(shipped)
-    lat_s, thr_s = OrtSettings.from_config(main_cfg), OrtSettings.from_config(configs.get("throughput", main_cfg))
     plan = RoundsPlan.of(b, list(configs))
     t_start = time.monotonic()  # the time base of the RSS traces
     with Progress(expected_seconds(b, plan)) as progress:
-        progress.phase("baseline")
-        # Each variant's own file and settings: the latency side on the latency variant's, best batch on the throughput one's.
-        lat_onnx, thr_onnx = shipped.onnx_for("latency"), shipped.onnx_for("throughput")
-        files = lat_onnx.name if lat_onnx == thr_onnx else f"{lat_onnx.name} (latency) and {thr_onnx.name} (throughput)"
-        progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
-        base = Baseline(
-            baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs), baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds)
-        )
-        b = fit_windows(b, base, progress.log)
-        cfg = replace(cfg, bench=b)
-        progress.expect(expected_seconds(b, plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
-        # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
-        gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs, b.paired_measurement_interval_ms / 1000)
-
+        run = Run(cfg, shipped, configs, inp, plan, progress)
+        run, base, gauges = measure_baseline(run)
         with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
-            logs = Path(work_s) / "logs"
-            logs.mkdir()
-            input_json = pa_mod.write_input_data(Path(work_s) / "perf_input.json", inp.rows, inp.batched)
-            # The peers' archives before any server: an archive that does not build stops the stage here.
-            prep = peers_mod.prepare(cfg, ts_inst, shipped, configs, inp, Path(work_s) / "peers", progress.log) if ts_inst else None
-            sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
-            mode: Mode = (
-                EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.memory_sample_ms / 1000)
-                if b.server == BenchServer.embedded
-                else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol, b.metrics_url)  # bench.url: bench.protocol's endpoint
-            )
-            prod = readiness.record(mode)
-            try:
-                server = server_info(mode)
-                readiness.cold(prod, mode, b, inp, list(configs), logs, progress)
-                variants = sweep_variants(mode, sweeper, b, plan.swept, server, progress)
-
-                def then(ts: dict[str, Target], pairs: dict[int, ThroughputRounds]) -> None:  # on the rounds' server, after them
-                    readiness.after_rounds(prod, mode, sweeper, ts, readiness.capacity(pairs, variants), inp, progress)  # type: ignore[arg-type]
-
-                pc1, pairs = measure_rounds(mode, sweeper, gauges, b, plan, inp, progress, then)
-                from_rounds = sweep_from_rounds(pc1, pairs)
-                variants = {v: variants[v] if v in variants else from_rounds[v] for v in configs if v in variants or v in from_rounds}
-                # One variant without a valid point is a finding for the report; none at all is a failure.
-                check_readiness([p for s in variants.values() for p in s.points], "any variant")
-                # bench.tune=true composes only with bench.server=embedded (pipeline.core.config): mode is an EmbeddedMode.
-                if b.tune:
-                    progress.phase("tuning")
-                tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s) if b.tune else None  # type: ignore[arg-type]
-                # bench.peers composes only with bench.server=embedded too.
-                side = peers_mod.measure(cfg, prep, mode, sweeper, configs, inp, prod.cold_start, peers_mod.tolerance(cfg), logs, progress) if prep else None  # type: ignore[arg-type]
-            except PipelineError as e:
-                raise _keeping_logs(e, logs) from None
-            finally:
-                readiness.finish(prod, mode, t_start)
-                mode.close()
+            served = measure_served(run, pa, ts_inst, gauges, Path(work_s), t_start)
             progress.phase("report")
-            baseline_again(base, lat_onnx, lat_s, inp, b)
+            b = run.cfg.bench
+            baseline_again(base, shipped.onnx_for("latency"), OrtSettings.from_config(main_cfg), inp, b)
             mach.loadavg_end = loadavg()
-            res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning, production=prod, peers=side)
+            res = BenchResult(
+                mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, served.tuning, production=served.production, peers=served.peers
+            )
             res.ratios = ratios(res)
             res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
-            write_outputs(res, shipped, configs, logs, out_dir, curves_dir, tuned_config)
+            write_outputs(res, shipped, configs, served.logs, out_dir, curves_dir, tuned_config)
     write_json(out_json, res.to_json())
-    if prod.soak is not None and prod.soak.partial:
+    if served.production.soak is not None and served.production.soak.partial:
         raise KeyboardInterrupt  # the soak was interrupted: its partial data is written (marked partial), now stop as asked
     return res
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every step of a bench run reads: the config (its windows fitted once the baseline ran), the shipped model
+    and its variants' configs, the request rows, the plan of the rounds, and the progress line."""
+
+    cfg: PipelineConfig
+    shipped: ShippedModel
+    configs: dict[str, mc.ModelConfig]
+    inp: BenchInputs
+    plan: RoundsPlan
+    progress: Progress
+
+
+@dataclass
+class Served:
+    """What the servers measured: the sweeps, the rounds, tuning, readiness and the side by side, and their logs."""
+
+    server: ServerInfo
+    variants: dict[str, Sweep]
+    pc1: C1Rounds | None
+    pairs: dict[int, ThroughputRounds]
+    tuning: Tuning | None
+    production: Production
+    peers: PeersResult | None
+    logs: Path
+
+
+def measure_baseline(run: Run) -> tuple[Run, Baseline, Gauges]:
+    """The in-process baseline on each variant's own file and settings (the latency side on the latency variant's, best
+    batch on the throughput one's); the run with its measurement windows fitted to the model; the in-process gauges."""
+    b, inp, progress, shipped, configs = run.cfg.bench, run.inp, run.progress, run.shipped, run.configs
+    main_cfg = main_config(configs)
+    lat_s, thr_s = OrtSettings.from_config(main_cfg), OrtSettings.from_config(configs.get("throughput", main_cfg))
+    progress.phase("baseline")
+    lat_onnx, thr_onnx = shipped.onnx_for("latency"), shipped.onnx_for("throughput")
+    files = lat_onnx.name if lat_onnx == thr_onnx else f"{lat_onnx.name} (latency) and {thr_onnx.name} (throughput)"
+    progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
+    base = Baseline(
+        baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs), baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds)
+    )
+    b = fit_windows(b, base, progress.log)
+    run = replace(run, cfg=replace(run.cfg, bench=b))
+    progress.expect(expected_seconds(b, run.plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
+    # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
+    gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs, b.paired_measurement_interval_ms / 1000)
+    return run, base, gauges
+
+
+def measure_served(run: Run, pa: pa_mod.PerfAnalyzer, ts_inst: TorchServeInstall | None, gauges: Gauges, work: Path, t_start: float) -> Served:
+    """Everything measured on a server, in ``work``: cold start, the sweep, the rounds (with overload and soak on their
+    server), tuning, the side by side. A failure names a copy of the logs (:func:`_keeping_logs`).
+
+    Raises:
+        PipelineError: whatever a measurement raised, with ``logs kept in`` among its details.
+    """
+    b, inp, progress = run.cfg.bench, run.inp, run.progress
+    logs = work / "logs"
+    logs.mkdir()
+    input_json = pa_mod.write_input_data(work / "perf_input.json", inp.rows, inp.batched)
+    # The peers' archives before any server: an archive that does not build stops the stage here.
+    prep = peers_mod.prepare(run.cfg, ts_inst, run.shipped, run.configs, inp, work / "peers", progress.log) if ts_inst else None
+    sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
+    shipped = run.shipped
+    mode: Mode = (
+        EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.memory_sample_ms / 1000)
+        if b.server == BenchServer.embedded
+        else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol, b.metrics_url)  # bench.url: bench.protocol's endpoint
+    )
+    prod = readiness.record(mode)
+    try:
+        return _serve(run, mode, sweeper, gauges, prep, prod, logs)
+    except PipelineError as e:
+        raise _keeping_logs(e, logs) from None
+    finally:
+        readiness.finish(prod, mode, t_start)
+        mode.close()
+
+
+def _serve(run: Run, mode: Mode, sweeper: Sweeper, gauges: Gauges, prep: peers_mod.Prepared | None, prod: Production, logs: Path) -> Served:
+    """The measurements of :func:`measure_served`, in order, on ``mode``'s servers; readiness fills in ``prod``."""
+    b, inp, progress, configs = run.cfg.bench, run.inp, run.progress, run.configs
+    server = server_info(mode)
+    readiness.cold(prod, mode, b, inp, list(configs), logs, progress)
+    variants = sweep_variants(mode, sweeper, b, run.plan.swept, server, progress)
+
+    def then(embedded: EmbeddedMode, ts: dict[str, Target], pairs: dict[int, ThroughputRounds]) -> None:  # on the rounds' server, after them
+        readiness.after_rounds(prod, embedded, sweeper, ts, readiness.capacity(pairs, variants), inp, progress)
+
+    pc1, pairs = measure_rounds(mode, sweeper, gauges, b, run.plan, inp, progress, then)
+    from_rounds = sweep_from_rounds(pc1, pairs)
+    variants = {v: variants[v] if v in variants else from_rounds[v] for v in configs if v in variants or v in from_rounds}
+    # One variant without a valid point is a finding for the report; none at all is a failure.
+    check_readiness([p for s in variants.values() for p in s.points], "any variant")
+    tuning = side = None
+    # bench.tune=true and bench.peers compose only with bench.server=embedded (pipeline.core.config).
+    if b.tune:
+        assert isinstance(mode, EmbeddedMode)
+        progress.phase("tuning")
+        tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s)
+    if prep is not None:
+        assert isinstance(mode, EmbeddedMode)
+        side = peers_mod.measure(run.cfg, prep, mode, sweeper, prod.cold_start, logs, progress)
+    return Served(server, variants, pc1, pairs, tuning, prod, side, logs)
 
 
 def fit_windows(b: BenchConfig, base: Baseline, log: Callable[[str], None]) -> BenchConfig:
@@ -217,6 +280,11 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
 def _variant_order(configs: dict[str, Path]) -> list[str]:
     known = [v for v in ("latency", "throughput") if v in configs]
     return known + [v for v in configs if v not in known]
+
+
+def main_config(configs: dict[str, mc.ModelConfig]) -> mc.ModelConfig:
+    """The config the inputs and the in-process latency side follow: the latency variant's, else the first."""
+    return configs.get("latency") or next(iter(configs.values()))
 
 
 def shipped_configs(model_dir: Path, tuning: bool) -> tuple[ShippedModel, dict[str, mc.ModelConfig]]:
@@ -302,7 +370,7 @@ def measure_rounds(
     plan: RoundsPlan,
     inp: BenchInputs,
     progress: Progress,
-    then: Callable[[dict[str, Target], dict[int, ThroughputRounds]], None] | None = None,
+    then: Callable[[EmbeddedMode, dict[str, Target], dict[int, ThroughputRounds]], None] | None = None,
 ) -> tuple[C1Rounds | None, dict[int, ThroughputRounds]]:
     """The headline rounds (rounds/pairing.py): c=1, and both variants at each compared concurrency, interleaved.
 
@@ -322,7 +390,7 @@ def measure_rounds(
         with mode.serve("latency") as t:
             group = c1_external(lambda i: run(t, 1, f"c1_round{i}_latency"), gauges.p50_ms, c1_rule)
             run_rounds([group], progress)
-        return group.record, {}  # type: ignore[return-value]
+        return (group.record if isinstance(group.record, C1Rounds) else None), {}
     served = ["latency"] * (plan.c1 or bool(plan.concurrency)) + ["throughput"] * (plan.c1_throughput or bool(plan.concurrency))
     burst_s = b.alternation_ms / 1000
     with mode.serve_together(served) as ts:
@@ -347,7 +415,7 @@ def measure_rounds(
                 timer.close()
         pairs = {g.record.concurrency: g.record for g in groups if isinstance(g.record, ThroughputRounds)}
         if then is not None:
-            then(ts, pairs)
+            then(mode, ts, pairs)
     pc1 = next((g.record for g in groups if isinstance(g.record, C1Rounds)), None)
     return pc1, pairs
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.measure.results import Candidate, Point, Round, Scheduling, Tuning
-from pipeline.bench.measure.servers import EmbeddedMode
+from pipeline.bench.measure.servers import EmbeddedMode, Target
 from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.config import BenchConfig
 
@@ -101,7 +101,7 @@ def tune(mode: EmbeddedMode, sweeper: Sweeper, bench: BenchConfig, gauge: Callab
         mode.add_variant(name, apply(base, cand))
         with mode.serve(name) as t:
 
-            def step(i: int, t=t, name=name) -> Point:  # noqa: ANN001 - Target
+            def step(i: int, t: Target = t, name: str = name) -> Point:
                 return plain.run(t, [bench.tune_concurrency], f"{name}_r{i}")[0]
 
             def ratio(done: Point, gauge_mean: float) -> float | None:
@@ -120,7 +120,7 @@ def tune(mode: EmbeddedMode, sweeper: Sweeper, bench: BenchConfig, gauge: Callab
     record.chosen = s = measured[won].scheduling
     # How far ahead of the runner-up: a lead of a few percent is inside what one measurement per candidate can tell.
     shares = [measured[i].vs_ort_best for i in ranked(measured)[:2]]
-    record.lead_over_next = shares[0] / shares[1] - 1 if len(shares) == 2 else None  # type: ignore[operator]
+    record.lead_over_next = shares[0] / shares[1] - 1 if len(shares) == 2 and shares[0] and shares[1] else None
     record.persist = (
         f"dvc exp run -S 'variants.throughput.dynamic_batching.max_queue_delay_us={s.max_queue_delay_us}' "
         f"-S 'variants.throughput.dynamic_batching.preferred_batch_sizes={s.preferred_batch_sizes}' "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.bench.measure.results import Throughput
 from pipeline.stats.ort import Feed, Latency, OrtSettings, ort_session, percentiles, same_shape_batches, time_runs
@@ -22,7 +23,7 @@ def baseline_latency(onnx_path: Path, s: OrtSettings, rows: list[Feed], warmup: 
 WARM_S = 0.5  # past 3 untimed runs, warming stops after this long: a model at 200 ms a batch is warm after 3 (20 took 4 s per gauge)
 
 
-def _warm(sess, batches: list[Feed]) -> None:  # noqa: ANN001 - onnxruntime type
+def _warm(sess: Any, batches: list[Feed]) -> None:  # sess: an onnxruntime InferenceSession (imported lazily)
     """A few untimed runs: a fresh session's first runs at a new shape grow its arena (3, up to 20 per batch item or WARM_S)."""
     b = next(iter(batches[0].values())).shape[0]
     t0 = time.perf_counter()
@@ -32,7 +33,7 @@ def _warm(sess, batches: list[Feed]) -> None:  # noqa: ANN001 - onnxruntime type
         sess.run(None, batches[i % len(batches)])
 
 
-def _run_for(sess, batches: list[Feed], seconds: float) -> tuple[int, float]:  # noqa: ANN001 - onnxruntime type
+def _run_for(sess: Any, batches: list[Feed], seconds: float) -> tuple[int, float]:
     """Back-to-back ``sess.run`` over ``batches`` for ``seconds``: (inferences, elapsed s)."""
     b = next(iter(batches[0].values())).shape[0]
     n, t0 = 0, time.perf_counter()
@@ -42,7 +43,7 @@ def _run_for(sess, batches: list[Feed], seconds: float) -> tuple[int, float]:  #
     return n * b, time.perf_counter() - t0
 
 
-def infer_per_s(sess, batches: list[Feed], seconds: float) -> float:  # noqa: ANN001 - onnxruntime type
+def infer_per_s(sess: Any, batches: list[Feed], seconds: float) -> float:
     """Inferences/s of back-to-back ``sess.run`` over ``batches`` for ``seconds``, after a few untimed runs."""
     _warm(sess, batches)
     n, dt = _run_for(sess, batches, seconds)
@@ -97,7 +98,8 @@ class Gauges:
         # server (see inserver.WARM_RUNS, the same count on the server's side).
         time_runs(sess, self._rows, self._warmup if not self._warm_lat else warm, 0)
         self._warm_lat = True
-        times, t0 = [], time.perf_counter()
+        times: list[float] = []
+        t0 = time.perf_counter()
         while len(times) < least or time.perf_counter() - t0 < seconds:
             t = time.perf_counter()
             sess.run(None, self._rows[len(times) % len(self._rows)])

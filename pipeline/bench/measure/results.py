@@ -175,7 +175,8 @@ class Candidate:
     @classmethod
     def from_json(cls, d: Json) -> Candidate:
         sched = Scheduling(**{f.name: d[f.name] for f in fields(Scheduling)})
-        return cls(sched, **{f.name: d.get(f.name) for f in fields(cls) if f.name != "scheduling"})
+        kw: Json = {f.name: d.get(f.name) for f in fields(cls) if f.name != "scheduling"}
+        return cls(sched, **kw)
 
 
 @dataclass

@@ -139,13 +139,31 @@ def _kind(key: str) -> str:
 
 @dataclass
 class Prepared:
-    """What the side by side serves, built before any server starts: TorchServe, the archives, the request bodies."""
+    """What the side by side serves, built before any server starts: TorchServe, the archives, the request bodies,
+    and the shipped configs and request rows they were built from."""
 
     inst: TorchServeInstall
     work: Path
     archives: list[deploy.Archive]
     input_json: Path  # perf_analyzer's --input-data for TorchServe (one body file per request row)
+    configs: dict[str, mc.ModelConfig]
+    inp: BenchInputs
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Side:
+    """What the steps of one side by side share: what they read (settings, the prepared deployments, where logs go)
+    and what they fill in (the result, the targets the rounds measure, the RSS samplers)."""
+
+    b: BenchConfig
+    prep: Prepared
+    tol: ToleranceConfig
+    logs: Path
+    progress: Progress
+    res: PeersResult
+    targets: dict[str, Target | serve.TsTarget] = field(default_factory=dict)
+    samplers: dict[str, RssSampler] = field(default_factory=dict)
 
 
 def prepare(
@@ -170,27 +188,17 @@ def prepare(
                 notes.append(f"TorchServe native ({v}) not measured: {e.what}")
     log(f"[bench] peers: {len(archives)} TorchServe archives built ({', '.join(a.name for a in archives)})")
     input_json = deploy.input_data(deploy.bodies(inp.rows, work / "bodies"), work / "torchserve_input.json")
-    return Prepared(inst, work, archives, input_json, notes)
+    return Prepared(inst, work, archives, input_json, configs, inp, notes)
 
 
-def measure(  # noqa: PLR0913
-    cfg: PipelineConfig,
-    prep: Prepared,
-    mode: EmbeddedMode,
-    sweeper: Sweeper,
-    configs: dict[str, mc.ModelConfig],
-    inp: BenchInputs,
-    cold: list[ColdStart],
-    tol: ToleranceConfig,
-    logs: Path,
-    progress: Progress,
-) -> PeersResult:
+def measure(cfg: PipelineConfig, prep: Prepared, mode: EmbeddedMode, sweeper: Sweeper, cold: list[ColdStart], logs: Path, progress: Progress) -> PeersResult:
     """The side by side; a TorchServe deployment that fails is recorded with why (and its worker log), the rest is measured.
+    ``cold``: the bench's own cold starts (Triton's row); answers are held to Triton's by :func:`tolerance`.
 
     Raises:
         PipelineError: the Triton side cannot be served.
     """
-    b, t_start, inst = cfg.bench, time.monotonic(), prep.inst
+    b, t_start, inst, configs, inp = cfg.bench, time.monotonic(), prep.inst, prep.configs, prep.inp
     res = PeersResult(
         [str(p) for p in b.peers],
         levels(b),
@@ -199,23 +207,25 @@ def measure(  # noqa: PLR0913
         notes=list(prep.notes),
     )
     variants = [v for v in VARIANTS if v in configs]
+    side = _Side(b, prep, tolerance(cfg), logs, progress, res)
     progress.phase("peers")
     with contextlib.ExitStack() as stack:
         triton = stack.enter_context(mode.serve_together(variants))
         for v in variants:
             res.deployments[f"triton_{v}"] = _triton(v, triton[v].model, cold, configs[v], mode.backend)
-        targets: dict[str, Target | serve.TsTarget] = {f"triton_{v}": triton[v] for v in variants}
-        samplers: dict[str, RssSampler] = {"triton": triton[variants[0]].memory} if triton[variants[0]].memory else {}  # type: ignore[dict-item]
+            side.targets[f"triton_{v}"] = triton[v]
+        if (memory := triton[variants[0]].memory) is not None:
+            side.samplers["triton"] = memory
         reference = serve.triton_answers(triton[variants[0]], inp.rows, [o.name for o in configs[variants[0]].output])
         for kind in KINDS:
             mine = [a for a in prep.archives if a.kind == kind]
             if mine:
-                _serve_kind(stack, inst, kind, mine, configs, inp, reference, tol, b, prep.work, logs, res, targets, samplers, progress)
-        if any(isinstance(t, serve.TsTarget) for t in targets.values()):
-            _rounds(res, targets, sweeper, prep.input_json, b, logs, progress)
+                _serve_kind(side, stack, kind, mine, reference)
+        if any(isinstance(t, serve.TsTarget) for t in side.targets.values()):
+            _rounds(side, sweeper)
         else:
             res.notes.append("no TorchServe deployment answered: nothing to compare (see each deployment's error)")
-        for label, mem in samplers.items():
+        for label, mem in side.samplers.items():
             w = mem.window(t_start, time.monotonic())
             res.rss[label] = {"rss_peak_mb": w.peak_mb, "rss_median_mb": w.median_mb} if w else {}
     res.ratios = ratios(res)
@@ -242,32 +252,18 @@ def payload(inp: BenchInputs, reference: list, input_json: Path, res: PeersResul
     return {k: round(v, 1) for k, v in out.items()}
 
 
-def _serve_kind(  # noqa: PLR0913
-    stack: contextlib.ExitStack,
-    inst: TorchServeInstall,
-    kind: str,
-    archives: list[deploy.Archive],
-    configs: dict[str, mc.ModelConfig],
-    inp: BenchInputs,
-    reference: list,
-    tol: ToleranceConfig,
-    b: BenchConfig,
-    work: Path,
-    logs: Path,
-    res: PeersResult,
-    targets: dict,
-    samplers: dict[str, RssSampler],
-    progress: Progress,
-) -> None:
-    """One TorchServe server for ``kind``: start it, register each schedule (cold start), check its answers."""
+def _serve_kind(side: _Side, stack: contextlib.ExitStack, kind: str, archives: list[deploy.Archive], reference: list) -> None:
+    """One TorchServe server for ``kind`` (in ``stack``): start it, register each schedule (cold start), check its answers
+    against Triton's (``reference``)."""
+    b, inst, configs, inp, res, progress = side.b, side.prep.inst, side.prep.configs, side.prep.inp, side.res, side.progress
     label = f"torchserve_{kind}"
     progress.at(f"{label} start")
     paths = sorted({p for a in archives for p in a.pythonpath})
-    srv = stack.enter_context(TorchServeServer(inst, work / "store", logs, b.server_timeout_s, label=label, pythonpath=paths, env=WORKER_ENV))
+    srv = stack.enter_context(TorchServeServer(inst, side.prep.work / "store", side.logs, b.server_timeout_s, label=label, pythonpath=paths, env=WORKER_ENV))
     pid = srv.java_pid()
     mem = stack.enter_context(RssSampler(pid, b.memory_sample_ms / 1000)) if pid else None
     if mem is not None:
-        samplers[label] = mem
+        side.samplers[label] = mem
     for a in archives:
         key = f"{label}_{a.variant}"
         sched = deploy.mirror(configs[a.variant])
@@ -281,13 +277,13 @@ def _serve_kind(  # noqa: PLR0913
         except PipelineError as e:
             dep.error, dep.log_excerpt = e.what, srv.log_excerpt()
             continue
-        dep.agreement = serve.agreement(t, inp.rows, reference, tol)
+        dep.agreement = serve.agreement(t, inp.rows, reference, side.tol)
         if dep.agreement.failed:
             dep.log_excerpt = srv.log_excerpt()
         if dep.agreement.failed == dep.agreement.rows:
             dep.error = f"every one of {dep.agreement.rows} requests failed ({dep.agreement.first_error})"
             continue
-        targets[key] = t
+        side.targets[key] = t
         progress.log(
             f"[bench] {key}: registered in {dep.cold.load_s:.2f} s, first request {dep.cold.first_ms} ms vs warm p50 "
             f"{dep.cold.warm_p50_ms} ms; answers {'agree with' if dep.agreement.passed else 'DIFFER from'} Triton's"
@@ -301,15 +297,16 @@ def window_ms(res: PeersResult, b: BenchConfig) -> int:
     return int(min(max(b.paired_measurement_interval_ms, 20 * slowest), max(5000, b.paired_measurement_interval_ms)))
 
 
-def _rounds(res: PeersResult, targets: dict, sweeper: Sweeper, ts_input: Path, b: BenchConfig, logs: Path, progress: Progress) -> None:
+def _rounds(side: _Side, sweeper: Sweeper) -> None:
     """Every deployment at every level, back to back, until the ratios' intervals are narrow (or the budget is spent)."""
+    b, res, targets, progress = side.b, side.res, side.targets, side.progress
     keys = list(targets)
     res.window_ms = window_ms(res, b)
 
     def run(key: str, c: int, tag: str) -> Point:
         t = targets[key]
         if isinstance(t, serve.TsTarget):
-            p = serve.perf_run(sweeper.pa, t, c, ts_input, logs, tag, b, res.window_ms)
+            p = serve.perf_run(sweeper.pa, t, c, side.prep.input_json, side.logs, tag, b, res.window_ms)
             progress.log(f"[bench] {tag} c={c}: " + (f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"))
             return p
         return sweeper.run(t, [c], tag, res.window_ms, b.paired_stability_percentage)[0]

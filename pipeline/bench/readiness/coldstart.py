@@ -12,6 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from google.protobuf import json_format
@@ -21,25 +22,26 @@ from pipeline.bench.readiness.results import ColdStart
 from pipeline.bench.measure.servers import EmbeddedMode
 from pipeline.bench.measure.sweep import model_stats
 from pipeline.core.errors import PipelineError
+from pipeline.serving.client import TritonClient
 from pipeline.serving.embedded import read_config, variant_model
 from pipeline.serving.process import EmbeddedServer
 
 Feed = dict[str, np.ndarray]
 
 
-def _infer_ms(client: object, model: str, row: Feed) -> float:
-    """One request's latency (ms) over HTTP, as a client sends it."""
+def _infer_ms(raw: Any, model: str, row: Feed) -> float:
+    """One request's latency (ms) over HTTP, as a client sends it (``raw``: tritonclient's HTTP client, untyped)."""
     inputs = http_inputs(row)
     t = time.perf_counter()
-    client.infer(model, inputs)  # type: ignore[attr-defined]
+    raw.infer(model, inputs)
     return (time.perf_counter() - t) * 1000
 
 
-def _stats_with(client: object, model: str, successes: float, wait_s: float = 1.0) -> dict[str, float]:
+def _stats_with(client: TritonClient, model: str, successes: float, wait_s: float = 1.0) -> dict[str, float]:
     """Triton's statistics once they count ``successes`` requests: a backend reports a request just after its response."""
     deadline = time.monotonic() + wait_s
     while True:
-        st = model_stats(client, model)  # type: ignore[arg-type]
+        st = model_stats(client, model)
         if st.get("success_count", 0.0) >= successes or time.monotonic() > deadline:
             return st
         time.sleep(0.002)

@@ -47,10 +47,10 @@ def cold(prod: Production, mode: EmbeddedMode | ExternalMode, b: BenchConfig, in
 
 def capacity(pairs: dict[int, ThroughputRounds], sweeps: dict[str, Sweep]) -> tuple[float, int, str] | None:
     """The throughput variant's measured capacity (infer/s), the concurrency it was reached at, and where it comes from."""
-    best = [(r.infer_s("throughput"), c) for c, r in pairs.items() if r.infer_s("throughput")]
+    best = [(x, c) for c, r in pairs.items() if (x := r.infer_s("throughput"))]
     if best:
         infer_s, c = max(best)
-        return infer_s, c, f"median throughput-variant infer/s over the c={c} rounds"  # type: ignore[return-value]
+        return infer_s, c, f"median throughput-variant infer/s over the c={c} rounds"
     pts = [p for p in sweeps.get("throughput", Sweep([])).points if p.valid]
     if not pts:
         return None

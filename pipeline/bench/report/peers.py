@@ -25,6 +25,10 @@ def _cold(d: Deployment) -> str:
     return _f(c.start_to_ready_s, ".2f", " s") if c else "n/a"
 
 
+def _errors(by_output: dict[str, float]) -> str:
+    return "; ".join(f"{n}: {v:.2e}" for n, v in by_output.items()) or "-"
+
+
 def console(res: PeersResult) -> str:
     """The stage's closing line's part: the server comparison at each level."""
     same = [r for r in res.ratios if r.name.startswith("triton_vs_torchserve_same_graph")]
@@ -112,8 +116,7 @@ def section(res: PeersResult) -> list[str]:
         if a is None:
             continue
         tol = "; ".join(f"{n}: {t['atol']:g} / {t['rtol']:g} ({t['stat']})" for n, t in a.tolerance.items())
-        err = lambda e: "; ".join(f"{n}: {v:.2e}" for n, v in e.items()) or "-"  # noqa: E731
-        lines.append(f"| {d.label} | {a.rows} | {a.failed} | {err(a.abs_error)} | {err(a.rel_error)} | {tol} | {'equal' if a.passed else '**differ**'} |")
+        lines.append(f"| {d.label} | {a.rows} | {a.failed} | {_errors(a.abs_error)} | {_errors(a.rel_error)} | {tol} | {'equal' if a.passed else '**differ**'} |")
     for d in deps:
         if d.error or d.log_excerpt:
             lines += ["", f"**{d.label}**: {d.error or 'some requests failed'}. Worker log:", "", "```", *d.log_excerpt, "```"]

@@ -108,8 +108,14 @@ def throughput_at(c: int, serve: Callable[[str, int, int], Point], ort_best: Cal
 
     def step(i: int) -> None:
         order = ["latency", "throughput", "gauge"] if i % 2 == 0 else ["gauge", "throughput", "latency"]
-        got: dict[str, Point | float] = {s: (ort_best() if s == "gauge" else serve(s, c, i)) for s in order}
-        rec.rounds.append(ThroughputRound(i, order, got["latency"], got["throughput"], got["gauge"]))  # type: ignore[arg-type]
+        served: dict[str, Point] = {}
+        gauge = 0.0
+        for s in order:  # in this order: the gauge's side alternates
+            if s == "gauge":
+                gauge = ort_best()
+            else:
+                served[s] = serve(s, c, i)
+        rec.rounds.append(ThroughputRound(i, order, served["latency"], served["throughput"], gauge))
 
     return Group(f"c={c}", rec, step, rule)
 

@@ -170,8 +170,8 @@ class C1Rounds:
 
     def median_round(self) -> C1Round | None:
         """The round whose ratio is the median (the lower middle one for an even count): its served point is shown."""
-        valued = sorted((r for r in self.rounds if r.ratio(self.in_server_key) is not None), key=lambda r: r.ratio(self.in_server_key))  # type: ignore[arg-type,return-value]
-        return valued[(len(valued) - 1) // 2] if valued else None
+        valued = sorted(((x, r) for r in self.rounds if (x := r.ratio(self.in_server_key)) is not None), key=lambda xr: xr[0])
+        return valued[(len(valued) - 1) // 2][1] if valued else None
 
     def served_p50_ms(self) -> float | None:
         return _median([_p50(r.latency) for r in self.rounds])
@@ -292,7 +292,7 @@ def sweep_from_rounds(c1: C1Rounds | None, tp: dict[int, ThroughputRounds]) -> d
         if r.throughput is not None:
             pts.setdefault("throughput", {}).setdefault(1, []).append(r.throughput)
     for c, t in sorted(tp.items()):
-        for r in t.rounds:
+        for tr in t.rounds:
             for v in ("latency", "throughput"):
-                pts.setdefault(v, {}).setdefault(c, []).append(getattr(r, v))
+                pts.setdefault(v, {}).setdefault(c, []).append(getattr(tr, v))
     return {v: Sweep([p for c in sorted(by_c) if (p := median_point(by_c[c])) is not None], "rounds") for v, by_c in pts.items()}
