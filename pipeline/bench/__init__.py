@@ -5,7 +5,8 @@ Its parts, in dependency order (each imports only parts listed before it; tests/
 progress.py the live progress line every phase reports to
 measure/    one measurement: request rows, servers (embedded or external), perf_analyzer sweeps with Triton's counters,
             in-process ORT, in-server bursts, the machine; the typed measurements (results.py)
-rounds/     the headline rounds: ratios of neighbours, groups interleaved until their intervals are narrow; their records
+rounds/     the headline rounds: ratios of neighbours, groups interleaved until their intervals are narrow, their plan
+            and server in the run; their records
 readiness/  production readiness: cold start, overload and bursts, soak, memory over time; their records
 peers/      the side by side with TorchServe: archives, serving, rounds; their records
 results.py  the whole result (every part's records); bench.json's header and summary go through pipeline.records.bench

@@ -18,7 +18,8 @@ from pipeline.bench.progress import Progress
 from pipeline.bench.analysis.ratios import ratios
 from pipeline.bench.results import BenchResult, Finding
 from pipeline.bench.rounds.results import ThroughputRounds, sweep_from_rounds
-from pipeline.bench.run import RoundsPlan, expected_seconds, fit_windows
+from pipeline.bench.rounds.run import RoundsPlan
+from pipeline.bench.run import expected_seconds, fit_windows
 from pipeline.core.config import BenchConfig
 from tests.unit.test_bench_report import _configs, _pt, _res
 from tests.unit.test_bench_rounds import c1_rounds

@@ -206,3 +206,6 @@ class ExternalMode:
 
     def close(self) -> None:
         self.client.close()
+
+
+Mode = EmbeddedMode | ExternalMode  # where a bench run sends its requests

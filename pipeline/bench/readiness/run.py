@@ -18,12 +18,12 @@ from pipeline.bench.measure.results import Sweep
 from pipeline.bench.readiness.results import Production, Trace, thin
 from pipeline.bench.progress import Progress
 from pipeline.bench.rounds.results import ThroughputRounds
-from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Target
+from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Mode, Target
 from pipeline.bench.measure.sweep import Sweeper
 from pipeline.core.config import BenchConfig
 
 
-def record(mode: EmbeddedMode | ExternalMode) -> Production:
+def record(mode: Mode) -> Production:
     """The empty record: what /metrics leaves out, and (external mode) what is not measured."""
     prod = Production(metrics_limits=list(mode.metrics_limits))
     if isinstance(mode, ExternalMode):
@@ -34,7 +34,7 @@ def record(mode: EmbeddedMode | ExternalMode) -> Production:
     return prod
 
 
-def cold(prod: Production, mode: EmbeddedMode | ExternalMode, b: BenchConfig, inp: BenchInputs, variants: list[str], logs: Path, progress: Progress) -> None:
+def cold(prod: Production, mode: Mode, b: BenchConfig, inp: BenchInputs, variants: list[str], logs: Path, progress: Progress) -> None:
     """Cold starts, first (embedded, bench.cold_start): fresh servers, before any other server ran on the machine."""
     if isinstance(mode, ExternalMode):
         return
@@ -76,7 +76,7 @@ def after_rounds(prod: Production, mode: EmbeddedMode, sw: Sweeper, ts: dict[str
         prod.soak = soak_mod.soak(sw, t, c, progress.log)
 
 
-def finish(prod: Production, mode: EmbeddedMode | ExternalMode, t0: float) -> None:
+def finish(prod: Production, mode: Mode, t0: float) -> None:
     """Every server's RSS over the bench, for the plot (seconds since ``t0``, the bench's start)."""
     if isinstance(mode, EmbeddedMode):
         prod.traces = [Trace(label, thin(list(mem.samples), t0)) for label, mem in mode.traces]
