@@ -27,11 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.core.config import PipelineConfig, load_config  # noqa: E402
-from pipeline.release.build import build_release  # noqa: E402
-from pipeline.release.canary import checked, run_canary  # noqa: E402
-from pipeline.release.canary_report import markdown  # noqa: E402
+from pipeline.release.build import BuildInputs, build_release  # noqa: E402
+from pipeline.release.canary.run import checked, run_canary  # noqa: E402
+from pipeline.release.canary.report import markdown  # noqa: E402
 from pipeline.release.promote import promote  # noqa: E402
-from pipeline.release.store import ReleaseStore  # noqa: E402
+from pipeline.release.store.store import ReleaseStore  # noqa: E402
 from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
 from pipeline.serving.process import EmbeddedServer  # noqa: E402
 from scripts.measure_release_reload import serving_repository  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> int:
         (root / "dvc.lock").write_text("stages: {}\n")
         store = ReleaseStore(root / "store")
         for i, (shipped, parity) in enumerate(zip(args.shipped, args.parity), 1):
-            build_release(store, serving_repository(shipped, root / f"repo{i}"), parity, None, root / "dvc.lock", unchecked_evidence=True, git_cwd=root, tag=False)
+            build_release(store, BuildInputs(serving_repository(shipped, root / f"repo{i}"), parity, None, root / "dvc.lock", git_cwd=root), unchecked_evidence=True, tag=False)
         model = store.models()[0]
         promote(store, "production", version=1)
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)

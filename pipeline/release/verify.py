@@ -1,4 +1,6 @@
-"""What ``release verify`` checks in an environment beyond the version copies: what Triton would serve.
+"""``release verify`` and ``release gc``: every release re-hashed, and every environment checked against its releases.
+
+Beyond each release's files and each environment's version copies, it checks what Triton would serve:
 
 - the pointer (``config.pbtxt``) byte for byte against the config its release renders;
 - symlinks anywhere in the environment (a local store's files must be its own);
@@ -12,16 +14,137 @@ from __future__ import annotations
 import os
 import posixpath
 import time
-from typing import Any
+from dataclasses import dataclass, field
 
-from pipeline.release import pointer
-from pipeline.release.history import live_stack, variant_of
-from pipeline.release.store import EnvState, ReleaseStore
+from pipeline.core.errors import ReleaseError
+from pipeline.records.release import ReleaseManifest
+from pipeline.release.store import env_copy, pointer, publish, signing
+from pipeline.release.store.history import live_stack, variant_of
+from pipeline.release.store.store import EnvState, ReleaseStore
 
 STAGING = ".staging-"
 
 
-def served_problems(store: ReleaseStore, env: str, model: str, st: EnvState, manifests: dict[int, dict[str, Any]]) -> list[str]:
+@dataclass
+class _Findings:
+    """What ``release verify`` found so far: lines of what checked out, and every problem."""
+
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:
+    """Check every release, and every environment's pointer and version copies; returns lines of what was checked.
+
+    Raises:
+        ReleaseError: one message listing every problem found.
+    """
+    found = _Findings()
+    for mdl in [store.resolve_model(model)] if model else store.models():
+        manifests = {v: m for v in store.versions(mdl) if (m := _check_release(store, mdl, v, public_key, found)) is not None}
+        if store.fs.s3 is not None:
+            found.checked += [f"release {mdl} {u.version}: {u.describe(store.lock_lease_s)}" for u in publish.unfinished(store, mdl)]
+        for env in store.environments:
+            _check_env(store, env, mdl, manifests, found)
+        found.problems += [f"leftover {rel} of a killed copy (fix: `release gc` removes it)" for rel in leftovers(store, mdl, store.lock_lease_s)]
+    for env in store.environments:
+        found.problems += stray_problems(store, env, store.models())
+    if found.problems:
+        raise ReleaseError(
+            f"release store {store.url} failed verification ({len(found.problems)} problem(s))",
+            fix="do not promote from it until fixed; see each problem",
+            details={"problems": "\n    " + "\n    ".join(found.problems)},
+        )
+    return found.checked
+
+
+def _check_release(store: ReleaseStore, model: str, version: int, public_key: str | None, found: _Findings) -> ReleaseManifest | None:
+    """One release's files, self-consistency and signature; its manifest (None: the manifest cannot be read).
+
+    A release whose signature fails keeps its manifest here: its environments' copies are still checked against it.
+    """
+    where = f"release {model} {version}"
+    try:
+        m, bad = store.check_release(model, version)
+    except ReleaseError as e:
+        found.problems.append(_failed(where, e))
+        return None
+    found.problems += [f"{where}: {b}" for b in bad]
+    try:
+        if public_key or store.public_key or store.require_signature:
+            store.check_signature(model, version, public_key)
+        elif store.fs.exists(f"{store.release_rel(model, version)}/{signing.SIGNATURE}"):
+            found.problems += [f"{where}: {b}" for b in signing.unkeyed_problems(store.fs, store.release_rel(model, version), m)]
+    except ReleaseError as e:
+        found.problems.append(_failed(where, e))
+        return m
+    if not bad:
+        found.checked.append(f"{where}: ok ({len(m.files)} files)")
+    return m
+
+
+def _failed(where: str, e: ReleaseError) -> str:
+    return f"{where}: {e.what}" + "".join(f"; {k}: {val}" for k, val in e.details.items())
+
+
+def _check_env(store: ReleaseStore, env: str, model: str, manifests: dict[int, ReleaseManifest], found: _Findings) -> None:
+    """One environment's pointer, version copies, warmup rows, history and served config."""
+    try:
+        st = store.env_state(env, model)
+    except ReleaseError as e:
+        found.problems.append(f"env {env}: {e.what}")
+        return
+    if st.live is None and not st.present:
+        return
+    if st.live is not None and st.live not in manifests:
+        found.problems.append(
+            f"env {env}: pointer names version {st.live}, which is not a release in the store (fix: `release promote --to {env} --version <N>` with one of {sorted(manifests)})"
+        )
+    elif st.live is not None and st.live not in st.present:
+        found.problems.append(f"env {env}: pointer names version {st.live} but envs/{env}/{model}/{st.live}/ is missing")
+    found.problems += copy_problems(store, env, model, st, manifests)
+    if st.live is not None:
+        found.problems += _pointer_warmup(store, env, model, st.live)
+    found.problems += served_problems(store, env, model, st, manifests)
+    found.checked += interrupted_note(env, st)
+    found.checked.append(f"env {env}: live {st.live}, present {st.present}")
+
+
+def copy_problems(store: ReleaseStore, env: str, model: str, st: EnvState, manifests: dict[int, ReleaseManifest]) -> list[str]:
+    """Each version copy of ``env`` that differs from its release, with a hint when the cause is known."""
+    out = []
+    for v in st.present:
+        if v not in manifests:
+            out.append(f"env {env}: version {v} has no release manifest to check against")
+            continue
+        bad = store.verify_env_copy(env, model, v, manifests[v])
+        if not bad:
+            continue
+        hint = ""
+        if env_copy.only_warmup_missing(bad):
+            hint = f" (copied before environments carried warmup data: `release promote --to {env} --version {v}` adds them)"
+        elif any("__pycache__/" in b.path for b in bad):
+            hint = (
+                " (bytecode caches written by the python-backend stub; a planted .pyc would run at the next load, so they count:"
+                " promote/rollback remove them from versions that are not live)"
+            )
+        out.append(f"env {env}: copy of version {v} differs from its release: " + "; ".join(map(str, bad)) + hint)
+    return out
+
+
+def _pointer_warmup(store: ReleaseStore, env: str, model: str, live: int) -> list[str]:
+    """A problem when the pointer's model_warmup names files the environment lacks: Triton fails to load the model then."""
+    rel = f"{store.model_rel(env, model)}/config.pbtxt"
+    missing = env_copy.missing_warmup(store, env, model, pointer.parse_config(store.fs.read_text(rel), store.fs.path(rel)))
+    if not missing:
+        return []
+    return [
+        f"env {env}: config.pbtxt's model_warmup names {', '.join(missing)}, which the environment does not hold, so Triton cannot load it"
+        f" (fix: `release promote --to {env} --version {live}` installs version {live}'s warmup rows and points the config at them)"
+    ]
+
+
+def served_problems(store: ReleaseStore, env: str, model: str, st: EnvState, manifests: dict[int, ReleaseManifest]) -> list[str]:
     """Problems with what ``env`` serves for ``model`` (its pointer, history and directory)."""
     rel = store.model_rel(env, model)
     fix = f"`release promote --to {env} --version {st.live}` rewrites it from the release"
