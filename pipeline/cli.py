@@ -257,7 +257,8 @@ def canary_cmd(  # noqa: PLR0913
     tag: bool = TagOpt,
 ) -> None:
     """Serve a candidate beside the live version, judge outputs, p99 and errors, then promote it or unload it."""
-    from pipeline.release.canary.run import Candidate, abort_canary, checked, run_canary
+    from pipeline.release.canary.prepare import Candidate, checked
+    from pipeline.release.canary.run import abort_canary, run_canary
     from pipeline.release.promote import SwitchOptions
 
     cfg = _config(params)

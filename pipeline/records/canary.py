@@ -11,15 +11,11 @@ verdict, promotion, note, cleanup, finished_at, timings``. A key the run did not
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
 FINAL = ("passed", "failed")  # a record in any other status was cut short (running, interrupted, killed, aborted, error)
-
-
-def _present(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -264,19 +260,36 @@ class CanaryRecord:
         return f"last canary {self.started_at[:16].replace('T', ' ')}: v{self.candidate} against live v{self.live}, {self.status.upper()}{': ' + why if why else ''}"
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"schema": self.schema}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "schema" or value is None:
-                continue
-            if f.name in ("traffic", "bounds", "verdict"):
-                value = asdict(value)
-            elif f.name == "checks":
-                value = [asdict(c) for c in value]
-            elif hasattr(value, "to_json"):
-                value = value.to_json()
-            out[f.name] = value
-        return out
+        out = {
+            "schema": self.schema,
+            "id": self.id,
+            "model": self.model,
+            "env": self.env,
+            "live": self.live,
+            "candidate": self.candidate,
+            "variant": self.variant,
+            "status": self.status,
+            "started_at": self.started_at,
+            "server": self.server,
+            "servers": self.servers,
+            "copies": self.copies,
+            "traffic": asdict(self.traffic),
+            "bounds": asdict(self.bounds),
+            "by": self.by,
+            "notes": self.notes,
+            "outputs": self.outputs.to_json() if self.outputs else None,
+            "latency": self.latency.to_json() if self.latency else None,
+            "errors": self.errors.to_json() if self.errors else None,
+            "metrics": self.metrics.to_json() if self.metrics else None,
+            "checks": [asdict(c) for c in self.checks] if self.checks is not None else None,
+            "verdict": asdict(self.verdict) if self.verdict else None,
+            "promotion": self.promotion.to_json() if self.promotion else None,
+            "note": self.note,
+            "cleanup": self.cleanup,
+            "finished_at": self.finished_at,
+            "timings": self.timings,
+        }
+        return {k: v for k, v in out.items() if v is not None}  # a key the run did not reach is absent
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CanaryRecord:

@@ -93,7 +93,7 @@ class DvcCheck:
     not_checked: dict[str, str] | None = None  # stage -> why DVC's status was not asked
     sources: dict[str, str] | None = None  # source record kind -> its path
     bench_detached: str | None = None  # why a bench report was not attached (its stage is out of date)
-    evidence: dict[str, dict[str, Any]] | None = None  # kind -> {"path", "stage", "md5"} of the out that holds it
+    evidence: dict[str, dict[str, str | None]] | None = None  # kind -> {"path", "stage", "md5"} of the out that holds it
     unchecked_evidence: bool | None = None
     reason: str | None = None
 

@@ -10,8 +10,8 @@ Sub-packages (each imports only the ones above it in this list):
 - ``evidence/``: what a release is allowed to ship: the parity and bench reports bound to its files by sha256
   (``reports``), the DVC pipeline up to date (``dvc_check``), where it comes from (``provenance``), and the GTO
   tags in git that must agree with the store (``tags``).
-- ``canary/``: ``release canary``: the run (``run``), its traffic (``traffic``), verdict and table (``report``),
-  and the guard process that puts the servers back if it dies (``guard``).
+- ``canary/``: ``release canary``: the refusals before anything loads (``prepare``), the run (``run``), its traffic
+  (``traffic``), verdict and table (``report``), and the guard process that puts the servers back if it dies (``guard``).
 
 The commands on top of them: ``build``, ``promote`` (promote and rollback), ``verify`` (verify and gc), ``listing``,
 ``archive`` (export and import), and ``triton_control``, the live reload of a running Triton that promote and the

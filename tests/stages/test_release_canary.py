@@ -41,7 +41,7 @@ from pipeline.core.errors import ReleaseError
 from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.canary.run import run_canary
 from pipeline.release.canary.guard import loaded_copies
-from pipeline.release.canary.run import Candidate
+from pipeline.release.canary.prepare import Candidate
 from pipeline.release.promote import SwitchOptions, promote
 from pipeline.release.store.canaries import read as read_record
 from pipeline.release.store.history import live_stack

@@ -24,7 +24,8 @@ from pipeline.records.canary import Agreement, Bounds, CanaryRecord, Check, Erro
 from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.canary import report as cr
 from pipeline.release.canary import traffic as ct
-from pipeline.release.canary.run import Candidate, checked, run_canary, signature
+from pipeline.release.canary.prepare import Candidate, checked, signature
+from pipeline.release.canary.run import run_canary
 from pipeline.release.promote import SwitchOptions, promote
 from pipeline.release.store import canaries
 from pipeline.release.store.store import ReleaseStore

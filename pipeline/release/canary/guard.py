@@ -198,8 +198,9 @@ class Guard:
     def done(self) -> None:
         """The canary cleaned up after itself: the guard exits without acting."""
         self.tell("done")
+        assert self.proc.stdin is not None  # Popen(stdin=PIPE)
         with contextlib.suppress(BrokenPipeError, ValueError):
-            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

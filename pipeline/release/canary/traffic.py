@@ -34,6 +34,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -174,7 +175,7 @@ def share_load(pa: PerfAnalyzer, url: str, sides: list[Endpoint], rows: list[Fee
     data = write_input_data(workdir / "inputs.json", rows, batched)
     one_shape = len({tuple((k, v.shape) for k, v in sorted(r.items())) for r in rows}) == 1
     shapes = [f"{k}:{','.join(map(str, v.shape[1:] if batched else v.shape))}" for k, v in rows[0].items()] if one_shape else []
-    procs = {}
+    procs: dict[str, tuple[subprocess.Popen[bytes], IO[str], Path]] = {}
     for ep in sides:
         r = load.rate * (load.share if ep.side != PRODUCTION else 1 - 2 * load.share)
         if r <= 0:
@@ -205,6 +206,11 @@ def share_load(pa: PerfAnalyzer, url: str, sides: list[Endpoint], rows: list[Fee
         log = open(workdir / f"{ep.side}.log", "w+")  # noqa: SIM115 - closed below, after the process ends
         # preexec: perf_analyzer dies with us, so a killed canary leaves no load behind.
         procs[ep.side] = (subprocess.Popen(cmd, env=pa.env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=set_pdeathsig), log, export)  # noqa: PLW1509
+    return _collect(procs, load.seconds)
+
+
+def _collect(procs: dict[str, tuple[subprocess.Popen[bytes], IO[str], Path]], seconds: float) -> tuple[list[Sent], list[str]]:
+    """Wait for each perf_analyzer process, read every request it exported; a note per process that did not exit cleanly."""
     sent: list[Sent] = []
     notes: list[str] = []
     try:
@@ -212,7 +218,7 @@ def share_load(pa: PerfAnalyzer, url: str, sides: list[Endpoint], rows: list[Fee
             try:
                 # Production's part is background: once both copies are done, it gets a moment to finish, then it stops,
                 # so a rate the served model cannot keep up with does not stretch the canary (Triton counts its answers).
-                rc = proc.wait(timeout=load.seconds + 120 if side != PRODUCTION else 2.0)
+                rc = proc.wait(timeout=seconds + 120 if side != PRODUCTION else 2.0)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 rc = proc.wait() if side != PRODUCTION else 0

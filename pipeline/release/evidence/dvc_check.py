@@ -168,7 +168,7 @@ def bind(repo: Any, root: Path, state: DvcCheck, evidence: dict[str, str | Path 
     """
     problems: list[str] = []
     detached = None
-    bound: dict[str, dict[str, Any]] = {"repository": {"stage": state.target}}
+    bound: dict[str, dict[str, str | None]] = {"repository": {"stage": state.target}}
     for kind, given in evidence.items():
         if given is None:
             continue

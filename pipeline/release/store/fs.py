@@ -37,7 +37,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -93,7 +93,7 @@ def _remote(action: str) -> Callable[[F], F]:
             except s3.s3_errors() as e:
                 raise s3.translate(e, self.s3, f"{action} {self.show(str(args[0])) if args else ''}".strip()) from None
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)
 
     return deco
 

@@ -357,7 +357,7 @@ class ReleaseStore:
     def record_intent(self, env: str, model: str, event: HistoryEvent, state: EnvState) -> None:
         """Record a promote/rollback *before* its flip, with the sha256 of the pointer it will write.
 
-        Readers (:func:`reconcile`) confirm the event by the pointer: flipped, it happened; not flipped, it is
+        Readers (:func:`~pipeline.release.store.history.reconcile`) confirm the event by the pointer: flipped, it happened; not flipped, it is
         marked aborted. So pointer and history cannot disagree after a kill or an error at any point.
 
         Raises:
