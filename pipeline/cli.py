@@ -128,7 +128,7 @@ def _release_config(params: Path) -> ReleaseConfig:
 
 
 def _store(store: Optional[str], params: Path, cfg: Optional[ReleaseConfig] = None, allow_unchecked: bool = False):  # noqa: ANN202 - ReleaseStore, imported lazily
-    from pipeline.release.store import ReleaseStore
+    from pipeline.release.store.store import ReleaseStore
 
     cfg = cfg or _release_config(params)
     st = ReleaseStore(store or cfg.store, cfg.environments, cfg.lock_lease_s, cfg.public_key or None, cfg.require_signature)
@@ -139,9 +139,9 @@ def _store(store: Optional[str], params: Path, cfg: Optional[ReleaseConfig] = No
 def _git_repo(tag: bool) -> Optional[str]:
     if not tag:
         return None
-    from pipeline.release.manifest import git_info
+    from pipeline.release.evidence.provenance import git_info
 
-    return git_info(".")["toplevel"]
+    return git_info(".").toplevel
 
 
 # ---------------------------------------------------------------- release commands
@@ -163,14 +163,16 @@ def build(  # noqa: PLR0913
 
     Refused while the DVC pipeline behind the repository is out of date (`dvc repro repository` fixes it).
     """
-    from pipeline.release import dvc_check
-    from pipeline.release.build import model_names, plan_release, publish_release
+    from pipeline.release.build import BuildInputs, model_names, plan_release, publish_release
+    from pipeline.release.evidence import dvc_check
 
     st = _store(store, params)
     dvc = dvc_check.check(repository, parity, bench, unchecked_evidence)  # once for the whole repository
     # A repository with TensorRT engines holds <name> and <name>_trt: each has its own version line.
     # Both are checked before either is written, so they are released together or not at all.
-    plans = [plan_release(st, repository, parity, bench, dvc_lock, model=name, git_cwd=".", tag=tag, dvc=dvc) for name in ([model] if model else model_names(repository) or [None])]
+    inputs = BuildInputs(repository, parity, bench, dvc_lock, git_cwd=".")
+    names: list[str | None] = [model] if model else [*model_names(repository)] or [None]
+    plans = [plan_release(st, inputs, model=name, tag=tag, dvc=dvc) for name in names]
     for plan in plans:
         print_build(out, st, publish_release(st, plan, sign_key), sign_key)
 
@@ -255,7 +257,9 @@ def canary_cmd(  # noqa: PLR0913
     tag: bool = TagOpt,
 ) -> None:
     """Serve a candidate beside the live version, judge outputs, p99 and errors, then promote it or unload it."""
-    from pipeline.release.canary import abort_canary, checked, run_canary
+    from pipeline.release.canary.prepare import Candidate, checked
+    from pipeline.release.canary.run import abort_canary, run_canary
+    from pipeline.release.promote import SwitchOptions
 
     cfg = _config(params)
     st = _store(store, params, cfg.release, allow_unchecked)
@@ -272,8 +276,9 @@ def canary_cmd(  # noqa: PLR0913
         out.file.flush()  # a phase line is out before the phase starts, even in a pipe
 
     say(f"canary: version {version} against the live version of '{env}' ({canary.traffic} traffic, {canary.duration_s:g} s)")
-    res = run_canary(st, env, version, reload or [], canary, cfg.parity, model, variant, inputs, metrics, str(public_key) if public_key else None, _git_repo(tag), say)
-    from pipeline.release.canary_report import markdown
+    opts = SwitchOptions.of(reload, str(public_key) if public_key else None, _git_repo(tag))
+    res = run_canary(st, Candidate(env, version, model, variant), opts, canary, cfg.parity, inputs, metrics, say)
+    from pipeline.release.canary.report import markdown
 
     out.print("")
     out.print(markdown(res.report))
@@ -283,9 +288,9 @@ def canary_cmd(  # noqa: PLR0913
         print_switch(out, res.promotion, tag)
     if not res.passed:
         raise CanaryRejected(
-            f"the canary rejected version {version} of '{res.report['model']}' in '{env}'",
+            f"the canary rejected version {version} of '{res.report.model}' in '{env}'",
             fix="see the failed checks above; the bounds are release.canary.* (conf/release/default.yaml)",
-            details={"failed": res.report["verdict"]["summary"]},
+            details={"failed": res.report.verdict.summary if res.report.verdict else ""},
         )
 
 
@@ -329,7 +334,7 @@ def verify_cmd(
     params: Path = ParamsOpt,
 ) -> None:
     """Re-hash every release and every environment's installed versions against the manifests."""
-    from pipeline.release.promote import verify_store
+    from pipeline.release.verify import verify_store
 
     st = _store(store, params)
     for line in verify_store(st, model, str(public_key) if public_key else None):
@@ -341,7 +346,7 @@ def verify_cmd(
 @_one_message
 def gc_cmd(model: Optional[str] = ModelOpt, store: Optional[str] = StoreOpt, params: Path = ParamsOpt) -> None:
     """Remove the .staging-* leftovers of killed copies (an environment's under its lock; a release's once an hour old)."""
-    from pipeline.release.verify_env import gc
+    from pipeline.release.verify import gc
 
     st = _store(store, params)
     models = [st.resolve_model(model)] if model else st.models()

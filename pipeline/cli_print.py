@@ -10,20 +10,20 @@ from rich.console import Console
 
 def print_build(out: Console, st: Any, res: Any, sign_key: Path | None) -> None:
     """The summary of one built release."""
-    m = res.manifest
-    size = sum(f["size"] for f in m["files"].values())
+    files, sections = res.manifest.files, res.sections
+    size = sum(f.size for f in files.values())
     out.print(f"built release {res.model} version {res.version} in {res.seconds:.2f} s -> {st.fs.show(st.release_rel(res.model, res.version))}")
-    out.print(f"  files: {len(m['files'])} ({size / 1e6:.1f} MB), sha256 recorded for each")
-    out.print(f"  git commit: {m['git']['commit'] or '(none)'}{' (dirty work tree)' if m['git']['dirty'] else ''}")
-    dvc = m["dvc"]
-    if dvc.get("checked"):
-        bound = ", ".join(f"{k} = {v['stage']}" for k, v in (dvc.get("evidence") or {}).items())
-        out.print(f"  dvc: up to date ({', '.join(dvc['stages'])}); evidence from dvc.lock: {bound}")
+    out.print(f"  files: {len(files)} ({size / 1e6:.1f} MB), sha256 recorded for each")
+    out.print(f"  git commit: {sections.git.commit or '(none)'}{' (dirty work tree)' if sections.git.dirty else ''}")
+    dvc = sections.dvc
+    if dvc.checked:
+        bound = ", ".join(f"{k} = {v['stage']}" for k, v in (dvc.evidence or {}).items())
+        out.print(f"  dvc: up to date ({', '.join(dvc.stages or [])}); evidence from dvc.lock: {bound}")
     else:
-        out.print(f"  dvc: NOT CHECKED (--unchecked-evidence): {dvc.get('reason')}")
-    served = ", ".join(f"{f} = {s['artifact']}" for f, s in m["parity"]["served"].items())
-    out.print(f"  parity: passed ({served}); bench summary: {'recorded' if m['bench']['status'] == 'measured' else 'absent'}")
-    for kind, why in (m["parity"].get("not_shipped") or {}).items():
+        out.print(f"  dvc: NOT CHECKED (--unchecked-evidence): {dvc.reason}")
+    served = ", ".join(f"{f} = {s.artifact}" for f, s in sections.parity.served.items())
+    out.print(f"  parity: passed ({served}); bench summary: {'recorded' if sections.bench.measured else 'absent'}")
+    for kind, why in sections.parity.not_shipped.items():
         out.print(f"  not shipped (judged only on what it ships): {kind}: {why}")
     out.print(f"  signed: {'yes' if sign_key else 'no'}; git tag: {res.tag}")
     for n in res.notes:

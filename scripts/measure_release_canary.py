@@ -27,11 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.core.config import PipelineConfig, load_config  # noqa: E402
-from pipeline.release.build import build_release  # noqa: E402
-from pipeline.release.canary import checked, run_canary  # noqa: E402
-from pipeline.release.canary_report import markdown  # noqa: E402
-from pipeline.release.promote import promote  # noqa: E402
-from pipeline.release.store import ReleaseStore  # noqa: E402
+from pipeline.release.build import BuildInputs, build_release  # noqa: E402
+from pipeline.release.canary.prepare import Candidate, checked  # noqa: E402
+from pipeline.release.canary.run import run_canary  # noqa: E402
+from pipeline.release.canary.report import markdown  # noqa: E402
+from pipeline.release.promote import SwitchOptions, promote  # noqa: E402
+from pipeline.release.store.store import ReleaseStore  # noqa: E402
 from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
 from pipeline.serving.process import EmbeddedServer  # noqa: E402
 from scripts.measure_release_reload import serving_repository  # noqa: E402
@@ -58,7 +59,7 @@ def main() -> int:
         (root / "dvc.lock").write_text("stages: {}\n")
         store = ReleaseStore(root / "store")
         for i, (shipped, parity) in enumerate(zip(args.shipped, args.parity), 1):
-            build_release(store, serving_repository(shipped, root / f"repo{i}"), parity, None, root / "dvc.lock", unchecked_evidence=True, git_cwd=root, tag=False)
+            build_release(store, BuildInputs(serving_repository(shipped, root / f"repo{i}"), parity, None, root / "dvc.lock", git_cwd=root), unchecked_evidence=True, tag=False)
         model = store.models()[0]
         promote(store, "production", version=1)
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)
@@ -83,7 +84,7 @@ def main() -> int:
             try:
                 time.sleep(3)
                 t = time.perf_counter()
-                res = run_canary(store, "production", 2, srv.http_url, canary, cfg.parity, metrics=f"127.0.0.1:{srv.metrics_port}", say=print)
+                res = run_canary(store, Candidate("production", 2), SwitchOptions.of(srv.http_url), canary, cfg.parity, metrics=f"127.0.0.1:{srv.metrics_port}", say=print)
                 wall = time.perf_counter() - t
                 running = load.poll() is None
             finally:
@@ -93,12 +94,13 @@ def main() -> int:
         print(markdown(res.report))
         print(f"canary wall time: {wall:.1f} s {res.timings}")
         print(f"production load ({args.load_rate} req/s, unversioned): {'0 failed requests' if running and 'had error' not in err else 'FAILED: ' + err[-500:]}")
-        prod = res.report["errors"]["production"]
+        report = res.report.to_json()
+        prod = report["errors"]["production"]
         print(
             f"production on '{model}' v1 during the canary: {prod['answered_during_canary']} answered, {prod['failed_during_canary']} failed; "
             "the copies answered only the canary's requests"
         )
-        print(json.dumps({k: res.report[k] for k in ("latency", "errors")}, indent=1, default=str)[:3000])
+        print(json.dumps({k: report[k] for k in ("latency", "errors")}, indent=1, default=str)[:3000])
         return 0 if running and "had error" not in err else 1
 
 

@@ -29,9 +29,9 @@ from pipeline.serving.embedded import MODEL_PY, VERSION_LOCAL_STANDIN, read_conf
 from pipeline.serving.perf_analyzer import locate_perf_analyzer, write_input_data  # noqa: E402
 from pipeline.serving.install import site_packages  # noqa: E402
 from pipeline.serving.process import EmbeddedServer  # noqa: E402
-from pipeline.release.build import build_release  # noqa: E402
+from pipeline.release.build import BuildInputs, build_release  # noqa: E402
 from pipeline.release.promote import promote, rollback  # noqa: E402
-from pipeline.release.store import ReleaseStore  # noqa: E402
+from pipeline.release.store.store import ReleaseStore  # noqa: E402
 from pipeline.repository.warmup import WARMUP_DIR  # noqa: E402
 
 
@@ -92,7 +92,7 @@ def main() -> int:
             # Both wrap the same shipped model.onnx; a release needs a parity entry for its sha256
             # (this is a timing run of copies, not a release of the pipeline's output).
             parity = parity_for(next(repo.glob("*/1/model.onnx")), root / "parity.json")
-            build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=root, tag=False)
+            build_release(store, BuildInputs(repo, parity, None, lock, git_cwd=root), unchecked_evidence=True, tag=False)
         model = store.models()[0]
         promote(store, "dev", version=1)
         data = write_input_data(root / "input.json", sample_inputs(), batched=True)

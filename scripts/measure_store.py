@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure_release_reload import parity_for, serving_repository  # noqa: E402
 
-from pipeline.release.build import build_release  # noqa: E402
+from pipeline.release.build import BuildInputs, build_release  # noqa: E402
 from pipeline.release.promote import promote, rollback  # noqa: E402
-from pipeline.release.store import ReleaseStore  # noqa: E402
+from pipeline.release.store.store import ReleaseStore  # noqa: E402
 from pipeline.serving.client import TritonClient  # noqa: E402
 from pipeline.serving.process import EmbeddedServer  # noqa: E402
 
@@ -48,7 +48,7 @@ def one_store(url: str, repos: list[Path], parity: Path, lock: Path, root: Path)
     t: dict[str, float] = {}
     for i, repo in enumerate(repos, 1):
         s = time.perf_counter()
-        build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=root, tag=False)
+        build_release(store, BuildInputs(repo, parity, None, lock, git_cwd=root), unchecked_evidence=True, tag=False)
         t[f"build v{i}"] = time.perf_counter() - s
     for env in ("dev", "staging", "production"):
         s = time.perf_counter()

@@ -13,14 +13,14 @@ import os
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from pipeline.core.atomic import atomic_path, file_digest
 from pipeline.core.errors import ReleaseError
-from pipeline.release import manifest as mf
-from pipeline.release import publish
-from pipeline.release.publish import CLAIM
-from pipeline.release.store import RELEASE_ENTRIES, ReleaseStore
+from pipeline.records.release import ReleaseManifest, read_manifest
+from pipeline.release.store import publish
+from pipeline.release.store.checksums import Mismatch, compare, raise_on_mismatch
+from pipeline.release.store.publish import CLAIM
+from pipeline.release.store.store import MODEL_NAME, RELEASE_ENTRIES, ReleaseStore
 
 
 def export_release(store: ReleaseStore, model: str, version: int, out: str | os.PathLike[str]) -> Path:
@@ -66,14 +66,14 @@ def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tupl
         if len(manifests) != 1:
             raise ReleaseError(f"{archive} must hold exactly one release (<model>/<N>/manifest.json), found {len(manifests)}", fix="write it with `release export`")
         rel_dir = manifests[0].parent
-        m: dict[str, Any] = mf.load_manifest(manifests[0].read_bytes(), str(manifests[0]))
+        m = read_manifest(manifests[0].read_bytes(), str(manifests[0]))
         model, version = _identity(m, manifests[0])
         if (rel_dir.parent.name, rel_dir.name) != (model, str(version)):
             raise ReleaseError(f"archive layout {rel_dir.parent.name}/{rel_dir.name} does not match its manifest ({model}/{version})", fix="write it with `release export`")
         local = _LocalFS(rel_dir)
         extra = sorted(p.name for p in rel_dir.iterdir() if p.name not in RELEASE_ENTRIES)
-        mf.raise_on_mismatch(
-            [mf.Mismatch("unexpected", e, "not part of a release") for e in extra] + mf.compare(m["files"], local.walk("files"), lambda f: local.sha256(f"files/{f}")),
+        raise_on_mismatch(
+            [Mismatch("unexpected", e, "not part of a release") for e in extra] + compare(m.files, local.walk("files"), lambda f: local.sha256(f"files/{f}")),
             f"the release in {archive} does not match its own manifest",
             str(archive),
             "do not import it; export it again from a good store",
@@ -94,28 +94,22 @@ def import_release(store: ReleaseStore, archive: str | os.PathLike[str]) -> tupl
         return model, version, "imported"
 
 
-def _identity(m: dict[str, Any], path: Path) -> tuple[str, int]:
-    """The manifest's model and version, validated as ``release build`` names them (one message otherwise)."""
-    from pipeline.release.store import _NAME
+def _identity(m: ReleaseManifest, path: Path) -> tuple[str, int]:
+    """The manifest's model and version, checked as ``release build`` names them (one message otherwise).
 
-    model, version = m.get("model"), m.get("version")
-    if not isinstance(model, str) or not _NAME.match(model) or len(model.encode()) > 255:
+    (:meth:`ReleaseManifest.from_json` already refused a model that is no string and a version that is no number >= 1.)
+    """
+    if not MODEL_NAME.match(m.model) or len(m.model.encode()) > 255:
         raise ReleaseError(
-            f"the manifest in the archive names model {model!r}, which is not a model name a store holds",
+            f"the manifest in the archive names model {m.model!r}, which is not a model name a store holds",
             fix="letters, digits, _ . - (not starting with '.'), at most 255 bytes: export the release again from a good store",
             details={"manifest": path.name},
         )
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ReleaseError(
-            f"the manifest in the archive names version {version!r} of '{model}', not a release number (an integer >= 1)",
-            fix="export the release again from a good store",
-            details={"manifest": path.name},
-        )
-    return model, version
+    return m.model, m.version
 
 
 class _LocalFS:
-    """The two reads :func:`pipeline.release.manifest.compare` needs, on a local directory."""
+    """The two reads :func:`pipeline.release.store.checksums.compare` needs, on a local directory."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

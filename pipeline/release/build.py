@@ -1,8 +1,8 @@
 """``release build``: freeze the repository stage's output into the next immutable release.
 
 Every check runs before the store is touched (:func:`plan_release`): Triton parses each
-config; DVC sees the pipeline up to date (:mod:`pipeline.release.dvc_check`); the parity
-report passed and covers the served files by sha256 (:mod:`pipeline.release.evidence`); and,
+config; DVC sees the pipeline up to date (:mod:`pipeline.release.evidence.dvc_check`); the parity
+report passed and covers the served files by sha256 (:mod:`pipeline.release.evidence.reports`); and,
 with tagging on, GTO will accept the version tag. Only then is the release written
 (:func:`publish_release`). The CLI plans every model of a repository before publishing any,
 so ``<name>`` and ``<name>_trt`` are released together or not at all.
@@ -13,13 +13,26 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import dvc_check, evidence, gto_tags, pointer, signing
-from pipeline.release import manifest as mf
-from pipeline.release.store import ReleaseStore
+from pipeline.records.release import BenchSection, DvcCheck, ReleaseManifest, ReleaseSections
+from pipeline.release.evidence import dvc_check, provenance, reports, tags
+from pipeline.release.store import pointer, signing
+from pipeline.release.store.store import ReleaseStore
 from pipeline.repository.warmup import WARMUP_DIR
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """The files a release is built from: the repository stage's output and the evidence that vouches for it."""
+
+    repository: str | Path  # the repository stage's output, or one model directory in it
+    parity: str | Path  # the parity report
+    bench: str | Path | None = None  # the bench report (optional evidence)
+    dvc_lock: str | Path = "dvc.lock"
+    git_cwd: str | Path = "."  # where the git commit is read
 
 
 @dataclass
@@ -28,8 +41,9 @@ class BuildResult:
 
     model: str
     version: int
-    manifest: dict[str, Any]
-    tag: gto_tags.TagResult
+    manifest: ReleaseManifest
+    sections: ReleaseSections  # what was checked (the manifest's sections, none of them missing)
+    tag: tags.TagResult
     seconds: float
     notes: list[str] = field(default_factory=list)
 
@@ -39,7 +53,7 @@ class ReleasePlan:
     """A release that passed every check and is ready to be written."""
 
     model_dir: Path
-    sections: dict[str, Any]
+    sections: ReleaseSections
     tag: bool
     notes: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
@@ -96,7 +110,7 @@ def version_dir(model_dir: Path) -> Path:
     return found[0]
 
 
-def _check_warmup_files(model_dir: Path, where: Path, cfg: Any) -> None:
+def _check_warmup_files(model_dir: Path, where: Path, cfg: mc.ModelConfig) -> None:
     """Every model_warmup file a config names is in ``<model>/warmup/`` (Triton refuses to load the model otherwise).
 
     Raises:
@@ -112,21 +126,62 @@ def _check_warmup_files(model_dir: Path, where: Path, cfg: Any) -> None:
         )
 
 
-def plan_release(  # noqa: PLR0913
-    store: ReleaseStore,
-    repository: str | Path,
-    parity: str | Path,
-    bench: str | Path | None = None,
-    dvc_lock: str | Path = "dvc.lock",
-    model: str | None = None,
-    git_cwd: str | Path = ".",
-    tag: bool = True,
-    dvc: dict[str, Any] | None = None,
-    unchecked_evidence: bool = False,
-) -> ReleasePlan:
-    """Run every check of a release of ``repository`` without writing anything.
+def _parse_configs(model_dir: Path) -> list[mc.ModelConfig]:
+    """``config.pbtxt`` and every ``configs/*.pbtxt``, parsed with Triton's schema, their warmup files present.
 
-    ``dvc`` is a :func:`pipeline.release.dvc_check.check` result computed once for several
+    Raises:
+        ReleaseError: a config Triton cannot parse, or a model_warmup naming a file the repository lacks.
+    """
+    fix = "re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"
+    parsed = []
+    for path in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
+        cfg = pointer.parse_config(path.read_text(encoding="utf-8"), str(path), fix=fix)
+        _check_warmup_files(model_dir, path, cfg)
+        parsed.append(cfg)
+    return parsed
+
+
+def _sections(inputs: BuildInputs, model_dir: Path, vdir: Path, outputs: list[str], dvc: DvcCheck) -> tuple[ReleaseSections, Path | None]:
+    """What the manifest records beside the files, and the parity samples to ship (None: there are none).
+
+    Raises:
+        ReleaseError: parity is missing, failed or vouches for other files; dvc.lock is missing.
+    """
+    bench = BenchSection.absent(dvc.bench_detached) if dvc.bench_detached else reports.bench_section(inputs.bench, model_dir.name, model_dir, vdir)
+    samples, samples_section = reports.parity_samples(inputs.parity)
+    sections = ReleaseSections(
+        git=provenance.git_info(inputs.git_cwd),
+        dvc=dvc,
+        dvc_lock=provenance.dvc_lock_hashes(inputs.dvc_lock),
+        parity=reports.parity_section(inputs.parity, vdir, outputs),
+        bench=bench,
+        environment=provenance.environment(),
+        gto_artifact=tags.gto_name(model_dir.name),
+        samples=samples_section,
+    )
+    return sections, samples
+
+
+def _notes(sections: ReleaseSections) -> list[str]:
+    """What a release lacks or cannot vouch for: printed after the build, never a refusal."""
+    notes = []
+    if not sections.dvc.checked:
+        notes.append(f"UNCHECKED EVIDENCE (--unchecked-evidence): {sections.dvc.reason}")
+    if sections.git.dirty:
+        notes.append("the git work tree has uncommitted changes: the recorded commit does not fully describe this release")
+    if not sections.bench.measured:
+        notes.append(f"no bench summary: {sections.bench.reason}")
+    if sections.samples.status != "shipped":
+        notes.append(f"no samples for `release canary` to replay: {sections.samples.reason}")
+    return notes
+
+
+def plan_release(
+    store: ReleaseStore, inputs: BuildInputs, model: str | None = None, tag: bool = True, dvc: DvcCheck | None = None, unchecked_evidence: bool = False
+) -> ReleasePlan:
+    """Run every check of a release of ``inputs.repository`` without writing anything.
+
+    ``dvc`` is a :func:`pipeline.release.evidence.dvc_check.check` result computed once for several
     models of one repository (None: check here, with ``unchecked_evidence`` as
     ``release build --unchecked-evidence`` passes it).
 
@@ -137,41 +192,15 @@ def plan_release(  # noqa: PLR0913
         would refuse the version tag (e.g. this commit already carries a version).
     """
     t0 = time.perf_counter()
-    model_dir = find_model_dir(repository, model)
+    model_dir = find_model_dir(inputs.repository, model)
     vdir = version_dir(model_dir)
-    parsed = []
-    for cfg in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
-        # Triton's schema, before anything is written.
-        fix = "re-run the repository stage (`dvc repro repository`), which renders configs from Triton's schema"
-        parsed.append(pointer.parse_config(cfg.read_text(encoding="utf-8"), str(cfg), fix=fix))
-        _check_warmup_files(model_dir, cfg, parsed[-1])
-    dvc_state = dvc if dvc is not None else dvc_check.check(repository, parity, bench, unchecked_evidence)
-    outputs = [o.name for o in parsed[0].output]
-    sections = {
-        "git": mf.git_info(git_cwd),
-        "dvc": dvc_state,
-        "dvc_lock": mf.dvc_lock_hashes(dvc_lock),
-        "parity": evidence.parity_section(parity, vdir, outputs),
-        "bench": (
-            {"status": "absent", "reason": dvc_state["bench_detached"]} if dvc_state.get("bench_detached") else evidence.bench_section(bench, model_dir.name, model_dir, vdir)
-        ),
-        "environment": mf.environment(),
-        "gto": {"artifact": gto_tags.gto_name(model_dir.name)},
-    }
-    samples, sections["samples"] = evidence.parity_samples(parity)
-    notes = []
-    if not dvc_state.get("checked"):
-        notes.append(f"UNCHECKED EVIDENCE (--unchecked-evidence): {dvc_state.get('reason')}")
-    if sections["git"]["dirty"]:
-        notes.append("the git work tree has uncommitted changes: the recorded commit does not fully describe this release")
-    if sections["bench"]["status"] != "measured":
-        notes.append(f"no bench summary: {sections['bench']['reason']}")
-    if samples is None:
-        notes.append(f"no samples for `release canary` to replay: {sections['samples']['reason']}")
+    parsed = _parse_configs(model_dir)
+    dvc_state = dvc if dvc is not None else dvc_check.check(inputs.repository, inputs.parity, inputs.bench, unchecked_evidence)
+    sections, samples = _sections(inputs, model_dir, vdir, [o.name for o in parsed[0].output], dvc_state)
     if tag:
         versions = store.versions(model_dir.name)
-        gto_tags.check_register(sections["git"]["toplevel"], model_dir.name, (versions[-1] + 1) if versions else 1, sections["git"]["commit"])
-    return ReleasePlan(model_dir, sections, tag, notes, t0, samples)
+        tags.check_register(sections.git.toplevel, model_dir.name, (versions[-1] + 1) if versions else 1, sections.git.commit)
+    return ReleasePlan(model_dir, sections, tag, _notes(sections), t0, samples)
 
 
 def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path | None = None) -> BuildResult:
@@ -188,28 +217,24 @@ def publish_release(store: ReleaseStore, plan: ReleasePlan, sign_key: str | Path
         def sign(local_release: Path) -> None:
             signing.sign_path(local_release, key)
 
-    name, git = plan.model_dir.name, plan.sections["git"]
-    extra = [(plan.samples, evidence.SAMPLES_FILE)] if plan.samples is not None else []
+    name, git = plan.model_dir.name, plan.sections.git
+    extra = [(plan.samples, reports.SAMPLES_FILE)] if plan.samples is not None else []
     version, manifest = store.add_release(name, plan.model_dir, plan.sections, sign=sign, extra=extra)
-    tag_result = gto_tags.TagResult(None, "disabled (--no-tag)")
+    tag_result = tags.TagResult(None, "disabled (--no-tag)")
     if plan.tag:
         # The tag carries the manifest's digest, so git also pins what this release contained.
         digest, _ = store.fs.sha256(f"{store.release_rel(name, version)}/manifest.json")
-        tag_result = gto_tags.register(git["toplevel"], name, version, git["commit"], f"release {version} of {name}; manifest sha256 {digest}; store {store.url}")
-    return BuildResult(name, version, manifest, tag_result, time.perf_counter() - plan.started, plan.notes)
+        tag_result = tags.register(git.toplevel, name, version, git.commit, f"release {version} of {name}; manifest sha256 {digest}; store {store.url}")
+    return BuildResult(name, version, manifest, plan.sections, tag_result, time.perf_counter() - plan.started, plan.notes)
 
 
-def build_release(  # noqa: PLR0913
+def build_release(
     store: ReleaseStore,
-    repository: str | Path,
-    parity: str | Path,
-    bench: str | Path | None = None,
-    dvc_lock: str | Path = "dvc.lock",
+    inputs: BuildInputs,
     model: str | None = None,
-    git_cwd: str | Path = ".",
     sign_key: str | Path | None = None,
     tag: bool = True,
-    dvc: dict[str, Any] | None = None,
+    dvc: DvcCheck | None = None,
     unchecked_evidence: bool = False,
 ) -> BuildResult:
     """Check (:func:`plan_release`), then write (:func:`publish_release`) the next release of one model.
@@ -217,5 +242,4 @@ def build_release(  # noqa: PLR0913
     Raises:
         ReleaseError: see both; nothing is published when a check fails.
     """
-    plan = plan_release(store, repository, parity, bench, dvc_lock, model, git_cwd, tag, dvc, unchecked_evidence)
-    return publish_release(store, plan, sign_key)
+    return publish_release(store, plan_release(store, inputs, model, tag, dvc, unchecked_evidence), sign_key)

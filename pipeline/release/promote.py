@@ -1,12 +1,12 @@
-"""``release promote`` / ``release rollback`` / ``release verify``.
+"""``release promote`` / ``release rollback``: switch the version an environment serves.
 
 Order of a switch (promote or rollback) to version N in environment E:
 
 0. take the environment's lock (local: flock; object stores: a lease object created with a
-   conditional write, see :mod:`pipeline.release.lock`) and read pointer and history under it;
+   conditional write, see :mod:`pipeline.release.store.lock`) and read pointer and history under it;
 1. verify release N in the store (every sha256; the signature too with a public key);
 2. copy its version directory into ``envs/E/<model>/N/`` and its warmup rows into
-   ``envs/E/<model>/warmup/N/`` (:mod:`pipeline.release.env_copy`), each under a staging name, verify
+   ``envs/E/<model>/warmup/N/`` (:mod:`pipeline.release.store.env_copy`), each under a staging name, verify
    every copied file, then rename it into place (Triton ignores non-numeric names);
 3. with ``--reload`` (one server, or each server of a fleet): load N next to the serving version
    and wait until it is ready; if any server fails, the ones already loaded go back to the old one;
@@ -14,7 +14,7 @@ Order of a switch (promote or rollback) to version N in environment E:
    about to be written (only if the history is still the one read under the lock);
 5. flip: replace ``envs/E/<model>/config.pbtxt`` atomically (version_policy [N]), after renewing
    the lock, and only if the pointer is still the one read under the lock (S3: If-Match). The flip
-   confirms the intent: every reader (:func:`pipeline.release.store.reconcile`) takes an intent whose
+   confirms the intent: every reader (:func:`pipeline.release.store.history.reconcile`) takes an intent whose
    pointer never flipped as aborted, so a kill or an error between 4 and 5 leaves no disagreement;
 6. with ``--reload`` retire the old version; move the GTO stage in git when a repository is given
    (a version without a GTO registration tag is refused at step 1 instead). A failure here does
@@ -29,18 +29,21 @@ whose config names files Triton cannot open): then the same steps repair it in p
 from __future__ import annotations
 
 import contextlib
-import getpass
 import hashlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import env_copy, faults, gto_tags, pointer, publish, signing, verify_env
-from pipeline.release.history import live_stack, variant_of
-from pipeline.release import manifest as mf
-from pipeline.release.lock import Lease
-from pipeline.release.store import EnvState, ReleaseStore
+from pipeline.records.release import ReleaseManifest
+from pipeline.release.evidence import tags
+from pipeline.release.store import env_copy, faults, pointer
+from pipeline.release.store.checksums import raise_on_mismatch
+from pipeline.release.store.history import HistoryEvent, live_stack, now, user, variant_of
+from pipeline.release.store.lock import HeldLock
+from pipeline.release.store.store import EnvState, ReleaseStore
 from pipeline.release.triton_control import TritonReloader
 from pipeline.repository.warmup import WARMUP_DIR
 
@@ -55,10 +58,37 @@ class SwitchResult:
     version: int
     previous: int | None
     copy: str = ""  # copied | present | replaced
-    tag: gto_tags.TagResult | None = None
+    tag: tags.TagResult | None = None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     retry: list[str] = field(default_factory=list)  # steps after the flip that failed: the switch stands, these must be redone
+
+
+@dataclass(frozen=True)
+class SwitchOptions:
+    """What a command adds to a switch: the servers to switch live, the key signatures must verify with, the git repository to tag."""
+
+    reload: tuple[str, ...] = ()  # Triton URLs (a fleet: several); empty: the store only
+    public_key: str | None = None
+    git_repo: str | None = None  # None: no GTO tags
+
+    @classmethod
+    def of(cls, reload_url: str | list[str] | None = None, public_key: str | None = None, git_repo: str | None = None) -> SwitchOptions:
+        """The options as the command line gives them (``--reload`` repeated or comma-separated)."""
+        return cls(tuple(reload_urls(reload_url)), public_key, git_repo)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One switch of ``env`` to ``target``, with the environment's ``state`` as it was read under its lock."""
+
+    env: str
+    model: str
+    target: int
+    action: str  # promote | rollback
+    state: EnvState
+    variant: str | None = None  # None: the release's config.pbtxt
+    event: HistoryEvent = field(default_factory=lambda: HistoryEvent())  # more for the history event (rolled_back, canary)
 
 
 def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str]:
@@ -79,114 +109,139 @@ def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str
     return versions[-1], "newest release"
 
 
-def switch(  # noqa: C901, PLR0912, PLR0913, PLR0915
-    store: ReleaseStore,
-    env: str,
-    model: str,
-    target: int,
-    state: EnvState,
-    action: str,
-    variant: str | None,
-    reload_url: str | list[str] | None,
-    public_key: str | None,
-    git_repo: str | None,
-    extra: dict[str, Any],
-    guard: Lease | Any,
-) -> SwitchResult:
-    """Steps 1-6 of the module docstring for ``target``, with ``state`` read under the lock ``guard`` holds.
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], key: str) -> Iterator[None]:
+    t = time.perf_counter()
+    yield
+    timings[key] = time.perf_counter() - t
 
-    ``extra`` goes into the history event (rollback: the version rolled back; canary: the canary's id).
+
+def switch(store: ReleaseStore, sw: Switch, opts: SwitchOptions, guard: HeldLock) -> SwitchResult:
+    """Steps 1-6 of the module docstring for ``sw``, whose state was read under the lock ``guard`` holds.
 
     Raises:
         ReleaseError: see :func:`promote`; the pointer is unchanged unless the flip happened.
     """
     t0 = time.perf_counter()
-    res = SwitchResult(action, env, model, target, state.live, notes=list(guard.notes))
-    if state.live is not None and not store.is_release(model, state.live):
-        res.notes.append(f"the pointer named version {state.live}, which is not a release in the store; it now names {target}")
-    m = store.verify_release(model, target)
-    store.check_signature(model, target, public_key)
-    if action != "rollback":  # a rollback goes back to a version this environment already accepted
-        store.check_evidence(m, env)
-    cfg, variant_name = store.release_config(model, target, variant)  # a variant not in the manifest stops here, before any copy
-    # With tagging on, a version GTO does not know is refused here, before anything changes.
-    gto_tags.check_assignable(git_repo, model, target, (m.get("git") or {}).get("commit"))
-    res.timings["verify_release_s"] = time.perf_counter() - t0
-
-    t = time.perf_counter()
-    res.copy = store.install_version(env, model, target, m)
-    res.timings["install_s"] = time.perf_counter() - t
-    reloaders = [TritonReloader(u, model) for u in reload_urls(reload_url)]
-    staged: list[TritonReloader] = []
-    flipped = False
-    try:  # from here a refusal takes back the copy it made (_drop_unserved_copy below)
-        missing = env_copy.missing_warmup(store, env, model, cfg)
-        if missing:  # a release built before `release build` checked its warmup files: no server could load this pointer
-            raise ReleaseError(
-                f"release {target} of '{model}' names model_warmup files it does not carry, so Triton could not load it in '{env}'",
-                fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
-                details={"missing": ", ".join(missing)},
-            )
-        data = pointer.render(cfg, env, model, target, variant_name)
-        if reloaders:
-            t = time.perf_counter()
-            for r in reloaders:  # every server reachable before any of them changes
-                r.check()
-            for r in reloaders:
-                r.stage(cfg, state.live, target)
-                staged.append(r)
-            res.timings["triton_load_new_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        guard.check()  # we still hold the lock (renewed now), so nobody else switches until we are done
-        # The event first, as an intent naming the pointer's sha256; the flip confirms it (store.reconcile).
-        store.record_intent(
-            env,
-            model,
-            {
-                "action": action,
-                "version": target,
-                "previous": state.live,
-                "variant": variant_name,
-                "at": mf.now(),
-                "by": _user(),
-                "reload": ",".join(reload_urls(reload_url)) or None,
-                **extra,
-                "pointer_sha256": hashlib.sha256(data).hexdigest(),
-            },
-            state,
-        )
-        store.flip(env, model, data, state.pointer_tag)  # the one atomic step
-        flipped = True
-        faults.point("after_flip")
-        res.timings["flip_s"] = time.perf_counter() - t
-        if reloaders:
-            t = time.perf_counter()
-            for r in reloaders:
-                try:
-                    r.retire(state.live, target, cfg)
-                except ReleaseError as e:  # the switch happened: report it, and the step to retry
-                    res.retry.append(f"{e.what} (fix: {e.fix})")
-            res.timings["triton_retire_old_s"] = time.perf_counter() - t
-    except BaseException:
-        if not flipped:
-            _drop_unserved_copy(store, env, model, target, res.copy)
-        if not flipped and state.live is not None and staged:
-            # A server that already loaded the new version beside the old one goes back to the old one
-            # (the pointer, unchanged, still names it), so the fleet stays on one version.
-            old_cfg = pointer.parse_config(store.fs.read_text(f"{store.model_rel(env, model)}/config.pbtxt"), "pointer")
-            for r in staged:
-                with contextlib.suppress(ReleaseError):
-                    r.retire(target, state.live, old_cfg)
-        raise
-    finally:
-        for r in reloaders:
-            r.close()
+    res = SwitchResult(sw.action, sw.env, sw.model, sw.target, sw.state.live, notes=list(guard.notes))
+    if sw.state.live is not None and not store.is_release(sw.model, sw.state.live):
+        res.notes.append(f"the pointer named version {sw.state.live}, which is not a release in the store; it now names {sw.target}")
+    with _timed(res.timings, "verify_release_s"):
+        m, cfg, variant_name = _check_target(store, sw, opts)
+    with _timed(res.timings, "install_s"):
+        res.copy = store.install_version(sw.env, sw.model, sw.target, m)
+    _switch_installed(store, sw, opts, guard, (cfg, variant_name), res)
     try:
-        res.tag = gto_tags.switch(git_repo, model, env, target, f"{action} {model} v{target} to {env} (store {store.url})")
+        res.tag = tags.switch(opts.git_repo, sw.model, sw.env, sw.target, f"{sw.action} {sw.model} v{sw.target} to {sw.env} (store {store.url})")
     except ReleaseError as e:  # the live version changed: the tag is the step to retry, not a failure of the switch
         res.retry.append(f"{e.what} (fix: {e.fix})")
     res.timings["total_s"] = time.perf_counter() - t0
     return res
+
+
+def _check_target(store: ReleaseStore, sw: Switch, opts: SwitchOptions) -> tuple[ReleaseManifest, mc.ModelConfig, str]:
+    """Step 1: the verified manifest of the target, and the config (and variant name) the environment will serve.
+
+    Raises:
+        ReleaseError: a checksum, the signature, the evidence policy, the variant or the GTO tag refuses it.
+    """
+    m = store.verify_release(sw.model, sw.target)
+    store.check_signature(sw.model, sw.target, opts.public_key)
+    if sw.action != "rollback":  # a rollback goes back to a version this environment already accepted
+        store.check_evidence(m, sw.env)
+    cfg, variant_name = store.release_config(sw.model, sw.target, sw.variant)  # a variant not in the manifest stops here, before any copy
+    # With tagging on, a version GTO does not know is refused here, before anything changes.
+    tags.check_assignable(opts.git_repo, sw.model, sw.target, m.commit)
+    return m, cfg, variant_name
+
+
+def _switch_installed(store: ReleaseStore, sw: Switch, opts: SwitchOptions, guard: HeldLock, config: tuple[mc.ModelConfig, str], res: SwitchResult) -> None:
+    """Steps 3-6 once the target is installed; a refusal before the flip takes back the copy and the servers.
+
+    Raises:
+        ReleaseError: the release lacks warmup files, a server cannot load it, the lock, history or pointer changed.
+    """
+    cfg, variant_name = config
+    reloaders = [TritonReloader(u, sw.model) for u in opts.reload]
+    staged: list[TritonReloader] = []
+    flipped = False
+    try:
+        _check_warmup(store, sw, cfg)
+        data = pointer.render(cfg, sw.env, sw.model, sw.target, variant_name)
+        if reloaders:
+            with _timed(res.timings, "triton_load_new_s"):
+                for r in reloaders:  # every server reachable before any of them changes
+                    r.check()
+                for r in reloaders:
+                    r.stage(cfg, sw.state.live, sw.target)
+                    staged.append(r)
+        with _timed(res.timings, "flip_s"):
+            guard.check()  # we still hold the lock (renewed now), so nobody else switches until we are done
+            # The event first, as an intent naming the pointer's sha256; the flip confirms it (history.reconcile).
+            store.record_intent(sw.env, sw.model, _event(sw, opts, variant_name, data), sw.state)
+            store.flip(sw.env, sw.model, data, sw.state.pointer_tag)  # the one atomic step
+            flipped = True
+            faults.point("after_flip")
+        if reloaders:
+            with _timed(res.timings, "triton_retire_old_s"):
+                res.retry += _retire(reloaders, sw, cfg)
+    except BaseException:
+        if not flipped:
+            _take_back(store, sw, res.copy, staged)
+        raise
+    finally:
+        for r in reloaders:
+            r.close()
+
+
+def _check_warmup(store: ReleaseStore, sw: Switch, cfg: mc.ModelConfig) -> None:
+    """Refuse a release built before `release build` checked its warmup files: no server could load its pointer."""
+    missing = env_copy.missing_warmup(store, sw.env, sw.model, cfg)
+    if missing:
+        raise ReleaseError(
+            f"release {sw.target} of '{sw.model}' names model_warmup files it does not carry, so Triton could not load it in '{sw.env}'",
+            fix="build a new release (`dvc repro repository`, then `release build`); the pointer was not changed",
+            details={"missing": ", ".join(missing)},
+        )
+
+
+def _event(sw: Switch, opts: SwitchOptions, variant_name: str, pointer_bytes: bytes) -> HistoryEvent:
+    """The history event of the switch, recorded as an intent that names the sha256 of the pointer about to be written."""
+    return HistoryEvent(
+        action=sw.action,
+        version=sw.target,
+        previous=sw.state.live,
+        variant=variant_name,
+        at=now(),
+        by=user(),
+        reload=",".join(opts.reload) or None,
+        **sw.event,
+        pointer_sha256=hashlib.sha256(pointer_bytes).hexdigest(),
+    )
+
+
+def _retire(reloaders: list[TritonReloader], sw: Switch, cfg: mc.ModelConfig) -> list[str]:
+    """Step 6 on every server; the switch happened, so a failure is a step to retry (returned), not an error."""
+    retry = []
+    for r in reloaders:
+        try:
+            r.retire(sw.state.live, sw.target, cfg)
+        except ReleaseError as e:
+            retry.append(f"{e.what} (fix: {e.fix})")
+    return retry
+
+
+def _take_back(store: ReleaseStore, sw: Switch, copy: str, staged: list[TritonReloader]) -> None:
+    """A switch refused before its flip changed nothing: drop the copy it made, and put loaded servers back on the old version."""
+    _drop_unserved_copy(store, sw.env, sw.model, sw.target, copy)
+    if sw.state.live is None or not staged:
+        return
+    # A server that already loaded the new version beside the old one goes back to the old one
+    # (the pointer, unchanged, still names it), so the fleet stays on one version.
+    old_cfg = pointer.parse_config(store.fs.read_text(f"{store.model_rel(sw.env, sw.model)}/config.pbtxt"), "pointer")
+    for r in staged:
+        with contextlib.suppress(ReleaseError):
+            r.retire(sw.target, sw.state.live, old_cfg)
 
 
 def _drop_unserved_copy(store: ReleaseStore, env: str, model: str, version: int, copy: str | None) -> None:
@@ -245,7 +300,7 @@ def promote(
         variant = variant_of(state.history, version)  # a repair keeps the live config's variant
     with store.env_lock(env, model, f"promote {model} v{version} to {env}") as guard:
         state = store.env_state(env, model)  # re-read under the lock: its tags guard the flip
-        res = switch(store, env, model, version, state, "promote", variant, reload_url, public_key, git_repo, {}, guard)
+        res = switch(store, Switch(env, model, version, "promote", state, variant), SwitchOptions.of(reload_url, public_key, git_repo), guard)
     res.notes = notes + res.notes
     return res
 
@@ -258,7 +313,7 @@ def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvS
     """
     problems = store.verify_env_copy(env, model, version, store.verify_release(model, version))
     if problems and not env_copy.only_warmup_missing(problems):
-        mf.raise_on_mismatch(
+        raise_on_mismatch(
             problems,
             f"version {version} is live in '{env}' but its files changed",
             store.fs.path(store.model_rel(env, model), str(version)),
@@ -292,19 +347,18 @@ def rollback(
     store.check_env(env)
     model = store.resolve_model(model)
     with store.env_lock(env, model, f"rollback {model} in {env}") as guard:
-        return _rollback_locked(store, env, model, reload_url, public_key, git_repo, guard)
+        state = store.env_state(env, model)
+        live, target = _rollback_target(store, env, state)
+        sw = Switch(env, model, target, "rollback", state, variant_of(state.history, target), HistoryEvent(rolled_back=live))
+        return switch(store, sw, SwitchOptions.of(reload_url, public_key, git_repo), guard)
 
 
-def _rollback_locked(
-    store: ReleaseStore,
-    env: str,
-    model: str,
-    reload_url: str | list[str] | None,
-    public_key: str | None,
-    git_repo: str | None,
-    guard: Lease | Any,
-) -> SwitchResult:
-    state = store.env_state(env, model)
+def _rollback_target(store: ReleaseStore, env: str, state: EnvState) -> tuple[int, int]:
+    """The live version, and the version that was live before it.
+
+    Raises:
+        ReleaseError: nothing is live, the pointer and history disagree, or nothing earlier was promoted.
+    """
     store.check_pointer(state)
     stack = live_stack(state.history)
     if state.live is None:
@@ -321,99 +375,4 @@ def _rollback_locked(
             fix=f"promote a specific version instead: `release promote --to {env} --version <N>`",
             details={"live": state.live, "history": [f"{e['action']} {e['version']}" for e in state.history] or "(empty)"},
         )
-    target = stack[-2]
-    return switch(store, env, model, target, state, "rollback", variant_of(state.history, target), reload_url, public_key, git_repo, {"rolled_back": state.live}, guard)
-
-
-def verify_store(store: ReleaseStore, model: str | None = None, public_key: str | None = None) -> list[str]:  # noqa: C901, PLR0912
-    """Check every release, and every environment's pointer and version copies; returns lines of what was checked.
-
-    Raises:
-        ReleaseError: one message listing every problem found.
-    """
-    models = [store.resolve_model(model)] if model else store.models()
-    checked, problems = [], []
-    for mdl in models:
-        manifests = {}
-        for v in store.versions(mdl):
-            try:
-                manifests[v], bad = store.check_release(mdl, v)
-                problems += [f"release {mdl} {v}: {b}" for b in bad]
-                if public_key or store.public_key or store.require_signature:
-                    store.check_signature(mdl, v, public_key)
-                elif store.fs.exists(f"{store.release_rel(mdl, v)}/{signing.SIGNATURE}"):
-                    problems += [f"release {mdl} {v}: {b}" for b in signing.unkeyed_problems(store.fs, store.release_rel(mdl, v), manifests[v])]
-            except ReleaseError as e:
-                problems.append(f"release {mdl} {v}: {e.what}" + "".join(f"; {k}: {val}" for k, val in e.details.items()))
-                continue
-            if not bad:
-                checked.append(f"release {mdl} {v}: ok ({len(manifests[v]['files'])} files)")
-        if store.fs.s3 is not None:
-            checked += [f"release {mdl} {u.version}: {u.describe(store.lock_lease_s)}" for u in publish.unfinished(store, mdl)]
-        for env in store.environments:
-            try:
-                st = store.env_state(env, mdl)
-            except ReleaseError as e:
-                problems.append(f"env {env}: {e.what}")
-                continue
-            if st.live is None and not st.present:
-                continue
-            if st.live is not None and st.live not in manifests:
-                problems.append(
-                    f"env {env}: pointer names version {st.live}, which is not a release in the store"
-                    f" (fix: `release promote --to {env} --version <N>` with one of {sorted(manifests)})"
-                )
-            elif st.live is not None and st.live not in st.present:
-                problems.append(f"env {env}: pointer names version {st.live} but envs/{env}/{mdl}/{st.live}/ is missing")
-            for v in st.present:
-                if v not in manifests:
-                    problems.append(f"env {env}: version {v} has no release manifest to check against")
-                    continue
-                bad = store.verify_env_copy(env, mdl, v, manifests[v])
-                if bad:
-                    hint = (
-                        (
-                            " (bytecode caches written by the python-backend stub; a planted .pyc would run at the next load, so they count:"
-                            " promote/rollback remove them from versions that are not live)"
-                        )
-                        if any("__pycache__/" in b.path for b in bad)
-                        else ""
-                    )
-                    if env_copy.only_warmup_missing(bad):
-                        hint = f" (copied before environments carried warmup data: `release promote --to {env} --version {v}` adds them)"
-                    problems.append(f"env {env}: copy of version {v} differs from its release: " + "; ".join(map(str, bad)) + hint)
-            if st.live is not None:
-                problems += _pointer_warmup(store, env, mdl, st.live)
-            problems += verify_env.served_problems(store, env, mdl, st, manifests)
-            checked += verify_env.interrupted_note(env, st)
-            checked.append(f"env {env}: live {st.live}, present {st.present}")
-        stale = verify_env.leftovers(store, mdl, store.lock_lease_s)
-        problems += [f"leftover {rel} of a killed copy (fix: `release gc` removes it)" for rel in stale]
-    for env in store.environments:
-        problems += verify_env.stray_problems(store, env, store.models())
-    if problems:
-        raise ReleaseError(
-            f"release store {store.url} failed verification ({len(problems)} problem(s))",
-            fix="do not promote from it until fixed; see each problem",
-            details={"problems": "\n    " + "\n    ".join(problems)},
-        )
-    return checked
-
-
-def _pointer_warmup(store: ReleaseStore, env: str, model: str, live: int) -> list[str]:
-    """A problem when the pointer's model_warmup names files the environment lacks: Triton fails to load the model then."""
-    rel = f"{store.model_rel(env, model)}/config.pbtxt"
-    missing = env_copy.missing_warmup(store, env, model, pointer.parse_config(store.fs.read_text(rel), store.fs.path(rel)))
-    if not missing:
-        return []
-    return [
-        f"env {env}: config.pbtxt's model_warmup names {', '.join(missing)}, which the environment does not hold, so Triton cannot load it"
-        f" (fix: `release promote --to {env} --version {live}` installs version {live}'s warmup rows and points the config at them)"
-    ]
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+    return state.live, stack[-2]

@@ -3,7 +3,7 @@
 A switch from version ``old`` to ``new`` is two loads of the same model:
 
 1. ``stage``: load with a config *override* whose version_policy lists both
-   ``[old, new]`` (:func:`pipeline.release.pointer.handover`: the new release's config without
+   ``[old, new]`` (:func:`pipeline.release.store.pointer.handover`: the new release's config without
    its model_warmup). Triton loads ``new`` beside the serving ``old`` (it reloads ``old`` too,
    with this config, in the background: the serving instance answers until the new one is
    ready) and we wait until ``new`` reports ready. Unversioned requests keep going to a ready
@@ -16,7 +16,7 @@ A switch from version ``old`` to ``new`` is two loads of the same model:
 
 If step 1 fails, Triton keeps serving ``old`` and the pointer was never flipped.
 
-A canary (:mod:`pipeline.release.canary`) also loads a candidate as a model of its own
+A canary (:mod:`pipeline.release.canary.run`) also loads a candidate as a model of its own
 (:meth:`TritonReloader.load_beside`, from bytes through Triton's file override), because a
 second version of the served model would take every unversioned request: Triton sends those
 to the highest-numbered ready version.
@@ -30,7 +30,7 @@ import time
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import ReleaseError, ToolError
-from pipeline.release import pointer
+from pipeline.release.store import pointer
 from pipeline.serving.client import TritonClient
 
 

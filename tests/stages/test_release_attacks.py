@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release.build import build_release
-from pipeline.release.promote import live_stack, promote, rollback, verify_store
-from pipeline.release.store import ReleaseStore
-from pipeline.release.verify_env import gc
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.promote import promote, rollback
+from pipeline.release.store.history import live_stack
+from pipeline.release.store.store import ReleaseStore
+from pipeline.release.verify import gc, verify_store
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def two_releases(tmp: Path, store: ReleaseStore, sign_key: Path | None = None) -> None:
     parity, lock = parity_report(tmp / "parity.json"), dvc_lock(tmp / "dvc.lock")
     for i in (1, 2):
-        build_release(store, tiny_repository(tmp / f"repo{i}", marker=f"v{i}"), parity, None, lock, unchecked_evidence=True, git_cwd=tmp, sign_key=sign_key, tag=False)
+        build_release(store, BuildInputs(tiny_repository(tmp / f"repo{i}", marker=f"v{i}"), parity, None, lock, git_cwd=tmp), unchecked_evidence=True, sign_key=sign_key, tag=False)
 
 
 def problems(store: ReleaseStore) -> str:
@@ -303,8 +304,10 @@ def test_a_hand_edited_served_config_loses_the_bench_and_a_rewritten_manifest_co
     cfg = repo / "tiny/config.pbtxt"
     cfg.write_text(cfg.read_text().replace("max_batch_size: 8", "max_batch_size: 1"))  # after the bench measured it
     store = ReleaseStore(tmp_path / "store")
-    res = build_release(store, repo, parity_report(tmp_path / "parity.json"), bench, dvc_lock(tmp_path / "dvc.lock"), unchecked_evidence=True, git_cwd=tmp_path, tag=False)
-    m = store.manifest("tiny", res.version)
+    res = build_release(
+        store, BuildInputs(repo, parity_report(tmp_path / "parity.json"), bench, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path), unchecked_evidence=True, tag=False
+    )
+    m = store.manifest("tiny", res.version).to_json()
     assert m["bench"]["status"] == "absent" and "config.pbtxt" in m["bench"]["reason"], m["bench"]
 
     # Tamper a served file and write its new sha256 into files: parity.served still names the old one.
@@ -322,7 +325,9 @@ def test_a_refused_promote_leaves_no_copy_and_no_warmup_rows(tmp_path: Path) -> 
     store = ReleaseStore(tmp_path / "store")
     parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
     for i in (1, 2):
-        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=float(i)), parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(
+            store, BuildInputs(tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=float(i)), parity, None, lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False
+        )
     promote(store, "dev", version=1)
     env = tmp_path / "store/envs/dev/tiny"
     before = sorted(str(p.relative_to(env)) for p in env.rglob("*"))

@@ -38,12 +38,14 @@ from pipeline.core.config import ParityConfig
 from pipeline.core.config.enums import CanaryTraffic
 from pipeline.core.config.schema_release import CanaryConfig
 from pipeline.core.errors import ReleaseError
-from pipeline.release.build import build_release
-from pipeline.release.canary import run_canary
-from pipeline.release.canary_guard import loaded_copies
-from pipeline.release.canary_report import read_record
-from pipeline.release.promote import live_stack, promote
-from pipeline.release.store import ReleaseStore
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.canary.run import run_canary
+from pipeline.release.canary.guard import loaded_copies
+from pipeline.release.canary.prepare import Candidate
+from pipeline.release.promote import SwitchOptions, promote
+from pipeline.release.store.canaries import read as read_record
+from pipeline.release.store.history import live_stack
+from pipeline.release.store.store import ReleaseStore
 from pipeline.release.triton_control import TritonReloader
 from pipeline.serving.perf_analyzer import locate_perf_analyzer
 from pipeline.serving.process import EmbeddedServer
@@ -63,7 +65,7 @@ def make_store(tmp: Path) -> ReleaseStore:
     for i, (seed, sleep_ms) in enumerate(RELEASES, 1):
         repo = standin_repository(tmp / f"repo{i}", seed, sleep_ms=sleep_ms, warmup=True)  # as the repository stage ships them
         parity = parity_report(tmp / f"parity{i}.json", onnx=repo / "tiny/1/model.onnx", inputs=inputs)
-        build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=tmp, tag=False)
+        build_release(store, BuildInputs(repo, parity, None, lock, git_cwd=tmp), unchecked_evidence=True, tag=False)
     promote(store, "dev", version=1)
     return store
 
@@ -151,9 +153,9 @@ def assert_untouched_by_production(report: dict, url: str) -> None:
 def test_identical_weights_pass_and_are_promoted(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
     store, srv = served
     production = load()
-    res = run_canary(store, "dev", 2, srv.http_url, FAST, ParityConfig(), metrics=f"127.0.0.1:{srv.metrics_port}")
+    res = run_canary(store, Candidate("dev", 2), SwitchOptions.of(srv.http_url), FAST, ParityConfig(), metrics=f"127.0.0.1:{srv.metrics_port}")
     sent = production.finish()
-    rep = res.report
+    rep = res.report.to_json()  # the record as the store holds it
     assert res.passed, rep["verdict"]
     assert rep["outputs"]["outputs"]["y"]["max_abs"] == 0.0 and rep["outputs"]["distinct"] == 8
     assert rep["latency"]["p99_ratio"]["rounds"] >= 2 and rep["latency"]["p99_ratio"]["value"] <= FAST.max_p99_ratio
@@ -196,7 +198,7 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
     assert r.exit_code == 1, r.output
     assert "| outputs: y | reference |" in r.output and "FAIL |" in r.output and "| production on 'tiny' v1 |" in r.output, r.output
     assert "passes with parity.fp32.per_output.y.atol=" in r.output, r.output
-    rep = read_record(store.fs, "dev", "tiny")
+    rep = read_record(store.fs, "dev", "tiny").to_json()
     # Outputs fail; latency is not this test's subject (both sleep 8 ms), so it may go either way on a loaded machine.
     assert rep["status"] == "failed" and "outputs" in [c["name"] for c in rep["checks"] if not c["passed"]], rep["checks"]
     assert_untouched_by_production(rep, srv.http_url)
@@ -210,9 +212,9 @@ def test_slow_candidate_fails_on_latency_under_a_share_of_real_traffic(served: t
     store, srv = served
     production = load()
     cfg = CanaryConfig(traffic=CanaryTraffic.real, duration_s=4, share=0.25, request_rate=40, rounds=4, min_round_requests=10)
-    res = run_canary(store, "dev", 4, srv.http_url, cfg, ParityConfig(), metrics=f"127.0.0.1:{srv.metrics_port}")
+    res = run_canary(store, Candidate("dev", 4), SwitchOptions.of(srv.http_url), cfg, ParityConfig(), metrics=f"127.0.0.1:{srv.metrics_port}")
     production.finish()
-    rep = res.report
+    rep = res.report.to_json()  # the record as the store holds it
     failed = [c["name"] for c in rep["checks"] if not c["passed"]]
     assert failed == ["latency"] and rep["latency"]["p99_ratio"]["value"] > cfg.max_p99_ratio, rep["checks"]
     lat, prod = rep["latency"], rep["errors"]["production"]["sent_by_canary"]
@@ -292,12 +294,12 @@ def test_killed_at_every_phase_the_live_version_serves_and_the_pointer_stays(ser
             assert live_stack(st.history)[-1] == st.live, (st.live, st.history)
         if sig == signal.SIGINT:
             assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, (proc.returncode, err)
-            assert rec["status"] == "interrupted", rec
+            assert rec.status == "interrupted", rec
         else:
             assert proc.returncode == -signal.SIGKILL and "canary guard:" in err, err
             # After the verdict a kill may land once the record is final ("passed"); before it, the guard marks it.
-            assert rec["status"] in (("killed", "passed") if phase == "  switch:" else ("killed",)), rec
-        print(f"\n{phase.strip()} {sig.name}: pointer {st.live}, record {rec['status']}, serving {served_versions(srv.http_url)}\n{err.strip()}")
+            assert rec.status in (("killed", "passed") if phase == "  switch:" else ("killed",)), rec
+        print(f"\n{phase.strip()} {sig.name}: pointer {st.live}, record {rec.status}, serving {served_versions(srv.http_url)}\n{err.strip()}")
     production.finish()
 
 
@@ -314,11 +316,11 @@ def test_abort_cleans_up_a_candidate_whose_guard_died_too(served: tuple[ReleaseS
     left = copies(srv.http_url)
     assert len(left) == 2 and store.env_state("dev", "tiny").live == 1  # the baseline and the candidate
     with pytest.raises(ReleaseError, match="still loaded") as e:  # a new canary refuses before it loads anything
-        run_canary(store, "dev", 2, srv.http_url, FAST, ParityConfig())
+        run_canary(store, Candidate("dev", 2), SwitchOptions.of(srv.http_url), FAST, ParityConfig())
     assert "--abort" in e.value.render()
     r = CliRunner().invoke(app, ["release", "canary", "--env", "dev", "--abort", "--store", str(store.url), "--params", str(params)])
     assert r.exit_code == 0 and f"unloaded the canary's copies {left}" in r.output, r.output
-    assert settled(srv.http_url, store) == [1] and read_record(store.fs, "dev", "tiny")["status"] == "aborted"
+    assert settled(srv.http_url, store) == [1] and read_record(store.fs, "dev", "tiny").status == "aborted"
     print(r.output)
 
 
@@ -331,7 +333,7 @@ def test_a_server_not_in_explicit_mode_is_refused_before_anything_loads(tmp_path
 
     with PollingServer(store.env_repository("dev"), "tiny", timeout_s=120, log_dir=tmp_path / "logs") as srv:
         with pytest.raises(ReleaseError, match="not in explicit model-control mode") as e:
-            run_canary(store, "dev", 2, srv.http_url, FAST, ParityConfig())
+            run_canary(store, Candidate("dev", 2), SwitchOptions.of(srv.http_url), FAST, ParityConfig())
         assert "polling is enabled" in e.value.render() and "--model-control-mode=explicit" in e.value.render()
         assert served_versions(srv.http_url) == [1] and read_record(store.fs, "dev", "tiny") is None
     assert json.loads(store.fs.read_bytes("history/dev/tiny.json"))[-1]["version"] == 1

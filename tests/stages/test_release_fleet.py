@@ -1,7 +1,7 @@
 """The fleet pattern on S3: several processes switch one environment, several tritonservers serve it.
 
 - Two real processes race to promote one environment: exactly one wins, the other gets one clear
-  message, the history keeps every switch that happened (the S3 lock of pipeline/release/lock.py).
+  message, the history keeps every switch that happened (the S3 lock of pipeline/release/store/lock.py).
 - tritonserver reads ``--model-repository=s3://http://127.0.0.1:<port>/<bucket>/<prefix>/envs/production``
   (explicit model control, the ONNX Runtime python-backend stand-in from its --backend-directory),
   serves the promoted release, and after ``release rollback --reload`` answers from the previous one.
@@ -22,9 +22,9 @@ import onnxruntime as ort
 import pytest
 import tritonclient.http as th
 
-from pipeline.release.build import build_release
+from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository
 from tests.helpers.s3 import S3Server, s3_triton_server
 
@@ -46,7 +46,7 @@ CONTENDER = """
 import json, sys, time
 from pipeline.core.errors import ReleaseError
 from pipeline.release.promote import promote
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store.store import ReleaseStore
 url, versions, attempts, start = sys.argv[1], [int(v) for v in sys.argv[2].split(",")], int(sys.argv[3]), float(sys.argv[4])
 store = ReleaseStore(url)
 time.sleep(max(0.0, start - time.time()))
@@ -82,7 +82,7 @@ def _releases(tmp: Path, store: ReleaseStore, n: int, blobs: int = 0) -> None:
         repo = tiny_repository(tmp / f"repo{i}", marker=f"v{i}")
         for j in range(blobs):  # a switch that takes long enough for the other racer to arrive meanwhile
             (repo / "tiny/1" / f"blob{j}.bin").write_bytes(os.urandom(256 * 1024))
-        build_release(store, repo, parity, None, lock, unchecked_evidence=True, git_cwd=tmp, tag=False)
+        build_release(store, BuildInputs(repo, parity, None, lock, git_cwd=tmp), unchecked_evidence=True, tag=False)
 
 
 def test_two_processes_race_exactly_one_wins(tmp_path: Path, s3: S3Server, bucket: str) -> None:
@@ -159,7 +159,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
     for seed in (1, 2):
         repo = standin_repository(tmp_path / f"repo{seed}", seed)
         onnx = repo / "tiny/1/model.onnx"
-        build_release(store, repo, parity_report(tmp_path / f"parity{seed}.json", onnx=onnx), None, parity_lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(store, BuildInputs(repo, parity_report(tmp_path / f"parity{seed}.json", onnx=onnx), None, parity_lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False)
         expected[seed] = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     assert not np.allclose(expected[1], expected[2], atol=1e-3)  # the two releases answer differently
     promote(store, "production", version=1)

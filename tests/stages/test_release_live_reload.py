@@ -18,9 +18,9 @@ import tritonclient.http as th
 
 from pipeline.serving.perf_analyzer import locate_perf_analyzer
 from pipeline.serving.process import EmbeddedServer
-from pipeline.release.build import build_release
+from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote, rollback
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 
 REQUESTS = 30000  # at 1-4k req/s on 2 shared cores this spans promotion and rollback (asserted below)
@@ -57,7 +57,7 @@ def test_promote_and_rollback_live_with_zero_failed_requests(tmp_path: Path) -> 
     store = ReleaseStore(tmp_path / "store")
     parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
     for i, marker in ((1, ""), (2, "v2")):
-        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=marker), parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(store, BuildInputs(tiny_repository(tmp_path / f"repo{i}", marker=marker), parity, None, lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     promote(store, "dev", version=1)
     pa = locate_perf_analyzer()
 
@@ -106,10 +106,10 @@ def test_reload_failure_leaves_pointer_and_server_unchanged(tmp_path: Path) -> N
     """A version Triton cannot load is never flipped to; the old one keeps serving."""
     store = ReleaseStore(tmp_path / "store")
     parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
-    build_release(store, tiny_repository(tmp_path / "ok"), parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+    build_release(store, BuildInputs(tiny_repository(tmp_path / "ok"), parity, None, lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     broken = tiny_repository(tmp_path / "broken")
     (broken / "tiny/1/model.py").write_text("raise RuntimeError('this model cannot initialize')\n")
-    build_release(store, broken, parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+    build_release(store, BuildInputs(broken, parity, None, lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     promote(store, "dev", version=1)
     with EmbeddedServer(store.env_repository("dev"), "tiny", timeout_s=120, log_dir=tmp_path / "logs") as srv:
         client = th.InferenceServerClient(srv.http_url)

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import pointer
-from pipeline.release.build import build_release
-from pipeline.release.promote import promote, rollback, verify_store
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store import pointer
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.promote import promote, rollback
+from pipeline.release.verify import verify_store
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 from tests.helpers.s3 import CREDENTIALS, S3Server, free_port, s3_server
 
@@ -74,7 +75,7 @@ def inputs(tmp: Path, n: int = 2, extra_files: int = 0, size: int = 0) -> list[P
 
 
 def build(store: ReleaseStore, tmp: Path, repo: Path) -> int:
-    return build_release(store, repo, tmp / "parity.json", None, tmp / "dvc.lock", unchecked_evidence=True, git_cwd=tmp, tag=False).version
+    return build_release(store, BuildInputs(repo, tmp / "parity.json", None, tmp / "dvc.lock", git_cwd=tmp), unchecked_evidence=True, tag=False).version
 
 
 def build_args(tmp: Path, repo: Path) -> list[str]:
@@ -131,7 +132,7 @@ def test_every_release_command_works_on_s3(tmp_path: Path, s3: S3Server, bucket:
     r = cli(tmp_path, s3.env, "import", str(archive), "--store", f"s3://{other}/mirror")
     assert r.returncode == 0 and "imported: tiny version 2" in r.stdout, r.stdout + r.stderr
     mirror = ReleaseStore(f"s3://{other}/mirror")
-    assert mirror.versions("tiny") == [2] and mirror.verify_release("tiny", 2)["version"] == 2
+    assert mirror.versions("tiny") == [2] and mirror.verify_release("tiny", 2).version == 2
     assert not [k for k in s3.keys(other) if k.endswith(".claim") or ".write-probe" in k]  # no marker left behind
 
     # Tampering is caught on S3 as on disk.
@@ -374,7 +375,7 @@ def test_signed_release_on_s3(tmp_path: Path, s3: S3Server, bucket: str) -> None
     pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     (repo,) = inputs(tmp_path, n=1)
     store = ReleaseStore(f"s3://{bucket}/signed")
-    build_release(store, repo, tmp_path / "parity.json", None, tmp_path / "dvc.lock", unchecked_evidence=True, git_cwd=tmp_path, sign_key=priv, tag=False)
+    build_release(store, BuildInputs(repo, tmp_path / "parity.json", None, tmp_path / "dvc.lock", git_cwd=tmp_path), unchecked_evidence=True, sign_key=priv, tag=False)
     assert "signed/releases/tiny/1/release.sig" in s3.keys(bucket)
     s3.client().put_object(Bucket=bucket, Key="signed/releases/tiny/1/.claim", Body=b"{}")
     assert verify_store(store, public_key=str(pub))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.serving.tritonserver import validate_repository
-from pipeline.release.build import build_release
+from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote, rollback
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report
 from tests.tiny_triton import shipped_repository
 
@@ -26,7 +26,7 @@ def test_environment_is_a_valid_triton_repository(tmp_path: Path) -> None:
     for i in (1, 2):
         shipped_repository(tmp_path / f"repo{i}")
         parity = parity_report(tmp_path / f"p{i}.json", onnx=tmp_path / f"repo{i}/tiny/1/model.onnx")  # vouches for this ONNX file
-        build_release(store, tmp_path / f"repo{i}", parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(store, BuildInputs(tmp_path / f"repo{i}", parity, None, lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     promote(store, "production", version=1)
     promote(store, "production", version=2)
     rollback(store, "production")

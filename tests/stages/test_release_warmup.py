@@ -19,9 +19,10 @@ import pytest
 import tritonclient.http as th
 
 from pipeline.core.errors import ReleaseError, ToolError
-from pipeline.release.build import build_release
-from pipeline.release.promote import promote, rollback, verify_store
-from pipeline.release.store import ReleaseStore
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.promote import promote, rollback
+from pipeline.release.verify import verify_store
+from pipeline.release.store.store import ReleaseStore
 from pipeline.serving.process import EmbeddedServer
 from tests.helpers.release_repo import WARMUP_INFERENCES, dvc_lock, parity_report, tiny_repository
 from tests.helpers.s3 import S3Server, s3_triton_server
@@ -40,8 +41,8 @@ def _releases(tmp: Path, store: ReleaseStore) -> None:
     py = one / "tiny/1/model.py"
     line = '            x = pb_utils.get_input_tensor_by_name(r, "x").as_numpy()\n'
     py.write_text(py.read_text().replace(line, line + REFUSE.format(value=2.0)))
-    build_release(store, one, parity, None, lock, unchecked_evidence=True, git_cwd=tmp, tag=False)
-    build_release(store, tiny_repository(tmp / "repo2", marker="v2", warmup=2.0), parity, None, lock, unchecked_evidence=True, git_cwd=tmp, tag=False)
+    build_release(store, BuildInputs(one, parity, None, lock, git_cwd=tmp), unchecked_evidence=True, tag=False)
+    build_release(store, BuildInputs(tiny_repository(tmp / "repo2", marker="v2", warmup=2.0), parity, None, lock, git_cwd=tmp), unchecked_evidence=True, tag=False)
 
 
 def _warmed(url: str) -> dict[str, int]:

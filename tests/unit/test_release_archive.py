@@ -10,8 +10,8 @@ import pytest
 
 from pipeline.core.errors import ReleaseError
 from pipeline.release.archive import export_release, import_release
-from pipeline.release.build import build_release
-from pipeline.release.store import ReleaseStore
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 
 
@@ -19,7 +19,10 @@ from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 def store(tmp_path: Path) -> ReleaseStore:
     st = ReleaseStore(tmp_path / "store")
     build_release(
-        st, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "dvc.lock"), unchecked_evidence=True, git_cwd=tmp_path, tag=False
+        st,
+        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path),
+        unchecked_evidence=True,
+        tag=False,
     )
     return st
 
@@ -44,7 +47,7 @@ def test_export_import_roundtrip(tmp_path: Path, store: ReleaseStore) -> None:
     archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
     other = ReleaseStore(tmp_path / "other")
     assert import_release(other, archive) == ("tiny", 1, "imported")
-    assert other.verify_release("tiny", 1)["files"] == store.manifest("tiny", 1)["files"]
+    assert other.verify_release("tiny", 1).files == store.manifest("tiny", 1).files
     assert import_release(other, archive) == ("tiny", 1, "already present")
 
 
@@ -74,12 +77,8 @@ def test_import_refuses_a_different_release_with_the_same_number(tmp_path: Path,
     other = ReleaseStore(tmp_path / "other")
     build_release(
         other,
-        tiny_repository(tmp_path / "repo2", marker="x"),
-        parity_report(tmp_path / "p2.json"),
-        None,
-        dvc_lock(tmp_path / "l2"),
+        BuildInputs(tiny_repository(tmp_path / "repo2", marker="x"), parity_report(tmp_path / "p2.json"), None, dvc_lock(tmp_path / "l2"), git_cwd=tmp_path),
         unchecked_evidence=True,
-        git_cwd=tmp_path,
         tag=False,
     )
     with pytest.raises(ReleaseError, match="already has a different release 1"):

@@ -7,6 +7,7 @@ a real tritonserver is tests/stages/test_release_canary.py.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +20,15 @@ from pipeline.core.config.enums import CanaryTraffic
 from pipeline.core.config.schema_release import CanaryConfig
 from pipeline.core.errors import ConfigError, ReleaseError
 from pipeline.params import compose
-from pipeline.release import canary_report as cr
-from pipeline.release import canary_traffic as ct
-from pipeline.release.build import build_release
-from pipeline.release.canary import checked, run_canary, signature
-from pipeline.release.promote import promote
-from pipeline.release.store import ReleaseStore
+from pipeline.records.canary import Agreement, Bounds, CanaryRecord, Check, ErrorCounts, ProductionCounts, TrafficSettings, Verdict
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.canary import report as cr
+from pipeline.release.canary import traffic as ct
+from pipeline.release.canary.prepare import Candidate, checked, signature
+from pipeline.release.canary.run import run_canary
+from pipeline.release.promote import SwitchOptions, promote
+from pipeline.release.store import canaries
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, standin_repository, tiny_repository
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens there: a check that passed it never contacted a server
@@ -36,7 +40,7 @@ def store_with(tmp: Path, *repos: Path, inputs: Path | None = None) -> ReleaseSt
     lock = dvc_lock(tmp / "dvc.lock")
     for i, repo in enumerate(repos, 1):
         onnx = repo / "tiny/1/model.onnx"
-        build_release(store, repo, parity_report(tmp / f"parity{i}.json", onnx=onnx, inputs=inputs), None, lock, unchecked_evidence=True, git_cwd=tmp, tag=False)
+        build_release(store, BuildInputs(repo, parity_report(tmp / f"parity{i}.json", onnx=onnx, inputs=inputs), None, lock, git_cwd=tmp), unchecked_evidence=True, tag=False)
     return store
 
 
@@ -50,16 +54,17 @@ def two(tmp_path: Path) -> ReleaseStore:
 
 
 def canary(store: ReleaseStore, version: int, servers: str = UNREACHABLE, **kw: object) -> None:
-    run_canary(store, "dev", version, servers, CanaryConfig(), ParityConfig(), **kw)  # type: ignore[arg-type]
+    run_canary(store, Candidate("dev", version), SwitchOptions.of(servers), CanaryConfig(), ParityConfig(), **kw)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- refusals before anything loads
 def test_release_build_ships_the_parity_samples(two: ReleaseStore, tmp_path: Path) -> None:
     m = two.manifest("tiny", 2)
-    assert "samples/inputs.json" in m["files"] and m["samples"]["status"] == "shipped"
+    assert "samples/inputs.json" in m.files and m.samples is not None and m.samples.status == "shipped"
     assert two.verify_release("tiny", 2) and not any(p.startswith("samples/") for p in two.fs.walk_files("envs/dev/tiny/1"))
     bare = store_with(tmp_path / "bare", standin_repository(tmp_path / "c", 1))
-    assert bare.manifest("tiny", 1)["samples"]["status"] == "absent"
+    samples = bare.manifest("tiny", 1).samples
+    assert samples is not None and samples.status == "absent"
 
 
 def test_candidate_not_in_store(two: ReleaseStore) -> None:
@@ -72,7 +77,7 @@ def test_nothing_live_and_already_live(two: ReleaseStore) -> None:
     with pytest.raises(ReleaseError, match="already live"):
         canary(two, 1)
     with pytest.raises(ReleaseError, match="nothing is live in 'staging'"):
-        run_canary(two, "staging", 2, UNREACHABLE, CanaryConfig(), ParityConfig())
+        run_canary(two, Candidate("staging", 2), SwitchOptions.of(UNREACHABLE), CanaryConfig(), ParityConfig())
     with pytest.raises(ReleaseError, match="--reload"):
         canary(two, 2, servers="")
 
@@ -85,7 +90,7 @@ def test_different_signature_is_refused_before_any_server_is_contacted(tmp_path:
         canary(store, 2)
     text = e.value.render()
     assert "x: FP32[16]" in text and "x: FP32[4]" in text and "y: FP32[8]" in text
-    assert cr.read_record(store.fs, "dev", "tiny") is None and store.env_state("dev", "tiny").present == [1]
+    assert canaries.read(store.fs, "dev", "tiny") is None and store.env_state("dev", "tiny").present == [1]
 
 
 def test_no_samples_to_replay(tmp_path: Path) -> None:
@@ -165,55 +170,71 @@ def test_agreement_uses_the_parity_comparison() -> None:
     rng = np.random.default_rng(0)
     ys = [rng.standard_normal((1, 8)).astype(np.float32) for _ in range(2)] * 3
     same = cr.agreement(pairs(ys, ys), ToleranceConfig(), "fp32", "tiny v1", "tiny v2")
-    assert same["passed"] and same["answered"] == 6 and same["distinct"] == 2 and same["outputs"]["y"]["max_abs"] == 0.0
+    assert same.passed and same.answered == 6 and same.distinct == 2 and same.outputs["y"]["max_abs"] == 0.0
     off = cr.agreement(pairs(ys, [y + 0.01 for y in ys]), ToleranceConfig(), "fp32", "tiny v1", "tiny v2")
-    assert not off["passed"] and "passes with parity.fp32.per_output.y.atol=0.01" in off["problems"][0]
+    assert not off.passed and "passes with parity.fp32.per_output.y.atol=0.01" in off.problems[0]
     loose = cr.agreement(pairs(ys, [y + 0.01 for y in ys]), ToleranceConfig(atol=0.02), "fp32", "tiny v1", "tiny v2")
-    assert loose["passed"]
-    assert not cr.agreement(ct.OutputPairs(["y"]), ToleranceConfig(), "fp32", "a", "b")["passed"]
+    assert loose.passed
+    assert not cr.agreement(ct.OutputPairs(["y"]), ToleranceConfig(), "fp32", "a", "b").passed
+
+
+def errors(rate: float | None, failed: int = 0, requests: int = 0) -> ErrorCounts:
+    """The candidate's error counts the verdict reads (the baseline's and production's play no part in it)."""
+    return ErrorCounts(rate, failed, requests, 0, 0, ProductionCounts(0, 0, 0), {}, [])
 
 
 def test_verdict_bounds_and_error_rate() -> None:
     cfg = CanaryConfig(max_p99_ratio=1.25, max_error_rate=0.01)
-    ok = {"passed": True, "problems": [], "distinct": 4, "answered": 40, "tolerance": "parity.fp32"}
+    ok = Agreement("parity.fp32", 40, 4, True, {}, [])
     lat = ct.paired_rounds(sent(ct.LIVE, 0, 400, 2.0) + sent(ct.CANDIDATE, 0.005, 400, 2.4), 5, 20)
     rate, failed, requests = cr.error_rate({"success": 995, "fail": 5}, 0, 1000)
     assert (rate, failed, requests) == (0.005, 5, 1000)
-    checks = cr.verdict(ok, lat, {"rate": rate, "failed": failed, "requests": requests}, cfg)
+    checks = cr.verdict(ok, lat, errors(rate, failed, requests), cfg)
     assert [c.passed for c in checks] == [True, True, True], checks
     slow = ct.paired_rounds(sent(ct.LIVE, 0, 400, 2.0) + sent(ct.CANDIDATE, 0.005, 400, 3.0), 5, 20)
-    checks = cr.verdict(ok, slow, {"rate": 0.02, "failed": 20, "requests": 1000}, cfg)
+    checks = cr.verdict(ok, slow, errors(0.02, 20, 1000), cfg)
     assert [c.name for c in checks if not c.passed] == ["latency", "errors"] and "1.50x" in checks[1].detail
     assert cr.error_rate({"success": 0, "fail": 0}, 0, 0)[0] is None
-    assert not cr.verdict(ok, slow, {"rate": None}, cfg)[2].passed  # answered nothing: not a pass
+    assert not cr.verdict(ok, slow, errors(None), cfg)[2].passed  # answered nothing: not a pass
 
 
 def test_record_round_trip_and_summary(tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
-    assert cr.read_record(store.fs, "dev", "tiny") is None
-    base = {
-        "model": "tiny",
-        "env": "dev",
-        "live": 1,
-        "candidate": 2,
-        "started_at": "2026-01-01T10:00:00+00:00",
-        "server": "h:8000",
-        "traffic": {"kind": "replay", "duration_s": 3},
-        "bounds": {"max_p99_ratio": 1.25, "max_error_rate": 0.0},
-    }
-    cr.write_record(store.fs, {**base, "id": "20260101T100000Z-v2", "status": "running"})
-    cr.write_record(
-        store.fs,
-        {
-            **base,
-            "id": "20260101T110000Z-v2",
-            "status": "failed",
-            "checks": [{"name": "outputs", "passed": False, "detail": "x"}],
-            "verdict": {"passed": False, "summary": "outputs: differ"},
-        },
+    assert canaries.read(store.fs, "dev", "tiny") is None
+    running = CanaryRecord(
+        id="20260101T100000Z-v2",
+        model="tiny",
+        env="dev",
+        live=1,
+        candidate=2,
+        variant="default",
+        status="running",
+        started_at="2026-01-01T10:00:00+00:00",
+        server="h:8000",
+        servers=["h:8000"],
+        copies={"live": "tiny__canary_20260101T100000Z-v2-baseline", "candidate": "tiny__canary_20260101T100000Z-v2-candidate"},
+        traffic=TrafficSettings("replay", 3, 0.1, 50, 4, 8, ["release 2's samples"]),
+        bounds=Bounds(1.25, 0.0, 20),
+        by="me@h pid 1",
     )
-    last = cr.read_record(store.fs, "dev", "tiny")
-    assert last["id"] == "20260101T110000Z-v2" and cr.summary_line(last) == "last canary 2026-01-01 10:00: v2 against live v1, FAILED: outputs: differ"
+    cr.write_record(store.fs, running)
+    assert not store.fs.exists("history/dev/tiny.canary/20260101T100000Z-v2.md")  # no table before the verdict
+    failed = replace(
+        running,
+        id="20260101T110000Z-v2",
+        status="failed",
+        checks=[Check("outputs", False, "x")],
+        verdict=Verdict(False, "outputs: differ"),
+        finished_at="2026-01-01T10:01:00+00:00",
+    )
+    cr.write_record(store.fs, failed)
+    last = canaries.read(store.fs, "dev", "tiny")
+    assert last == failed and CanaryRecord.from_json(json.loads(json.dumps(running.to_json()))) == running
+    assert last.summary_line() == "last canary 2026-01-01 10:00: v2 against live v1, FAILED: outputs: differ"
+    assert list(json.loads(store.fs.read_text("history/dev/tiny.canary/20260101T110000Z-v2.json"))) == [
+        *("schema", "id", "model", "env", "live", "candidate", "variant", "status", "started_at", "server", "servers", "copies", "traffic", "bounds", "by", "notes"),
+        *("checks", "verdict", "finished_at"),
+    ]  # the keys a record has always had, in their order
     md = store.fs.read_text("history/dev/tiny.canary/20260101T110000Z-v2.md")
     assert md.startswith("canary of tiny v2 against live v1 in 'dev'") and "verdict: FAILED: outputs: differ" in md
 
@@ -222,7 +243,7 @@ def test_signature() -> None:
     from tests.helpers.release_repo import tiny_config
 
     a = signature(tiny_config())
-    assert a == {"batched": True, "inputs": ["x: FP32[4]"], "outputs": ["y: FP32[4]"]}
+    assert asdict(a) == {"batched": True, "inputs": ["x: FP32[4]"], "outputs": ["y: FP32[4]"]}
     b = tiny_config()
     b.max_batch_size = 0
-    assert signature(b)["batched"] is False
+    assert signature(b).batched is False

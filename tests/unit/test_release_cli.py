@@ -119,10 +119,10 @@ elif where == "parse":
     import typer._click.core as click_core
     click_core.Parameter.handle_parse_result = interrupt
 elif where == "check":
-    import pipeline.release.manifest as manifest
-    manifest.git_info = interrupt
+    import pipeline.release.evidence.provenance as provenance
+    provenance.git_info = interrupt
 elif where == "upload":
-    import pipeline.release.fs as fs
+    import pipeline.release.store.fs as fs
     real_put, calls = fs.StoreFS.put_file, []
     def put(self, *a):
         calls.append(a)

@@ -19,9 +19,9 @@ import pytest
 
 from pipeline.core.errors import ReleaseError
 from pipeline.params import compose
-from pipeline.release.build import build_release
+from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import bench_report, retrain_onnx
 from tests.helpers.tiny_models import export_tiny_onnx
 
@@ -134,7 +134,9 @@ def project(_built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pa
 
 def build(project: Path, store: ReleaseStore, repository: Path | None = None, parity: Path | None = None, unchecked: bool = False) -> dict:
     repo, parity = repository or project / "model_repository", parity or project / "parity.json"
-    return build_release(store, repo, parity, project / "bench.json", project / "dvc.lock", unchecked_evidence=unchecked, git_cwd=project, tag=False).manifest
+    return build_release(
+        store, BuildInputs(repo, parity, project / "bench.json", project / "dvc.lock", git_cwd=project), unchecked_evidence=unchecked, tag=False
+    ).manifest.to_json()
 
 
 def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp_path: Path) -> None:
@@ -274,4 +276,4 @@ def test_a_bench_edited_in_place_is_refused_and_a_stale_one_is_not_attached(proj
     # A bench that fits these files, from another path: refused like any evidence dvc.lock does not name.
     fitting = bench_report(tmp_path / "bench-copy.json", project / "model_repository/tiny")
     with pytest.raises(ReleaseError, match="--bench .*bench-copy.json is not the output of any stage"):
-        build_release(store, project / "model_repository", project / "parity.json", fitting, project / "dvc.lock", git_cwd=project, tag=False)
+        build_release(store, BuildInputs(project / "model_repository", project / "parity.json", fitting, project / "dvc.lock", git_cwd=project), tag=False)

@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release.build import build_release
-from pipeline.release.store import ReleaseStore
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import ONNX_BYTES, bench_report, dvc_lock, parity_report, sha256, tiny_repository
 
 
 def _build(tmp_path: Path, repo: Path, parity: Path, bench: Path | None = None, model: str | None = None):  # noqa: ANN202
-    return build_release(ReleaseStore(tmp_path / "store"), repo, parity, bench, dvc_lock(tmp_path / "dvc.lock"), model=model, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+    return build_release(
+        ReleaseStore(tmp_path / "store"), BuildInputs(repo, parity, bench, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path), model=model, unchecked_evidence=True, tag=False
+    )
 
 
 def test_parity_of_another_model_is_refused_naming_both_shas(tmp_path: Path) -> None:
@@ -57,7 +59,7 @@ def test_parity_entry_must_have_passed_and_carry_a_sha(tmp_path: Path) -> None:
 def test_served_file_may_match_the_fp16_entry(tmp_path: Path) -> None:
     repo = tiny_repository(tmp_path / "repo", onnx=b"fp16 " + ONNX_BYTES)  # a GPU target serves the FP16 ONNX
     r = _build(tmp_path, repo, parity_report(tmp_path / "p.json"))
-    assert r.manifest["parity"]["served"] == {"model.onnx": {"sha256": sha256(b"fp16 " + ONNX_BYTES), "artifact": "fp16"}}
+    assert r.manifest.to_json()["parity"]["served"] == {"model.onnx": {"sha256": sha256(b"fp16 " + ONNX_BYTES), "artifact": "fp16"}}
 
 
 def test_tensorrt_plans_must_match_passed_engine_entries(tmp_path: Path) -> None:
@@ -69,7 +71,7 @@ def test_tensorrt_plans_must_match_passed_engine_entries(tmp_path: Path) -> None
     report["artifacts"]["trt@a100"] = {**report["artifacts"]["fp32"], "file": "artifacts/engines/a100/model.plan", "sha256": sha256(b"a100 engine")}
     p.write_text(json.dumps(report))
     r = _build(tmp_path, repo, p)
-    assert r.manifest["parity"]["served"] == {"model.sm80.plan": {"sha256": sha256(b"a100 engine"), "artifact": "trt@a100"}}
+    assert r.manifest.to_json()["parity"]["served"] == {"model.sm80.plan": {"sha256": sha256(b"a100 engine"), "artifact": "trt@a100"}}
     # A plan whose bytes parity compared as an ONNX file, or never compared, is refused.
     (repo / "tiny_trt/1/model.sm80.plan").write_bytes(ONNX_BYTES)
     with pytest.raises(ReleaseError, match="model.sm80.plan sha256 .* matches no passed TensorRT artifact"):
@@ -113,7 +115,7 @@ def test_bench_of_other_files_is_recorded_absent(tmp_path: Path, case: str, reas
         bench.unlink()
     elif case == "not json":
         bench.write_text("{")
-    m = _build(tmp_path, repo, parity_report(tmp_path / "p.json"), bench).manifest
+    m = _build(tmp_path, repo, parity_report(tmp_path / "p.json"), bench).manifest.to_json()
     assert m["bench"]["status"] == "absent" and reason in m["bench"]["reason"]
     assert "summary" not in m["bench"]
 
@@ -121,7 +123,7 @@ def test_bench_of_other_files_is_recorded_absent(tmp_path: Path, case: str, reas
 def test_bench_of_exactly_these_files_embeds_only_its_summary(tmp_path: Path) -> None:
     repo = tiny_repository(tmp_path / "repo")
     bench = bench_report(tmp_path / "bench.json", repo / "tiny", summary={"ratios": {"latency_c1": 1.05}})
-    m = _build(tmp_path, repo, parity_report(tmp_path / "p.json"), bench).manifest
+    m = _build(tmp_path, repo, parity_report(tmp_path / "p.json"), bench).manifest.to_json()
     assert m["bench"] == {
         "status": "measured",
         "report": str(bench),

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release.build import build_release
+from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote, rollback
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 
 GTO = Path(sys.executable).with_name("gto")
@@ -53,16 +53,16 @@ def commit(repo: Path, content: str) -> str:
 def test_tags_are_listed_by_gto(tmp_path: Path, repo: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     p, lock = parity_report(tmp_path / "p.json"), dvc_lock(tmp_path / "dvc.lock")
-    r1 = build_release(store, tiny_repository(tmp_path / "r1"), p, None, lock, unchecked_evidence=True, git_cwd=repo)
+    r1 = build_release(store, BuildInputs(tiny_repository(tmp_path / "r1"), p, None, lock, git_cwd=repo), unchecked_evidence=True)
     assert r1.tag.tag == "tiny@v1.0.0"
     # GTO allows one version per commit: a second tagged build on the same commit is refused
     # before anything is written (it used to be published untagged, and gto drifted from the store).
     with pytest.raises(ReleaseError, match=r"commit [0-9a-f]{7} already carries tiny@v1.0.0 \(GTO allows one version per commit\)") as e:
-        build_release(store, tiny_repository(tmp_path / "r1b", marker="b"), p, None, lock, unchecked_evidence=True, git_cwd=repo)
+        build_release(store, BuildInputs(tiny_repository(tmp_path / "r1b", marker="b"), p, None, lock, git_cwd=repo), unchecked_evidence=True)
     assert "commit your change" in e.value.render() and "--no-tag" in e.value.render()
     assert store.versions("tiny") == [1]
     # --no-tag builds it; promoting it with tagging on is then refused before anything changes.
-    r2 = build_release(store, tiny_repository(tmp_path / "r1b", marker="b"), p, None, lock, unchecked_evidence=True, git_cwd=repo, tag=False)
+    r2 = build_release(store, BuildInputs(tiny_repository(tmp_path / "r1b", marker="b"), p, None, lock, git_cwd=repo), unchecked_evidence=True, tag=False)
     assert r2.version == 2
     with pytest.raises(ReleaseError, match="release 2 of 'tiny' has no GTO tag tiny@v2.0.0") as e:
         promote(store, "production", version=2, git_repo=str(repo))
@@ -70,9 +70,9 @@ def test_tags_are_listed_by_gto(tmp_path: Path, repo: Path) -> None:
     assert store.env_state("production", "tiny").live is None and not (tmp_path / "store/envs").exists()
 
     commit(repo, "2")
-    r3 = build_release(store, tiny_repository(tmp_path / "r3", marker="c"), p, None, lock, unchecked_evidence=True, git_cwd=repo)
+    r3 = build_release(store, BuildInputs(tiny_repository(tmp_path / "r3", marker="c"), p, None, lock, git_cwd=repo), unchecked_evidence=True)
     assert r3.version == 3 and r3.tag.tag == "tiny@v3.0.0"
-    assert store.manifest("tiny", 3)["git"]["commit"] == git(repo, "rev-parse", "HEAD").strip()
+    assert store.manifest("tiny", 3).commit == git(repo, "rev-parse", "HEAD").strip()
 
     assert promote(store, "production", version=1, git_repo=str(repo)).tag.tag == "tiny#production#1"
     up = promote(store, "production", version=3, git_repo=str(repo)).tag
@@ -91,9 +91,9 @@ def test_gto_agrees_with_the_store_after_promotions_and_rollback(tmp_path: Path,
     """Finding 6: build v1 and v2 on two commits, promote each through every stage, roll production back."""
     store = ReleaseStore(tmp_path / "store")
     p, lock = parity_report(tmp_path / "p.json"), dvc_lock(tmp_path / "dvc.lock")
-    build_release(store, tiny_repository(tmp_path / "r1"), p, None, lock, unchecked_evidence=True, git_cwd=repo)
+    build_release(store, BuildInputs(tiny_repository(tmp_path / "r1"), p, None, lock, git_cwd=repo), unchecked_evidence=True)
     commit(repo, "2")
-    build_release(store, tiny_repository(tmp_path / "r2", marker="two"), p, None, lock, unchecked_evidence=True, git_cwd=repo)
+    build_release(store, BuildInputs(tiny_repository(tmp_path / "r2", marker="two"), p, None, lock, git_cwd=repo), unchecked_evidence=True)
     for version in (1, 2):
         for env in store.environments:
             promote(store, env, version=version, git_repo=str(repo))  # no sleeps: tags of one stage never share a second

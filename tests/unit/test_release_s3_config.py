@@ -15,9 +15,9 @@ from pipeline.core.config import ConfigProblems
 from pipeline.core.config.checks import s3_store_parts
 from pipeline.core.errors import ConfigError, ReleaseError
 from pipeline.params import compose
-from pipeline.release import s3
-from pipeline.release.fs import StoreFS
-from pipeline.release.lock import Busy, Lease, env_lock
+from pipeline.release.store import s3
+from pipeline.release.store.fs import StoreFS
+from pipeline.release.store.lock import Busy, Lease, env_lock
 
 
 @pytest.mark.parametrize(

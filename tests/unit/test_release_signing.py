@@ -12,9 +12,10 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
 from pipeline.core.errors import ReleaseError  # noqa: E402
-from pipeline.release.build import build_release  # noqa: E402
-from pipeline.release.promote import promote, verify_store  # noqa: E402
-from pipeline.release.store import ReleaseStore  # noqa: E402
+from pipeline.release.build import BuildInputs, build_release  # noqa: E402
+from pipeline.release.promote import promote  # noqa: E402
+from pipeline.release.verify import verify_store  # noqa: E402
+from pipeline.release.store.store import ReleaseStore  # noqa: E402
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository  # noqa: E402
 
 
@@ -32,12 +33,8 @@ def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None
     store = ReleaseStore(tmp_path / "store")
     build_release(
         store,
-        tiny_repository(tmp_path / "repo"),
-        parity_report(tmp_path / "p.json"),
-        None,
-        dvc_lock(tmp_path / "l"),
+        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path),
         unchecked_evidence=True,
-        git_cwd=tmp_path,
         sign_key=priv,
         tag=False,
     )
@@ -67,7 +64,10 @@ def test_unsigned_release_with_public_key_is_refused(tmp_path: Path) -> None:
     _, pub = _keypair(tmp_path, "k")
     store = ReleaseStore(tmp_path / "store")
     build_release(
-        store, tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), unchecked_evidence=True, git_cwd=tmp_path, tag=False
+        store,
+        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path),
+        unchecked_evidence=True,
+        tag=False,
     )
     with pytest.raises(ReleaseError, match="is not signed"):
         promote(store, "dev", version=1, public_key=str(pub))
@@ -81,12 +81,8 @@ def test_signing_on_a_non_local_store(tmp_path: Path) -> None:
     store = ReleaseStore(f"memory://sign-{uuid.uuid4().hex}")
     build_release(
         store,
-        tiny_repository(tmp_path / "repo"),
-        parity_report(tmp_path / "p.json"),
-        None,
-        dvc_lock(tmp_path / "l"),
+        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path),
         unchecked_evidence=True,
-        git_cwd=tmp_path,
         sign_key=priv,
         tag=False,
     )

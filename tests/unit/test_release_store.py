@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import pointer
-from pipeline.release.build import build_release
-from pipeline.release.promote import promote, rollback, verify_store
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store import pointer
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.promote import promote, rollback
+from pipeline.release.verify import verify_store
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import ONNX_BYTES, bench_report, dvc_lock, parity_report, sha256, tiny_repository
 
 
@@ -38,14 +39,14 @@ def inputs(tmp_path: Path) -> dict[str, Path]:
 
 
 def _build(store: ReleaseStore, inputs: dict[str, Path], repo: str = "repo1") -> int:
-    return build_release(store, inputs[repo], inputs["parity"], inputs["bench"], inputs["lock"], unchecked_evidence=True, git_cwd=inputs["cwd"], tag=False).version
+    return build_release(store, BuildInputs(inputs[repo], inputs["parity"], inputs["bench"], inputs["lock"], git_cwd=inputs["cwd"]), unchecked_evidence=True, tag=False).version
 
 
 def test_build_records_everything_and_numbers_versions(tmp_path: Path, inputs: dict[str, Path]) -> None:
     store = ReleaseStore(tmp_path / "store")
     assert _build(store, inputs) == 1
     assert _build(store, inputs, "repo2") == 2
-    m = store.manifest("tiny", 2)
+    m = store.manifest("tiny", 2).to_json()  # the manifest as the store holds it
     # The source's version dir "1" is renumbered to the release version.
     assert set(m["files"]) == {"config.pbtxt", "configs/latency.pbtxt", "configs/throughput.pbtxt", "2/model.py", "2/model.onnx", "2/sys_path.json"}
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in m["files"].values())
@@ -164,18 +165,18 @@ def test_damaged_copy_in_environment(tmp_path: Path, inputs: dict[str, Path]) ->
 def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str, Path]) -> None:
     store = ReleaseStore(tmp_path / "store")
     with pytest.raises(ReleaseError, match="parity report not found") as e:
-        build_release(store, inputs["repo1"], tmp_path / "nope.json", None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(store, BuildInputs(inputs["repo1"], tmp_path / "nope.json", None, inputs["lock"], git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     assert "dvc repro parity" in e.value.render()
     failed = parity_report(tmp_path / "failed.json", failed=("fp32",))  # fp32 is the served model.onnx
     with pytest.raises(ReleaseError, match="parity failed for a file this release ships") as e:
-        build_release(store, inputs["repo1"], failed, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(store, BuildInputs(inputs["repo1"], failed, None, inputs["lock"], git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     assert "model.onnx is the fp32 artifact, and it did not pass: parity failed for outputs ['y']" in e.value.render()
     # The parity stage's one reader (pipeline.parity.report.load_report) decides what a report is:
     # shapes the stage never writes (no schema, a bare top-level "pass", a list of artifacts) are refused.
     for name, body in (("noverdict", {"artifacts": {}}), ("minimal", {"pass": True, "artifacts": [{"name": "fp32", "pass": True}]})):
         (tmp_path / f"{name}.json").write_text(json.dumps(body))
         with pytest.raises(ReleaseError, match="unknown format") as e:
-            build_release(store, inputs["repo1"], tmp_path / f"{name}.json", None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+            build_release(store, BuildInputs(inputs["repo1"], tmp_path / f"{name}.json", None, inputs["lock"], git_cwd=tmp_path), unchecked_evidence=True, tag=False)
         assert "rerun the parity stage" in e.value.render()
     assert not (tmp_path / "store").exists()
 
@@ -183,16 +184,16 @@ def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str
 def test_parity_skipped_artifact_does_not_block(tmp_path: Path, inputs: dict[str, Path]) -> None:
     store = ReleaseStore(tmp_path / "store")
     p = parity_report(tmp_path / "skip.json", skipped=("trt@a100",))
-    r = build_release(store, inputs["repo1"], p, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False)
-    assert r.manifest["parity"]["artifacts"]["trt@a100"] == {"pass": None, "status": "skipped"}
-    assert r.manifest["parity"]["not_shipped"] == {"trt@a100": "parity skipped: no GPU"}
+    r = build_release(store, BuildInputs(inputs["repo1"], p, None, inputs["lock"], git_cwd=tmp_path), unchecked_evidence=True, tag=False)
+    assert r.manifest.to_json()["parity"]["artifacts"]["trt@a100"] == {"pass": None, "status": "skipped"}
+    assert r.manifest.to_json()["parity"]["not_shipped"] == {"trt@a100": "parity skipped: no GPU"}
 
 
 def test_a_failed_artifact_the_release_does_not_ship_is_recorded_not_fatal(tmp_path: Path, inputs: dict[str, Path]) -> None:
     """Issue 28, finding 1: int8 failed its gate on an fp32 fleet; the release of the fp32 model that passed is built."""
     store = ReleaseStore(tmp_path / "store")
     p = parity_report(tmp_path / "int8.json", failed=("fp16",))  # not in the repository: it serves fp32 only
-    m = build_release(store, inputs["repo1"], p, None, inputs["lock"], unchecked_evidence=True, git_cwd=tmp_path, tag=False).manifest
+    m = build_release(store, BuildInputs(inputs["repo1"], p, None, inputs["lock"], git_cwd=tmp_path), unchecked_evidence=True, tag=False).manifest.to_json()
     assert m["parity"]["served"]["model.onnx"]["artifact"] == "fp32"
     assert m["parity"]["not_shipped"] == {"fp16": "parity failed for outputs ['y']"}
     assert m["parity"]["artifacts"]["fp16"]["pass"] is False

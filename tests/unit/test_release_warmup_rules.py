@@ -14,10 +14,11 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import pointer
-from pipeline.release.build import build_release
-from pipeline.release.promote import promote, rollback, verify_store
-from pipeline.release.store import ReleaseStore
+from pipeline.release.store import pointer
+from pipeline.release.build import BuildInputs, build_release
+from pipeline.release.promote import promote, rollback
+from pipeline.release.verify import verify_store
+from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, sha256, tiny_repository
 
 
@@ -26,7 +27,9 @@ def _store(tmp_path: Path, warmups: list[float | None]) -> ReleaseStore:
     store = ReleaseStore(tmp_path / "store")
     parity, lock = parity_report(tmp_path / "parity.json"), dvc_lock(tmp_path / "dvc.lock")
     for i, w in enumerate(warmups, 1):
-        build_release(store, tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=w), parity, None, lock, unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(
+            store, BuildInputs(tiny_repository(tmp_path / f"repo{i}", marker=f"v{i}", warmup=w), parity, None, lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False
+        )
     return store
 
 
@@ -42,7 +45,7 @@ def _row(path: Path) -> np.ndarray:
 def test_each_release_warms_from_its_own_rows_in_the_environment(tmp_path: Path) -> None:
     store = _store(tmp_path, [1.0, 2.0])
     env = tmp_path / "store/envs/dev/tiny"
-    assert set(store.manifest("tiny", 1)["files"]) >= {"warmup/x", "1/model.py"}  # the release keeps the repository's layout
+    assert set(store.manifest("tiny", 1).files) >= {"warmup/x", "1/model.py"}  # the release keeps the repository's layout
     promote(store, "dev", version=1)
     assert _data_files((env / "config.pbtxt").read_text()) == {"1/x"}
     assert _row(env / "warmup/1/x").tolist() == [1.0] * 4 and not (env / "warmup/x").exists()
@@ -60,7 +63,7 @@ def test_each_release_warms_from_its_own_rows_in_the_environment(tmp_path: Path)
 def test_a_release_without_warmup_installs_as_before(tmp_path: Path) -> None:
     store = _store(tmp_path, [None, 2.0])
     env = tmp_path / "store/envs/dev/tiny"
-    assert not any(f.startswith("warmup/") for f in store.manifest("tiny", 1)["files"])
+    assert not any(f.startswith("warmup/") for f in store.manifest("tiny", 1).files)
     assert promote(store, "dev", version=1).copy == "copied"
     assert not (env / "warmup").exists() and "model_warmup" not in (env / "config.pbtxt").read_text()
     promote(store, "dev", version=2)
@@ -79,7 +82,7 @@ def test_verify_hashes_the_warmup_rows_and_promote_rewrites_a_damaged_copy(tmp_p
         verify_store(store)
     assert "env dev: copy of version 1 differs from its release: changed: warmup/1/x (sha256" in e.value.render()
     assert rollback(store, "dev").copy == "replaced"  # not live: rewritten from the verified release
-    assert _row(row).tolist() == [1.0] * 4 and sha256(row) == store.manifest("tiny", 1)["files"]["warmup/x"]["sha256"]
+    assert _row(row).tolist() == [1.0] * 4 and sha256(row) == store.manifest("tiny", 1).files["warmup/x"].sha256
     verify_store(store)
     # The live copy is never rewritten silently.
     row.write_bytes(b"tampered")
@@ -118,7 +121,9 @@ def test_a_repository_whose_warmup_files_are_missing_is_not_released(tmp_path: P
     (repo / "tiny/warmup/x").unlink()
     store = ReleaseStore(tmp_path / "store")
     with pytest.raises(ReleaseError, match="has a model_warmup whose data files are not in") as e:
-        build_release(store, repo, parity_report(tmp_path / "parity.json"), None, dvc_lock(tmp_path / "dvc.lock"), unchecked_evidence=True, git_cwd=tmp_path, tag=False)
+        build_release(
+            store, BuildInputs(repo, parity_report(tmp_path / "parity.json"), None, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path), unchecked_evidence=True, tag=False
+        )
     assert "missing: warmup/x" in e.value.render() and store.versions("tiny") == []
 
 

@@ -33,7 +33,7 @@ class ReleaseConfig:
     store: str = "release-store"  # path or fsspec URL; see conf/release/default.yaml
     environments: list[str] = field(default_factory=lambda: ["dev", "staging", "production"])
     # Object stores: a promote/rollback holds a lock object this long past its last heartbeat; a lock whose
-    # holder died is taken over after it (pipeline/release/lock.py).
+    # holder died is taken over after it (pipeline/release/store/lock.py).
     lock_lease_s: float = 60.0
     # Signatures as policy: every command that reads or switches releases refuses unsigned or invalid ones.
     require_signature: bool = False

@@ -32,12 +32,13 @@ import hashlib
 import json
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import numpy as np
 
+from pipeline.records.canary import LatencySummary, MetricsDelta, MetricsRow, Round, SideLatency
 from pipeline.stats.estimate import Estimate, estimate
 from pipeline.serving.client import TritonClient, infer_inputs, metrics_text
 from pipeline.serving.perf_analyzer import PerfAnalyzer, write_input_data
@@ -75,33 +76,6 @@ class Sent:
 
 
 @dataclass
-class SideLatency:
-    """All of one side's requests in the run: how many, how many failed, p50/p99 of the answered ones."""
-
-    requests: int
-    errors: int
-    p50_ms: float | None
-    p99_ms: float | None
-
-
-@dataclass
-class Round:
-    """One time slice: answered requests and p50/p99 per side (None: fewer than the minimum)."""
-
-    start_s: float
-    live_n: int
-    candidate_n: int
-    live_p50_ms: float | None = None
-    live_p99_ms: float | None = None
-    candidate_p50_ms: float | None = None
-    candidate_p99_ms: float | None = None
-
-    def ratio(self, q: str) -> float | None:
-        live, cand = getattr(self, f"live_{q}_ms"), getattr(self, f"candidate_{q}_ms")
-        return cand / live if live and cand else None
-
-
-@dataclass
 class Latency:
     """The paired comparison: per-round numbers, and the candidate/live p99 and p50 ratios over rounds."""
 
@@ -113,16 +87,9 @@ class Latency:
     window_s: float
     min_round_requests: int
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "p99_ratio": self.p99_ratio.to_json(),
-            "p50_ratio": self.p50_ratio.to_json(),
-            "live": asdict(self.live),
-            "candidate": asdict(self.candidate),
-            "window_s": round(self.window_s, 3),
-            "min_round_requests": self.min_round_requests,
-            "rounds": [asdict(r) for r in self.rounds],
-        }
+    def summary(self) -> LatencySummary:
+        """What the canary's record keeps of it."""
+        return LatencySummary(self.p99_ratio.to_json(), self.p50_ratio.to_json(), self.live, self.candidate, round(self.window_s, 3), self.min_round_requests, list(self.rounds))
 
 
 @dataclass
@@ -190,18 +157,17 @@ def replay(url: str, live: Endpoint, cand: Endpoint, rows: list[Feed], pairs: Ou
     return sent, errors
 
 
-def share_load(  # noqa: PLR0913
-    pa: PerfAnalyzer,
-    url: str,
-    sides: list[Endpoint],
-    rows: list[Feed],
-    batched: bool,
-    rate: float,
-    share: float,
-    seconds: float,
-    workdir: Path,
-) -> tuple[list[Sent], list[str]]:
-    """``rate`` req/s for ``seconds`` from perf_analyzer: ``share`` to the baseline, ``share`` to the candidate, the rest to production.
+@dataclass(frozen=True)
+class Load:
+    """A real load: ``rate`` requests per second for ``seconds``, ``share`` of them to each copy, the rest to production."""
+
+    rate: float
+    share: float
+    seconds: float
+
+
+def share_load(pa: PerfAnalyzer, url: str, sides: list[Endpoint], rows: list[Feed], batched: bool, load: Load, workdir: Path) -> tuple[list[Sent], list[str]]:
+    """``load`` from perf_analyzer: ``share`` of it to the baseline, ``share`` to the candidate, the rest to production.
 
     ``sides`` are the baseline, the candidate and (optionally) the served model. Returns every request the
     processes exported and a note per process that did not exit cleanly.
@@ -209,9 +175,9 @@ def share_load(  # noqa: PLR0913
     data = write_input_data(workdir / "inputs.json", rows, batched)
     one_shape = len({tuple((k, v.shape) for k, v in sorted(r.items())) for r in rows}) == 1
     shapes = [f"{k}:{','.join(map(str, v.shape[1:] if batched else v.shape))}" for k, v in rows[0].items()] if one_shape else []
-    procs = {}
+    procs: dict[str, tuple[subprocess.Popen[bytes], IO[str], Path]] = {}
     for ep in sides:
-        r = rate * (share if ep.side != PRODUCTION else 1 - 2 * share)
+        r = load.rate * (load.share if ep.side != PRODUCTION else 1 - 2 * load.share)
         if r <= 0:
             continue
         export = workdir / f"{ep.side}.profile.json"
@@ -229,7 +195,7 @@ def share_load(  # noqa: PLR0913
             "--request-rate-range",
             f"{r:g}",
             "--request-count",
-            str(max(1, round(r * seconds))),
+            str(max(1, round(r * load.seconds))),
             "--profile-export-file",
             str(export),
             "-f",
@@ -240,6 +206,11 @@ def share_load(  # noqa: PLR0913
         log = open(workdir / f"{ep.side}.log", "w+")  # noqa: SIM115 - closed below, after the process ends
         # preexec: perf_analyzer dies with us, so a killed canary leaves no load behind.
         procs[ep.side] = (subprocess.Popen(cmd, env=pa.env(), stdout=log, stderr=subprocess.STDOUT, preexec_fn=set_pdeathsig), log, export)  # noqa: PLW1509
+    return _collect(procs, load.seconds)
+
+
+def _collect(procs: dict[str, tuple[subprocess.Popen[bytes], IO[str], Path]], seconds: float) -> tuple[list[Sent], list[str]]:
+    """Wait for each perf_analyzer process, read every request it exported; a note per process that did not exit cleanly."""
     sent: list[Sent] = []
     notes: list[str] = []
     try:
@@ -356,16 +327,14 @@ def version_metrics(metrics_url: str, endpoints: list[Endpoint]) -> dict[str, di
     return out
 
 
-def metrics_delta(before: dict[str, dict[str, float]] | None, after: dict[str, dict[str, float]] | None) -> dict[str, Any]:
+def metrics_delta(before: dict[str, dict[str, float]] | None, after: dict[str, dict[str, float]] | None) -> MetricsDelta:
     """What each side's counters did during the canary, with mean request/queue/compute ms per request."""
     if before is None or after is None:
-        return {"available": False}
-    out: dict[str, Any] = {"available": True}
+        return MetricsDelta(False)
+    sides = {}
     for side, now in after.items():
         d = {k: now.get(k, 0.0) - before.get(side, {}).get(k, 0.0) for k in METRIC_FAMILIES.values()}
         n = d["success"] + d["failure"]
-        row: dict[str, float | int | None] = {k: int(d[k]) for k in ("success", "failure", "inferences", "executions")}
-        for k in ("request_us", "queue_us", "compute_infer_us"):
-            row[k.replace("_us", "_ms")] = round(d[k] / n / 1e3, 4) if n else None
-        out[side] = row
-    return out
+        ms = {k: round(d[k] / n / 1e3, 4) if n else None for k in ("request_us", "queue_us", "compute_infer_us")}
+        sides[side] = MetricsRow(int(d["success"]), int(d["failure"]), int(d["inferences"]), int(d["executions"]), ms["request_us"], ms["queue_us"], ms["compute_infer_us"])
+    return MetricsDelta(True, sides)

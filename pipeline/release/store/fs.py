@@ -12,11 +12,11 @@ go through :class:`StoreFS`. Only two operations differ by backend, and both are
   no directories, so a reader can see a partly copied prefix; the pointer flip happens
   only after every file is verified, so that is never the *live* version).
 
-On ``s3://`` stores (:mod:`pipeline.release.s3`) three things differ more: no ``makedirs`` (s3fs
+On ``s3://`` stores (:mod:`pipeline.release.store.s3`) three things differ more: no ``makedirs`` (s3fs
 would create a missing bucket instead of failing), every S3 failure becomes one
 :class:`ReleaseError` (unreachable, no bucket, credentials, permission; never a secret), and
 :meth:`StoreFS.read_tagged` / :meth:`StoreFS.write_if` map to S3 conditional writes, so a lost race is
-refused by the server itself (:class:`~pipeline.release.s3.Conflict`). Locally the same calls compare a
+refused by the server itself (:class:`~pipeline.release.store.s3.Conflict`). Locally the same calls compare a
 sha256 and replace, which is safe because local writers are serialized by an flock.
 
 Local files and directories get the modes the process umask gives (644 / 755 by default), so
@@ -37,15 +37,15 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from pipeline.core.atomic import stream_digest
 from pipeline.core.errors import ReleaseError
-from pipeline.release import s3
-from pipeline.release.s3 import Conflict
+from pipeline.release.store import s3
+from pipeline.release.store.s3 import Conflict
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -93,7 +93,7 @@ def _remote(action: str) -> Callable[[F], F]:
             except s3.s3_errors() as e:
                 raise s3.translate(e, self.s3, f"{action} {self.show(str(args[0])) if args else ''}".strip()) from None
 
-        return wrapper  # type: ignore[return-value]
+        return cast(F, wrapper)
 
     return deco
 
@@ -323,7 +323,7 @@ class StoreFS:
     def write_if(self, rel: str, data: bytes, tag: str | None) -> str:
         """Replace ``rel`` only if it is still the version ``tag`` (None: only if it does not exist).
 
-        Returns the new tag. Raises :class:`~pipeline.release.s3.Conflict` otherwise. On S3 the server
+        Returns the new tag. Raises :class:`~pipeline.release.store.s3.Conflict` otherwise. On S3 the server
         decides (If-Match / If-None-Match); elsewhere it is compare-then-replace: safe on local stores
         (writers hold an flock), not across processes on gs:// or az:// (their generation/ETag
         preconditions are not wired here; run one release job per environment there).

@@ -7,7 +7,7 @@ live one for the switch is retired. It is idempotent; the canary calls it on its
 Ctrl-C, ``release canary --abort`` calls it, and so does the guard.
 
 The guard is a separate process the canary starts before it loads anything
-(``python -m pipeline.release.canary_guard <spec>``, in its own session so a Ctrl-C aimed at the
+(``python -m pipeline.release.canary.guard <spec>``, in its own session so a Ctrl-C aimed at the
 canary does not reach it). It reads the canary's stdin pipe: ``switching`` when the promotion
 starts, ``done`` once the canary has cleaned up itself. End of file without ``done`` means the
 canary died without running any code (SIGKILL, OOM): the guard runs :func:`restore` and marks the
@@ -23,6 +23,7 @@ the guard works under the dead canary's lease.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -30,14 +31,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import PipelineError, ReleaseError
-from pipeline.release import canary_report, pointer
-from pipeline.release import manifest as mf
-from pipeline.release.promote import live_stack
-from pipeline.release.store import ReleaseStore
+from pipeline.release.canary.report import write_record
+from pipeline.release.store import canaries, pointer
+from pipeline.release.store.history import HistoryEvent, live_stack, now
+from pipeline.release.store.store import ReleaseStore
 from pipeline.release.triton_control import TritonReloader
 
 SIBLING_PREFIX = "__canary_"
@@ -79,7 +82,7 @@ def _unload_copies(r: TritonReloader, model: str) -> str:
     return f"{r.url}: unloaded the canary's copies {sorted(set(gone))}" if gone else f"{r.url}: no canary copy was loaded"
 
 
-def _retire_others(r: TritonReloader, live: int, cfg: Any) -> list[int]:
+def _retire_others(r: TritonReloader, live: int, cfg: mc.ModelConfig) -> list[int]:
     """Reload the environment's model serving exactly ``[live]``; returns the versions that were unloaded."""
     r.client.load(r.model, pointer.to_json(pointer.with_policy(cfg, r.model, [live])))
     index = r.client.raw.get_model_repository_index()
@@ -99,7 +102,7 @@ def restore(
     env_model: bool,
     take_lock: bool,
     timeout_s: float = 120.0,
-    event: dict[str, Any] | None = None,
+    event: HistoryEvent | None = None,
 ) -> list[str]:
     """Unload the candidate's copy everywhere and, with ``env_model``, reload the environment's model from its pointer.
 
@@ -125,14 +128,14 @@ def restore(
     return done
 
 
-def _follow_pointer(store: ReleaseStore, env: str, model: str, reloaders: list[TritonReloader], event: dict[str, Any] | None) -> list[str]:
+def _follow_pointer(store: ReleaseStore, env: str, model: str, reloaders: list[TritonReloader], event: HistoryEvent | None) -> list[str]:
     state = store.env_state(env, model)
     if state.live is None:
         return ["the pointer names no version: nothing to reload"]
     done = []
     if event and state.live == event["version"] and live_stack(state.history)[-1:] != [state.live]:
         # Killed between the flip and its history entry: the pointer is the truth, the history catches up.
-        store.record_intent(env, model, {**event, "at": mf.now(), "note": "recorded by the canary guard: the canary died after the flip"}, state)
+        store.record_intent(env, model, {**event, "at": now(), "note": "recorded by the canary guard: the canary died after the flip"}, state)
         done.append(f"history: added the promotion to version {state.live} the pointer already named")
     cfg = pointer.parse_config(store.fs.read_text(f"{store.model_rel(env, model)}/config.pbtxt"), "pointer")
     for r in reloaders:
@@ -146,22 +149,44 @@ def _follow_pointer(store: ReleaseStore, env: str, model: str, reloaders: list[T
 
 def mark(store: ReleaseStore, env: str, model: str, rid: str, status: str, note: str, cleanup: list[str]) -> None:
     """Set the status of a canary's record that has no verdict yet (a verdict is never overwritten)."""
-    rec = canary_report.read_record(store.fs, env, model, rid)
-    if rec is None or rec.get("status") in canary_report.FINAL:
+    rec = canaries.read(store.fs, env, model, rid)
+    if rec is None or rec.final:
         return
-    rec.update(status=status, note=note, cleanup=cleanup, finished_at=mf.now())
-    canary_report.write_record(store.fs, rec)
+    write_record(store.fs, dataclasses.replace(rec, status=status, note=note, cleanup=cleanup, finished_at=now()))
 
 
 # ---------------------------------------------------------------- the guard process
+@dataclass(frozen=True)
+class GuardSpec:
+    """What the guard process needs to put the servers back: the store, the environment, the servers, the record to mark."""
+
+    store: str  # the store's URL
+    environments: list[str]
+    lease_s: float
+    env: str
+    model: str
+    servers: list[str]
+    record: str  # the canary record's id
+    parent: int  # the canary's pid (named in the guard's messages)
+    timeout_s: float
+    event: HistoryEvent  # the promotion the canary makes when it passes
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> GuardSpec:
+        return cls(**json.loads(text))
+
+
 class Guard:
     """The parent's end: start the guard, tell it the phase, and tell it when cleanup is done."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
-        root = str(Path(__file__).resolve().parents[2])
+    def __init__(self, spec: GuardSpec) -> None:
+        root = str(Path(__file__).resolve().parents[3])  # the directory holding the pipeline package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.release.canary_guard", json.dumps(spec)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, start_new_session=True
+            [sys.executable, "-m", "pipeline.release.canary.guard", spec.to_json()], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, start_new_session=True
         )
 
     def tell(self, word: str) -> None:
@@ -173,8 +198,9 @@ class Guard:
     def done(self) -> None:
         """The canary cleaned up after itself: the guard exits without acting."""
         self.tell("done")
+        assert self.proc.stdin is not None  # Popen(stdin=PIPE)
         with contextlib.suppress(BrokenPipeError, ValueError):
-            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.stdin.close()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
@@ -190,7 +216,7 @@ def main(argv: list[str] | None = None, say: Callable[[str], None] = _say) -> in
     """Wait for the canary's pipe to close; clean up if it closed without ``done``."""
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the pipe ends the guard
-    spec = json.loads((argv or sys.argv[1:])[0])
+    spec = GuardSpec.from_json((argv or sys.argv[1:])[0])
     switching = done = False
     while line := sys.stdin.buffer.readline():
         word = line.decode().strip()
@@ -198,19 +224,17 @@ def main(argv: list[str] | None = None, say: Callable[[str], None] = _say) -> in
         done |= word == "done"
     if done:
         return 0
-    store = ReleaseStore(spec["store"], spec["environments"], spec["lease_s"])
-    say(f"the canary (pid {spec['parent']}) ended without cleaning up; putting {spec['servers']} back to the pointer of '{spec['env']}'")
-    lines = restore(
-        store, spec["env"], spec["model"], spec["servers"], env_model=switching, take_lock=store.fs.local, timeout_s=spec["timeout_s"], event=spec["event"] if switching else None
-    )
+    store = ReleaseStore(spec.store, spec.environments, spec.lease_s)
+    say(f"the canary (pid {spec.parent}) ended without cleaning up; putting {spec.servers} back to the pointer of '{spec.env}'")
+    lines = restore(store, spec.env, spec.model, spec.servers, env_model=switching, take_lock=store.fs.local, timeout_s=spec.timeout_s, event=spec.event if switching else None)
     for ln in lines:
         say(ln)
     with contextlib.suppress(ReleaseError, OSError):
         mark(
             store,
-            spec["env"],
-            spec["model"],
-            spec["record"],
+            spec.env,
+            spec.model,
+            spec.record,
             "killed",
             f"the canary died {'while switching' if switching else 'before any switch'}; its guard unloaded the candidate and left the servers on the pointer",
             lines,

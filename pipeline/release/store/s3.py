@@ -129,7 +129,7 @@ def translate(e: BaseException, loc: S3Location, action: str) -> ReleaseError:
     """
     from botocore import exceptions as bx
 
-    where = {"endpoint": loc.endpoint or "AWS (no AWS_ENDPOINT_URL set)", "bucket": loc.bucket, "while": action}
+    where: dict[str, object] = {"endpoint": loc.endpoint or "AWS (no AWS_ENDPOINT_URL set)", "bucket": loc.bucket, "while": action}
     env_fix = "set AWS_ENDPOINT_URL (or write the store as s3://http://host:port/bucket/prefix)"
     if isinstance(e, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ConnectionClosedError, bx.ProxyConnectionError, ConnectionError)):
         return ReleaseError(

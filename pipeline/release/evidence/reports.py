@@ -22,6 +22,7 @@ from pipeline.core.atomic import file_digest
 from pipeline.core.errors import BenchError, ParityError, ReleaseError
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.records.bench import BenchRecord
+from pipeline.records.release import BenchSection, ParitySection, SamplesSection, ServedFile
 
 ONNX_FILE = "model.onnx"
 PLAN_SUFFIX = ".plan"
@@ -40,7 +41,7 @@ def served_files(version_dir: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> dict[str, Any]:
+def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> ParitySection:
     """The manifest's parity summary, after checking the report passed and covers every served file.
 
     ``outputs`` are the output names the release's config serves (they explain a mismatch).
@@ -65,12 +66,13 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
             f"{version_dir} holds no {ONNX_FILE} or TensorRT plan, so the parity report cannot vouch for what it serves",
             fix="release the repository stage's output (`dvc repro repository`)",
         )
-    matched, problems = {}, []
+    matched: dict[str, ServedFile] = {}
+    problems: list[str] = []
     for name, (sha, kind) in served.items():
         wanted = {k: a for k, a in arts.items() if k.startswith(_TRT) == (kind == "trt")}
         hits = [k for k, a in wanted.items() if a.get("sha256") == sha and artifact_passed(report, k)[0]]
         if hits:
-            matched[name] = {"sha256": sha, "artifact": hits[0]}
+            matched[name] = ServedFile(sha, hits[0])
             continue
         same = [k for k, a in wanted.items() if a.get("sha256") == sha]
         if same:  # the served file itself did not pass: the parity gate, as the report states it
@@ -92,13 +94,13 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> d
         if report.get("model"):
             details["report's model"] = report["model"]
         raise ReleaseError(f"the parity report does not vouch for the files this release ships ({version_dir})", fix=_PARITY_FIX, details=details)
-    shipped = {m["artifact"] for m in matched.values()}
+    shipped = {m.artifact for m in matched.values()}
     # Judged only on what it ships: every other artifact that did not pass is recorded with its reason, never fatal.
     optional = {k: artifact_passed(report, k)[1] for k in arts if k not in shipped and not artifact_passed(report, k)[0]}
-    return {"pass": True, "report": str(path), "served": matched, "not_shipped": optional, "artifacts": {k: _artifact_summary(a) for k, a in arts.items()}}
+    return ParitySection(True, str(path), matched, optional, {k: _artifact_summary(a) for k, a in arts.items()})
 
 
-def parity_samples(path: str | Path) -> tuple[Path | None, dict[str, Any]]:
+def parity_samples(path: str | Path) -> tuple[Path | None, SamplesSection]:
     """The real inputs parity compared on (its report names the file), to ship for ``release canary`` to replay.
 
     Returns the file (None when there is none to ship) and the manifest's ``samples`` section.
@@ -106,13 +108,13 @@ def parity_samples(path: str | Path) -> tuple[Path | None, dict[str, Any]]:
     try:
         named = (load_report(path).get("reference") or {}).get("inputs")
     except ParityError as e:
-        return None, {"status": "absent", "reason": e.what}
+        return None, SamplesSection.absent(e.what)
     if not named:
-        return None, {"status": "absent", "reason": f"the parity report {path} names no inputs file"}
+        return None, SamplesSection.absent(f"the parity report {path} names no inputs file")
     p = Path(named)
     if not p.is_file():
-        return None, {"status": "absent", "reason": f"the parity inputs {p} are missing (run `dvc repro parity`, or `dvc pull` its outputs)"}
-    return p, {"status": "shipped", "file": SAMPLES_FILE, "from": str(p), "sha256": file_digest(p)[0]}
+        return None, SamplesSection.absent(f"the parity inputs {p} are missing (run `dvc repro parity`, or `dvc pull` its outputs)")
+    return p, SamplesSection("shipped", file=SAMPLES_FILE, from_=str(p), sha256=file_digest(p)[0])
 
 
 def _artifact_summary(entry: dict[str, Any]) -> dict[str, Any]:
@@ -127,34 +129,34 @@ def _artifact_summary(entry: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def bench_section(path: str | Path | None, model: str, model_dir: Path, version_dir: Path) -> dict[str, Any]:
+def bench_section(path: str | Path | None, model: str, model_dir: Path, version_dir: Path) -> BenchSection:
     """The bench summary if the report measured exactly these files, else ``{"status": "absent", "reason": ...}``.
 
     Never raises for a report that does not fit: a release does not need a benchmark.
     """
     if path is None or not Path(path).is_file():
-        return _absent(f"no bench report at {path}" if path else "no bench report given")
+        return BenchSection.absent(f"no bench report at {path}" if path else "no bench report given")
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        return _absent(f"{path} is not readable JSON ({e})")
+        return BenchSection.absent(f"{path} is not readable JSON ({e})")
     try:
         record = BenchRecord.from_json(data)
     except BenchError as e:
-        return _absent(f"{path}: {e.what}")
+        return BenchSection.absent(f"{path}: {e.what}")
     measured = record.model
     if measured.name != model:
-        return _absent(f"{path} measured model '{measured.name}', not '{model}'")
+        return BenchSection.absent(f"{path} measured model '{measured.name}', not '{model}'")
     onnx = version_dir / ONNX_FILE
     if not onnx.is_file():
-        return _absent(f"the release has no {ONNX_FILE} (the bench measures the ONNX Runtime model)")
+        return BenchSection.absent(f"the release has no {ONNX_FILE} (the bench measures the ONNX Runtime model)")
     sha = file_digest(onnx)[0]
     if measured.sha256 != sha:
-        return _absent(f"{path} measured a model.onnx with sha256 {str(measured.sha256)[:12]}..., the release ships {sha[:12]}...")
+        return BenchSection.absent(f"{path} measured a model.onnx with sha256 {str(measured.sha256)[:12]}..., the release ships {sha[:12]}...")
     shipped = {file_digest(p)[0] for p in version_dir.glob("*.onnx")}
     per_variant = measured.files_sha256
     if per_variant is not None and set(per_variant.values()) != shipped:
-        return _absent(
+        return BenchSection.absent(
             f"{path} measured the variants on other ONNX files than the release ships "
             f"(measured {sorted(v[:12] for v in per_variant.values())}, shipped {sorted(s[:12] for s in shipped)})"
         )
@@ -162,14 +164,10 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
     if measured.configs_sha256 != configs:
         theirs = measured.configs_sha256 or {}
         diff = sorted(k for k in configs.keys() | theirs.keys() if configs.get(k) != theirs.get(k))
-        return _absent(f"{path} measured other config variants than the release ships (differ: {', '.join(diff)})")
+        return BenchSection.absent(f"{path} measured other config variants than the release ships (differ: {', '.join(diff)})")
     default = model_dir / "config.pbtxt"  # what an environment serves without --variant: it must be a measured variant
     if default.is_file() and file_digest(default)[0] not in configs.values():
-        return _absent(f"{path} measured no config equal to the release's config.pbtxt (edited after the bench?)")
+        return BenchSection.absent(f"{path} measured no config equal to the release's config.pbtxt (edited after the bench?)")
     if record.summary is None:
-        return _absent(f"{path} has no summary to record (rerun `dvc repro bench`)")
-    return {"status": "measured", "report": str(path), "model_sha256": sha, "configs_sha256": configs, "summary": record.summary}
-
-
-def _absent(reason: str) -> dict[str, Any]:
-    return {"status": "absent", "reason": reason}
+        return BenchSection.absent(f"{path} has no summary to record (rerun `dvc repro bench`)")
+    return BenchSection("measured", report=str(path), model_sha256=sha, configs_sha256=configs, summary=record.summary)

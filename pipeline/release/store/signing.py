@@ -6,7 +6,7 @@ still cannot forge the signature. It is written as ``release.sig`` inside the re
 before the release is published, which keeps releases immutable.
 
 model-signing works on local paths: a release is signed as a local copy before it is uploaded
-(:meth:`pipeline.release.store.ReleaseStore.add_release`), and verified from a temporary copy when
+(:meth:`pipeline.release.store.store.ReleaseStore.add_release`), and verified from a temporary copy when
 the store is remote. ``model-signing`` (and ``pyopenssl``, which it imports but does
 not declare) are optional dependencies: without them only signing fails, with a message.
 """
@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release.fs import StoreFS
+from pipeline.records.release import ReleaseManifest
+from pipeline.release.store.fs import StoreFS
 
 SIGNATURE = "release.sig"
 
@@ -36,7 +37,7 @@ def _lib():  # noqa: ANN202 - returns the module
 
 def _hashing(ms):  # noqa: ANN001, ANN202
     # The signature file lives inside the signed directory: leave it out of the hash (and an object
-    # store's upload claim, a marker that may outlive a killed upload: pipeline/release/publish.py).
+    # store's upload claim, a marker that may outlive a killed upload: pipeline/release/store/publish.py).
     return ms.hashing.Config().set_ignored_paths(paths=[SIGNATURE, ".claim"], ignore_git_paths=False)
 
 
@@ -88,7 +89,7 @@ def verify_dir(fs: StoreFS, rel: str, public_key: str | Path) -> None:
             ) from None
 
 
-def unkeyed_problems(fs: StoreFS, rel: str, manifest: dict) -> list[str]:
+def unkeyed_problems(fs: StoreFS, rel: str, manifest: ReleaseManifest) -> list[str]:
     """What can be checked of ``rel/release.sig`` without a key: that it is a bundle and signs these very files.
 
     Authenticity needs the public key; but a signature whose signed digests no longer match the release (a file or
@@ -104,7 +105,7 @@ def unkeyed_problems(fs: StoreFS, rel: str, manifest: dict) -> list[str]:
         signed = {r["name"]: r["digest"] for r in statement["predicate"]["resources"]}
     except (ValueError, KeyError, TypeError) as e:
         return [f"{SIGNATURE} is not a model-signing bundle ({type(e).__name__}): invalid for any key"]
-    actual = {f"files/{k}": v["sha256"] for k, v in manifest["files"].items()}
+    actual = {f"files/{k}": v.sha256 for k, v in manifest.files.items()}
     actual["manifest.json"] = hashlib.sha256(fs.read_bytes(f"{rel}/manifest.json")).hexdigest()
     changed = sorted(n for n in set(signed) | set(actual) if signed.get(n) != actual.get(n))
     if not changed:

@@ -42,10 +42,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import ReleaseError
+from pipeline.records.release import DvcCheck
 
 SOURCE_KINDS = ("model", "data")
 HOST_KIND = "host"  # pipeline.core.host's record: an ordinary dependency of the stages that read it
@@ -73,7 +75,7 @@ UNCHECKED_FIX = (
 )
 
 
-def check(repository: str | Path, parity: str | Path | None = None, bench: str | Path | None = None, unchecked: bool = False) -> dict[str, Any]:
+def check(repository: str | Path, parity: str | Path | None = None, bench: str | Path | None = None, unchecked: bool = False) -> DvcCheck:
     """The manifest's ``dvc`` section for ``repository`` and its evidence, or refuse when the pipeline is stale.
 
     Raises:
@@ -94,7 +96,7 @@ def check(repository: str | Path, parity: str | Path | None = None, bench: str |
     try:
         with Repo(str(root)) as repo:
             state = _check(repo, root, path)
-            problems = bind(repo, root, state, {"parity": parity, "bench": bench})
+            state, problems = bind(repo, root, state, {"parity": parity, "bench": bench})
             return _unchecked("; ".join(problems), unchecked, state) if problems else state
     except LockError as e:
         raise ReleaseError(
@@ -110,7 +112,7 @@ def check(repository: str | Path, parity: str | Path | None = None, bench: str |
         ) from None
 
 
-def _check(repo: Any, root: Path, path: Path) -> dict[str, Any]:
+def _check(repo: Any, root: Path, path: Path) -> DvcCheck:
     import networkx as nx
 
     target = _target_stage(repo, root, path)
@@ -141,31 +143,32 @@ def _check(repo: Any, root: Path, path: Path) -> dict[str, Any]:
             fix=f"run `{fix_cmd}` (then commit dvc.lock) and build the release again",
             details={"project": root, "stale": "\n    " + "\n    ".join(f"{n}: {why}" for n, why in stale)},
         )
-    return {
-        "checked": True,
-        "project": str(root),
-        "target": _name(target, root),
-        "stages": [_name(s, root) for s in checked],
-        "not_checked": {**{_name(s, root): "always changed (its source records are compared by content)" for s in always}, **skipped},
-        "sources": {kind: _rel(p, root) for kind, (_, p) in sorted(records.items())},
-    }
+    return DvcCheck(
+        checked=True,
+        project=str(root),
+        target=_name(target, root),
+        stages=[_name(s, root) for s in checked],
+        not_checked={**{_name(s, root): "always changed (its source records are compared by content)" for s in always}, **skipped},
+        sources={kind: _rel(p, root) for kind, (_, p) in sorted(records.items())},
+    )
 
 
-def _unchecked(reason: str, allowed: bool, state: dict[str, Any] | None = None) -> dict[str, Any]:
+def _unchecked(reason: str, allowed: bool, state: DvcCheck | None = None) -> DvcCheck:
     if not allowed:
         raise ReleaseError(f"the release's evidence is not vouched for by dvc.lock: {reason}", fix=UNCHECKED_FIX)
-    return {**(state or {}), "checked": False, "unchecked_evidence": True, "reason": reason}
+    return replace(state or DvcCheck(checked=False), checked=False, unchecked_evidence=True, reason=reason)
 
 
-def bind(repo: Any, root: Path, state: dict[str, Any], evidence: dict[str, str | Path | None]) -> list[str]:
-    """Bind each evidence file to the stage out that holds it (into ``state["evidence"]``); the problems found.
+def bind(repo: Any, root: Path, state: DvcCheck, evidence: dict[str, str | Path | None]) -> tuple[DvcCheck, list[str]]:
+    """``state`` with each evidence file bound to the stage out that holds it (its ``evidence``), and the problems found.
 
     An out must match its dvc.lock hash (DVC's own workspace check). Parity must come from a stage the
     repository depends on (so 2. checked it); a bench from a stage that is up to date, else it is not
-    attached (``state["bench_detached"]`` says why) rather than refused: a bench is optional evidence.
+    attached (``bench_detached`` says why) rather than refused: a bench is optional evidence.
     """
     problems: list[str] = []
-    bound = {"repository": {"stage": state["target"]}}
+    detached = None
+    bound: dict[str, dict[str, str | None]] = {"repository": {"stage": state.target}}
     for kind, given in evidence.items():
         if given is None:
             continue
@@ -180,15 +183,14 @@ def bind(repo: Any, root: Path, state: dict[str, Any], evidence: dict[str, str |
         name, changed = _name(stage, root), out.workspace_status()
         if changed:
             problems.append(f"--{kind} {_rel(p, root)} ({name}'s out) differs from dvc.lock: {describe([changed])}")
-        elif kind == "parity" and name not in state["stages"]:
+        elif kind == "parity" and name not in (state.stages or []):
             problems.append(f"--parity {_rel(p, root)} is written by {name}, which the repository stage does not depend on")
         elif kind == "bench":
             stale = [describe(entries) for entries in repo.status(targets=[stage.addressing]).values()]
             if stale:
-                state["bench_detached"] = f"the {name} stage is out of date ({'; '.join(stale)}): run `dvc repro {name}`"
+                detached = f"the {name} stage is out of date ({'; '.join(stale)}): run `dvc repro {name}`"
         bound[kind] = {"path": _rel(p, root), "stage": name, "md5": out.hash_info.value if out.hash_info else None}
-    state["evidence"] = bound
-    return problems
+    return replace(state, bench_detached=detached, evidence=bound), problems
 
 
 def _out_holding(repo: Any, path: Path) -> tuple[Any, Any] | None:

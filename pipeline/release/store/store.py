@@ -13,8 +13,8 @@ Layout (under any fsspec URL)::
 
 Releases are written so that a reader sees all of one or none of it (local: staging name,
 verify, rename; object stores: claim, upload, verify, manifest last; see
-:mod:`pipeline.release.publish`); nothing here ever rewrites or deletes a published release.
-Switches of one environment are serialized by :mod:`pipeline.release.lock`, and the pointer
+:mod:`pipeline.release.store.publish`); nothing here ever rewrites or deletes a published release.
+Switches of one environment are serialized by :mod:`pipeline.release.store.lock`, and the pointer
 and history are replaced only if they are still what was read under the lock.
 """
 
@@ -30,19 +30,21 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import env_copy, faults, lock, pointer, publish
-from pipeline.release import history as hist_mod
-from pipeline.release import manifest as mf
-from pipeline.release.fs import StoreFS
-from pipeline.release.s3 import Conflict
-from pipeline.release import signing
-from pipeline.release.signing import SIGNATURE
+from pipeline.records.release import ReleaseManifest, ReleaseSections, Source, read_manifest
+from pipeline.release.store import env_copy, faults, lock, pointer, publish, signing
+from pipeline.release.store import history as hist_mod
+from pipeline.release.store.checksums import Mismatch, compare, raise_on_mismatch
+from pipeline.release.store.fs import StoreFS
+from pipeline.release.store.history import HistoryEvent
+from pipeline.release.store.s3 import Conflict
+from pipeline.release.store.signing import SIGNATURE
 
 RELEASE_ENTRIES = {"manifest.json", "files", SIGNATURE}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass
@@ -53,10 +55,10 @@ class EnvState:
     model: str
     live: int | None
     present: list[int] = field(default_factory=list)
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[HistoryEvent] = field(default_factory=list)
     pointer_tag: str | None = None  # version of config.pbtxt that was read (S3 ETag / sha256); None = absent
     history_tag: str | None = None
-    interrupted: dict[str, Any] | None = None  # the last switch, recorded as an intent whose pointer never flipped
+    interrupted: HistoryEvent | None = None  # the last switch, recorded as an intent whose pointer never flipped
 
 
 class ReleaseStore:
@@ -127,7 +129,7 @@ class ReleaseStore:
         """Whether ``version`` is a published release (its manifest exists: the commit of an upload)."""
         return self.fs.exists(f"{self.release_rel(model, version)}/manifest.json")
 
-    def manifest(self, model: str, version: int) -> dict[str, Any]:
+    def manifest(self, model: str, version: int) -> ReleaseManifest:
         """The manifest of release ``version``.
 
         Raises:
@@ -141,26 +143,26 @@ class ReleaseStore:
                 fix=f"choose one of the existing versions {have}" if have else "build a release first with `release build`",
                 details={"existing versions": have or "(none)"},
             )
-        return mf.load_manifest(self.fs.read_bytes(rel), self.fs.path(rel))
+        return read_manifest(self.fs.read_bytes(rel), self.fs.path(rel))
 
-    def check_release(self, model: str, version: int) -> tuple[dict[str, Any], list[mf.Mismatch]]:
+    def check_release(self, model: str, version: int) -> tuple[ReleaseManifest, list[Mismatch]]:
         """The manifest and every difference between it and the release's files (no raise on differences)."""
         m = self.manifest(model, version)
         rel = self.release_rel(model, version)
         # A claim left by a process killed right after its commit is a marker, not content.
         extra = [e for e in self.fs.listdir(rel) if e not in RELEASE_ENTRIES and e != publish.CLAIM]
-        problems = [mf.Mismatch("unexpected", e, "not part of a release") for e in extra]
-        problems += mf.compare(m["files"], self.fs.walk_files(f"{rel}/files"), lambda f: self.fs.sha256(f"{rel}/files/{f}"))
-        return m, problems + mf.inconsistent(m)
+        problems = [Mismatch("unexpected", e, "not part of a release") for e in extra]
+        problems += compare(m.files, self.fs.walk_files(f"{rel}/files"), lambda f: self.fs.sha256(f"{rel}/files/{f}"))
+        return m, problems + [Mismatch("inconsistent", path, detail) for path, detail in m.inconsistencies()]
 
-    def verify_release(self, model: str, version: int) -> dict[str, Any]:
+    def verify_release(self, model: str, version: int) -> ReleaseManifest:
         """Re-hash every file of a release; refuse if one changed, vanished or was added.
 
         Returns the manifest. Raises :class:`ReleaseError` listing every difference.
         """
         m, problems = self.check_release(model, version)
         rel = self.release_rel(model, version)
-        mf.raise_on_mismatch(
+        raise_on_mismatch(
             problems,
             f"release {version} of '{model}' was modified after it was built",
             self.fs.path(rel),
@@ -172,22 +174,22 @@ class ReleaseStore:
         self,
         model: str,
         source_dir: Path,
-        sections: dict[str, Any],
+        sections: ReleaseSections,
         sign: Callable[[Path], None] | None = None,
         extra: list[tuple[Path, str]] | None = None,
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, ReleaseManifest]:
         """Freeze ``source_dir`` (a shipped Triton model dir) as the next release of ``model``.
 
         The version dir of the source is renumbered to the new version. ``extra`` files ride along
         under ``files/<rel>`` (the parity samples a canary replays), checksummed like the rest. Files are hashed at the
-        source, uploaded, re-hashed in the store, and only then published (:mod:`~pipeline.release.publish`).
+        source, uploaded, re-hashed in the store, and only then published (:mod:`~pipeline.release.store.publish`).
         ``sign(dir)`` writes ``release.sig`` into a local copy of the complete release
         (manifest.json + files/) before anything is uploaded, so a signing failure writes nothing.
 
         Raises:
             ReleaseError: bad model name, not exactly one version dir, store not writable, a corrupted upload.
         """
-        if not _NAME.match(model):
+        if not MODEL_NAME.match(model):
             raise ReleaseError(f"model name '{model}' is not usable as a directory name", fix="rename the model (model.name) to letters, digits, - _ .")
         version_dirs = sorted(p.name for p in source_dir.iterdir() if p.is_dir() and p.name.isdigit())
         if len(version_dirs) != 1:
@@ -198,8 +200,8 @@ class ReleaseStore:
         sources = [(p, p.relative_to(source_dir).as_posix()) for p in sorted(source_dir.rglob("*")) if p.is_file()]
         sources += [(p, rel) for p, rel in extra or [] if rel not in {r for _, r in sources}]
         digests = publish.expected_of(sources)  # hashed once at the source, whatever number the release gets
-        source = {"repository": str(source_dir), "source_version": version_dirs[0]}
-        made: dict[str, Any] = {}
+        source = Source(str(source_dir), version_dirs[0])
+        made: dict[int, ReleaseManifest] = {}
 
         with tempfile.TemporaryDirectory(prefix="release-sign-") as tmp:
 
@@ -210,14 +212,14 @@ class ReleaseStore:
 
                 uploads = [(p, f"files/{renumber(rel)}") for p, rel in sources]
                 files = {renumber(rel): digests[rel] for _, rel in sources}
-                made["manifest"] = mf.new_manifest(model, version, files, source, **sections)
-                data = (json.dumps(made["manifest"], indent=2) + "\n").encode()
+                made[version] = ReleaseManifest.new(model, version, hist_mod.now(), source, files, sections)
+                data = made[version].to_bytes()
                 if sign is not None:
                     uploads.append((_signed_copy(Path(tmp) / str(version), uploads, data, sign), SIGNATURE))
                 return publish.ReleaseFiles(uploads, data, {f"files/{k}": v for k, v in files.items()} | publish.expected_of(uploads[len(sources) :]))
 
             version = publish.write_release(self, model, None, render)
-        return version, made["manifest"]
+        return version, made[version]
 
     # ------------------------------------------------------------ environments
     def env_state(self, env: str, model: str) -> EnvState:
@@ -230,7 +232,7 @@ class ReleaseStore:
             versions = pointer.live_versions(cfg)
             live = versions[-1] if versions else None
         present = sorted(int(n) for n in self.fs.listdir(rel) if n.isdigit())
-        history: list[dict[str, Any]] = []
+        history: list[HistoryEvent] = []
         hist = self.fs.read_tagged(self.history_rel(env, model))
         if hist is not None:
             try:
@@ -244,14 +246,14 @@ class ReleaseStore:
         history, interrupted = hist_mod.reconcile(history, ptr[0] if ptr else None, live)
         return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None, interrupted)
 
-    def verify_env_copy(self, env: str, model: str, version: int, m: dict[str, Any]) -> list[mf.Mismatch]:
+    def verify_env_copy(self, env: str, model: str, version: int, m: ReleaseManifest) -> list[Mismatch]:
         """Differences between the environment's copy of ``version`` (``<N>/`` and ``warmup/<N>/``) and the release manifest."""
         return env_copy.verify(self, env, model, version, m)
 
-    def install_version(self, env: str, model: str, version: int, m: dict[str, Any]) -> str:
+    def install_version(self, env: str, model: str, version: int, m: ReleaseManifest) -> str:
         """Make ``envs/<env>/<model>/<version>/`` and its warmup data a complete, verified copy of the release.
 
-        Returns "copied", "present", "replaced" or "completed" (see :func:`pipeline.release.env_copy.install`).
+        Returns "copied", "present", "replaced" or "completed" (see :func:`pipeline.release.store.env_copy.install`).
         """
         return env_copy.install(self, env, model, version, m)
 
@@ -260,7 +262,7 @@ class ReleaseStore:
         for d in sorted({posixpath.dirname(f) for f in self.fs.walk_files(rel) if "__pycache__/" in f"/{f}"}):
             self.fs.remove_tree(f"{rel}/{d}")
 
-    def release_config(self, model: str, version: int, variant: str | None) -> tuple[Any, str]:
+    def release_config(self, model: str, version: int, variant: str | None) -> tuple[mc.ModelConfig, str]:
         """The release's config (``config.pbtxt`` or ``configs/<variant>.pbtxt``) as an environment serves it, and the variant name.
 
         As an environment serves it: its ``model_warmup`` reads ``warmup/<version>/`` (:func:`pointer.for_version`).
@@ -288,45 +290,37 @@ class ReleaseStore:
                 fix="set release.public_key to the PEM EC public key, or pass --public-key; nothing was changed",
             )
 
-    def check_evidence(self, m: dict[str, Any], env: str) -> None:
+    def check_evidence(self, m: ReleaseManifest, env: str) -> None:
         """Refuse a release whose evidence dvc.lock did not vouch for, in an environment that requires it.
 
         Raises:
             ReleaseError: ``env`` is in ``checked_evidence_envs`` and the manifest's ``dvc`` section is not checked.
         """
-        dvc = m.get("dvc") or {}
-        if env in self.checked_evidence_envs and not dvc.get("checked"):
+        if env in self.checked_evidence_envs and not m.evidence_checked:
             raise ReleaseError(
-                f"release {m['version']} of '{m['model']}' was built from evidence dvc.lock does not vouch for, and '{env}' requires it",
+                f"release {m.version} of '{m.model}' was built from evidence dvc.lock does not vouch for, and '{env}' requires it",
                 fix="build the release from the pipeline's outputs (`dvc repro`, then `release build`), or pass --allow-unchecked-evidence; nothing was changed",
-                details={"reason": dvc.get("reason") or "(no dvc section)"},
+                details={"reason": (m.dvc.reason if m.dvc else None) or "(no dvc section)"},
             )
 
-    @staticmethod
-    def variants(m: dict[str, Any]) -> list[str]:
-        """The config variants a release carries: the ``configs/<name>.pbtxt`` its manifest lists (and checks)."""
-        return sorted(
-            k.removeprefix("configs/").removesuffix(".pbtxt") for k in m["files"] if k.startswith("configs/") and k.endswith(".pbtxt") and "/" not in k.removeprefix("configs/")
-        )
-
-    def check_variant(self, m: dict[str, Any], variant: str) -> None:
+    def check_variant(self, m: ReleaseManifest, variant: str) -> None:
         """Refuse a variant that is not a name from the release's own manifest (so no path outside the release is read).
 
         Raises:
             ReleaseError: with the variants the release has.
         """
-        have = self.variants(m)
+        have = m.variants()
         if variant not in have:
             raise ReleaseError(
-                f"release {m['version']} of '{m['model']}' has no config variant {variant!r}",
+                f"release {m.version} of '{m.model}' has no config variant {variant!r}",
                 fix=f"use --variant with one of {have or '(none: the release has only config.pbtxt)'} or leave it out; nothing was changed",
             )
 
     @contextlib.contextmanager
-    def env_lock(self, env: str, model: str, command: str = "promote/rollback") -> Iterator[lock.Lease | Any]:
+    def env_lock(self, env: str, model: str, command: str = "promote/rollback") -> Iterator[lock.HeldLock]:
         """Serialize promote/rollback of one environment (local: flock; object stores: a lease object).
 
-        Yields a guard whose ``check()`` must pass right before the flip. See :mod:`pipeline.release.lock`.
+        Yields a guard whose ``check()`` must pass right before the flip. See :mod:`pipeline.release.store.lock`.
 
         Raises:
             ReleaseError: another promote or rollback of this environment holds the lock.
@@ -360,10 +354,10 @@ class ReleaseStore:
                 details={"pointer": self.fs.path(rel)},
             ) from None
 
-    def record_intent(self, env: str, model: str, event: dict[str, Any], state: EnvState) -> None:
+    def record_intent(self, env: str, model: str, event: HistoryEvent, state: EnvState) -> None:
         """Record a promote/rollback *before* its flip, with the sha256 of the pointer it will write.
 
-        Readers (:func:`reconcile`) confirm the event by the pointer: flipped, it happened; not flipped, it is
+        Readers (:func:`~pipeline.release.store.history.reconcile`) confirm the event by the pointer: flipped, it happened; not flipped, it is
         marked aborted. So pointer and history cannot disagree after a kill or an error at any point.
 
         Raises:

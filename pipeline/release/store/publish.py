@@ -7,7 +7,7 @@ Object stores have no rename (a copy of N objects is N writes a reader sees one 
 *manifest* is the commit:
 
 1. claim the number: create ``releases/<model>/<N>/.claim`` with ``If-None-Match: *`` (a
-   :class:`~pipeline.release.lock.Lease` without takeover); of two builders only one gets N,
+   :class:`~pipeline.release.store.lock.Lease` without takeover); of two builders only one gets N,
    the other moves on to N+1. The claim is renewed by a heartbeat while the upload runs.
 2. upload every file into ``releases/<model>/<N>/`` (``files/``, ``release.sig``), then re-read
    each one from the store and compare its sha256 with the source's;
@@ -32,14 +32,15 @@ from typing import Protocol
 
 from pipeline.core.atomic import file_digest
 from pipeline.core.errors import ReleaseError
-from pipeline.release import manifest as mf
-from pipeline.release.fs import StoreFS
-from pipeline.release.lock import Busy, Lease
-from pipeline.release.s3 import Conflict
+from pipeline.records.release import FileEntry, FileTable
+from pipeline.release.store.checksums import compare, raise_on_mismatch
+from pipeline.release.store.fs import StoreFS
+from pipeline.release.store.lock import Busy, Lease
+from pipeline.release.store.s3 import Conflict
 
 
 class ReleaseStore(Protocol):
-    """What this module needs of :class:`pipeline.release.store.ReleaseStore` (which imports this module)."""
+    """What this module needs of :class:`pipeline.release.store.store.ReleaseStore` (which imports this module)."""
 
     fs: StoreFS
     lock_lease_s: float
@@ -59,16 +60,12 @@ class ReleaseFiles:
 
     uploads: list[tuple[Path, str]]  # (local file, path inside the release dir: files/..., release.sig)
     manifest: bytes
-    expected: mf.FileTable  # path inside the release dir -> sha256 and size of the local file
+    expected: FileTable  # path inside the release dir -> sha256 and size of the local file
 
 
-def expected_of(uploads: list[tuple[Path, str]]) -> mf.FileTable:
+def expected_of(uploads: list[tuple[Path, str]]) -> FileTable:
     """sha256 and size of every local file to upload."""
-    out: mf.FileTable = {}
-    for src, rel in uploads:
-        digest, size = file_digest(src)
-        out[rel] = {"sha256": digest, "size": size}
-    return out
+    return {rel: FileEntry(*file_digest(src)) for src, rel in uploads}
 
 
 def write_release(store: ReleaseStore, model: str, version: int | None, render: Callable[[int], ReleaseFiles]) -> int:
@@ -88,8 +85,8 @@ def write_release(store: ReleaseStore, model: str, version: int | None, render: 
 
 def _verify(store: ReleaseStore, rel_dir: str, rf: ReleaseFiles) -> None:
     present = [f for f in store.fs.walk_files(rel_dir) if posixpath.basename(f) != CLAIM]
-    mf.raise_on_mismatch(
-        mf.compare(rf.expected, present, lambda f: store.fs.sha256(f"{rel_dir}/{f}")),
+    raise_on_mismatch(
+        compare(rf.expected, present, lambda f: store.fs.sha256(f"{rel_dir}/{f}")),
         "the upload to the release store was corrupted",
         store.fs.path(rel_dir),
         "re-run the command; nothing was published",

@@ -21,32 +21,44 @@ kept in the pointer's order. Why not a lease without conditional writes: "read, 
 lock, write the lock" races; only the server can make the create exclusive.
 
 The same lease (without takeover) claims a release number while it is uploaded
-(:mod:`pipeline.release.publish`).
+(:mod:`pipeline.release.store.publish`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import getpass
 import json
 import os
 import socket
 import threading
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Protocol, TypedDict
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release import manifest as mf
-from pipeline.release.fs import StoreFS
-from pipeline.release.s3 import Conflict
+from pipeline.release.store.fs import StoreFS
+from pipeline.release.store.history import now, user
+from pipeline.release.store.s3 import Conflict
+
+
+class LockHolder(TypedDict, total=False):
+    """What a lock object says about its holder (empty when it cannot be read)."""
+
+    command: str
+    user: str
+    host: str
+    pid: int
+    since: str
+    lease_s: float
+    token: str  # unique to this holder: with the beat count, every PUT's bytes (so its ETag) differ
+    beat: int
 
 
 class Busy(Exception):
     """The lease is held by someone else (``holder``: what its object says, ``age_s``: since its last heartbeat)."""
 
-    def __init__(self, rel: str, holder: dict[str, Any], age_s: float) -> None:
+    def __init__(self, rel: str, holder: LockHolder, age_s: float) -> None:
         self.rel, self.holder, self.age_s = rel, holder, age_s
         super().__init__(rel)
 
@@ -61,7 +73,7 @@ class Lease:
     def __init__(self, fs: StoreFS, rel: str, lease_s: float, command: str) -> None:
         self.fs, self.rel, self.lease_s = fs, rel, lease_s
         self.token = uuid.uuid4().hex
-        self.body = {"command": command, "user": _user(), "host": socket.gethostname(), "pid": os.getpid(), "since": mf.now(), "lease_s": lease_s}
+        self.body = LockHolder(command=command, user=user(), host=socket.gethostname(), pid=os.getpid(), since=now(), lease_s=lease_s)
         self.tag: str | None = None
         self.beats = 0
         self.lost: str | None = None
@@ -72,7 +84,7 @@ class Lease:
 
     def _bytes(self) -> bytes:
         # The token and the beat count make every PUT's bytes (so its ETag) unique to this holder and beat.
-        return json.dumps({**self.body, "token": self.token, "beat": self.beats}).encode()
+        return json.dumps(LockHolder(**self.body, token=self.token, beat=self.beats)).encode()
 
     def acquire(self, take_over: bool = True) -> None:
         """Create the lock object; with ``take_over`` replace one whose holder stopped renewing it.
@@ -104,7 +116,7 @@ class Lease:
         self._thread = threading.Thread(target=self._heartbeat, name=f"lease {self.rel}", daemon=True)
         self._thread.start()
 
-    def _holder(self) -> dict[str, Any]:
+    def _holder(self) -> LockHolder:
         got = self.fs.read_tagged(self.rel)
         try:
             return json.loads(got[0]) if got else {}
@@ -157,6 +169,14 @@ class Lease:
             self.tag = None
 
 
+class HeldLock(Protocol):
+    """What holding an environment's lock gives the caller: ``check()`` right before an irreversible write, and notes."""
+
+    notes: list[str]
+
+    def check(self) -> None: ...
+
+
 class _NoGuard:
     """What a local flock gives the caller: nothing to renew, nothing to note."""
 
@@ -168,7 +188,7 @@ class _NoGuard:
 
 
 @contextlib.contextmanager
-def env_lock(fs: StoreFS, env: str, model: str, lease_s: float, command: str) -> Iterator[Lease | _NoGuard]:
+def env_lock(fs: StoreFS, env: str, model: str, lease_s: float, command: str) -> Iterator[HeldLock]:
     """Hold the lock of ``env``/``model`` for one promote or rollback; yields an object with ``check()``.
 
     Raises:
@@ -202,10 +222,3 @@ def env_lock(fs: StoreFS, env: str, model: str, lease_s: float, command: str) ->
         yield lease
     finally:
         lease.release()
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

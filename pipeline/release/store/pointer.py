@@ -4,7 +4,7 @@ Why one file: Triton reads ``version_policy { specific { versions: [N] } }`` to 
 numbered directory it serves, so that file already *is* the pointer. Keeping a second
 pointer (a symlink or a LIVE file) would give two sources of truth that can disagree after
 a crash between two writes. Flipping an environment is therefore one atomic replace of
-``envs/<env>/<model>/config.pbtxt`` (see :meth:`pipeline.release.fs.StoreFS.write_atomic`),
+``envs/<env>/<model>/config.pbtxt`` (see :meth:`pipeline.release.store.fs.StoreFS.write_atomic`),
 and every tool here reads the live version back from that same file.
 
 The environment serves one config (the release's default variant unless ``--variant``
@@ -13,7 +13,7 @@ chooses another); it carries no ``configs/`` directory, because Triton's
 
 Its ``model_warmup`` reads the live version's own data: one ``<model>/`` holds every version
 promoted there, so each release's warmup files are installed under ``<model>/warmup/<N>/``
-(:mod:`pipeline.release.env_copy`) and the config's ``input_data_file`` entries name
+(:mod:`pipeline.release.store.env_copy`) and the config's ``input_data_file`` entries name
 ``<N>/<file>`` (:func:`for_version`). A live switch's handover config carries no warmup
 (:func:`handover` says why).
 """

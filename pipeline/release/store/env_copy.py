@@ -6,7 +6,7 @@ directory holding every version promoted there, with one config.pbtxt; Triton re
 ``input_data_file`` relative to ``<model>/warmup/``. Two releases' rows under one name would
 overwrite each other, and a rollback target would then warm up with another release's data, so
 each release's rows go to ``<model>/warmup/<N>/`` and the environment's config names them there
-(:func:`pipeline.release.pointer.for_version`). A release built before warmup existed has no
+(:func:`pipeline.release.store.pointer.for_version`). A release built before warmup existed has no
 ``warmup/`` files: its copy is the version directory alone, as before.
 
 Both parts are copied and checked against the release manifest's sha256s, by ``install`` (every
@@ -18,23 +18,28 @@ from __future__ import annotations
 import contextlib
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.release import manifest as mf
-from pipeline.release.fs import StoreFS
+from pipeline.records.release import FileTable, ReleaseManifest
+from pipeline.release.store.checksums import Mismatch, compare as compare_files, raise_on_mismatch
+from pipeline.release.store.fs import StoreFS
 from pipeline.repository.warmup import WARMUP_DIR
 
 
+class _Live(Protocol):
+    live: int | None
+
+
 class ReleaseStore(Protocol):
-    """What this module uses of :class:`pipeline.release.store.ReleaseStore` (which calls it: no import back)."""
+    """What this module uses of :class:`pipeline.release.store.store.ReleaseStore` (which calls it: no import back)."""
 
     fs: StoreFS
 
     def model_rel(self, env: str, model: str) -> str: ...
     def release_rel(self, model: str, version: int) -> str: ...
-    def env_state(self, env: str, model: str) -> Any: ...
+    def env_state(self, env: str, model: str) -> _Live: ...
     def drop_bytecode(self, rel: str) -> None: ...
 
 
@@ -45,7 +50,7 @@ class Part:
     rel: str  # store path of the copy: envs/<env>/<model>/<N> or envs/<env>/<model>/warmup/<N>
     src: str  # store path it is copied from: releases/<model>/<N>/files/<N> or .../files/warmup
     label: str  # prefix of its paths in messages: "" (the version dir, as before) or "warmup/<N>/"
-    expected: mf.FileTable
+    expected: FileTable
 
 
 def env_file(rel: str, version: int) -> str:
@@ -54,11 +59,11 @@ def env_file(rel: str, version: int) -> str:
     return f"{WARMUP_DIR}/{version}/{tail}" if head == WARMUP_DIR else rel
 
 
-def parts(store: ReleaseStore, env: str, model: str, version: int, m: dict[str, Any]) -> list[Part]:
+def parts(store: ReleaseStore, env: str, model: str, version: int, m: ReleaseManifest) -> list[Part]:
     """The version directory, then the warmup data (its expected files empty for a release without any)."""
-    files = m["files"]
+    files = m.files
 
-    def under(prefix: str) -> mf.FileTable:
+    def under(prefix: str) -> FileTable:
         return {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
 
     base, src = store.model_rel(env, model), f"{store.release_rel(model, version)}/files"
@@ -68,24 +73,24 @@ def parts(store: ReleaseStore, env: str, model: str, version: int, m: dict[str, 
     ]
 
 
-def compare(store: ReleaseStore, part: Part) -> list[mf.Mismatch]:
+def compare(store: ReleaseStore, part: Part) -> list[Mismatch]:
     """Every difference between a part's copy and the manifest, paths shown with the part's label."""
     fs = store.fs
-    found = mf.compare(part.expected, fs.walk_files(part.rel), lambda f: fs.sha256(f"{part.rel}/{f}"))
-    return [mf.Mismatch(p.kind, part.label + p.path, p.detail) for p in found]
+    found = compare_files(part.expected, fs.walk_files(part.rel), lambda f: fs.sha256(f"{part.rel}/{f}"))
+    return [Mismatch(p.kind, part.label + p.path, p.detail) for p in found]
 
 
-def verify(store: ReleaseStore, env: str, model: str, version: int, m: dict[str, Any]) -> list[mf.Mismatch]:
+def verify(store: ReleaseStore, env: str, model: str, version: int, m: ReleaseManifest) -> list[Mismatch]:
     """Differences between an environment's copy of ``version`` (both parts) and the release manifest."""
     return [p for part in parts(store, env, model, version, m) for p in compare(store, part)]
 
 
-def only_warmup_missing(problems: list[mf.Mismatch]) -> bool:
+def only_warmup_missing(problems: list[Mismatch]) -> bool:
     """Whether every problem is a warmup file that is not there (a copy made before environments carried warmup data)."""
     return bool(problems) and all(p.kind == "missing" and p.path.startswith(f"{WARMUP_DIR}/") for p in problems)
 
 
-def install(store: ReleaseStore, env: str, model: str, version: int, m: dict[str, Any]) -> str:
+def install(store: ReleaseStore, env: str, model: str, version: int, m: ReleaseManifest) -> str:
     """Make both parts of ``envs/<env>/<model>/`` a complete, verified copy of release ``version``.
 
     Returns "copied", "present" (already there and verified), "replaced" (a damaged, non-live copy was
@@ -117,7 +122,7 @@ def install(store: ReleaseStore, env: str, model: str, version: int, m: dict[str
                     fs.write_atomic(f"{warmup_part.rel}/{name}", fs.read_bytes(f"{warmup_part.src}/{name}"))
                 _check_copy(store, env, version, warmup_part, warmup_part.rel)
                 return "completed"
-            mf.raise_on_mismatch(
+            raise_on_mismatch(
                 problems,
                 f"the live copy of version {version} in '{env}' was modified",
                 fs.path(version_part.rel),
@@ -160,7 +165,7 @@ def _copy(store: ReleaseStore, env: str, version: int, part: Part) -> None:
 
 def _check_copy(store: ReleaseStore, env: str, version: int, part: Part, at: str) -> None:
     staged = Part(at, part.src, part.label, part.expected)
-    mf.raise_on_mismatch(compare(store, staged), f"copying version {version} into '{env}' produced different bytes", store.fs.path(at), "check the store's storage and retry")
+    raise_on_mismatch(compare(store, staged), f"copying version {version} into '{env}' produced different bytes", store.fs.path(at), "check the store's storage and retry")
 
 
 def missing_warmup(store: ReleaseStore, env: str, model: str, cfg: mc.ModelConfig) -> list[str]:
