@@ -41,7 +41,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 
 def merge_locks(into: Path, per_target: Mapping[str, Path]) -> list[str]:
     """Copy each runner's ``engine@<target>`` entry into the lock file ``into``; return the stages merged."""
-    base = _load_yaml(into) if into.is_file() else {"schema": "2.0", "stages": {}}
+    base: dict[str, Any] = _load_yaml(into) if into.is_file() else {"schema": "2.0", "stages": {}}
     stages = base.setdefault("stages", {})
     merged = []
     for target, lock in per_target.items():

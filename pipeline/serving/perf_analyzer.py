@@ -256,7 +256,9 @@ def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, time
         r = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, timeout=timeout_s, preexec_fn=set_pdeathsig)  # noqa: PLW1509
         rc, log = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
-        rc, log = -1, f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}"
+        # On a timeout, subprocess hands back the bytes read so far even in text mode.
+        partial = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, log = -1, f"timed out after {timeout_s:.0f} s\n{partial}"
     text = csv_path.read_text() if csv_path.exists() else ""
     rows = parse_csv(text, REQUIRED if required is None else required) if text else []
     return PerfRun(concurrency, cmd, rc, text, log, rows[0] if rows and rc == 0 else {})
