@@ -20,7 +20,7 @@ from pipeline.stats.estimate import Estimate
 from pipeline.stats.ort import OrtSettings
 from pipeline.choose import timing as timing_mod
 from pipeline.core import atomic, host
-from pipeline.core.choice import PrecisionChoice, VariantChoice
+from pipeline.records.choice import CandidateFile, PrecisionChoice, VariantChoice
 from pipeline.core.config import PipelineConfig, Precision, VariantConfig
 from pipeline.core.errors import ConfigError
 from pipeline.core.samples import input_specs, load_samples, request_rows, uniform_rows
@@ -84,13 +84,13 @@ def pick(timing: timing_mod.Timing, variant: str) -> tuple[str, str]:
 
 def choose(cfg: PipelineConfig, files: Mapping[str, Path | None], parity_path: Path, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Decide what each variant serves; return the report (its ``schema``/``target``/``variants``/``files`` part is the
-    :class:`~pipeline.core.choice.PrecisionChoice` the repository reads).
+    :class:`~pipeline.records.choice.PrecisionChoice` the repository reads).
 
     Raises ConfigError when no candidate may ship under ``auto``; ParityError when the parity report is unreadable.
     """
     t0 = time.perf_counter()
     target, configured = cfg.serving.target, str(cfg.serving.precision)
-    given = {p: {"path": str(f), "sha256": atomic.file_digest(f)[0]} for p, f in files.items() if f is not None and f.is_file()}
+    given = {p: CandidateFile(str(f), atomic.file_digest(f)[0]) for p, f in files.items() if f is not None and f.is_file()}
     base: dict[str, Any] = {"machine": {"cpu": host.cpu_model(), "cores": host.cores_available()}}
     if configured != Precision.auto:
         why = f"configured: target_specs.{target}.precision={configured}"

@@ -21,9 +21,10 @@ from pipeline.core.errors import EngineError
 from pipeline.core.onnx_tools import load_model
 from pipeline.core.specs import graph_io
 from pipeline.engines import trt as trt_adapter
-from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, EngineManifest, expected_for, sha256_file, write_manifest
+from pipeline.engines.manifest import expected_for, sha256_file
 from pipeline.engines.probe import decide
 from pipeline.engines.targets import compute_profiles
+from pipeline.records.engine_manifest import MANIFEST_NAME, PLAN_NAME, EngineFile, EngineManifest, OnnxSource, write_manifest
 
 
 def _machine(probe: dict[str, Any], gpu: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def build_target(
         expected=expected_for(target),
         precision=precision,
         machine=_machine(probe, decision.gpu),
-        onnx={"path": str(onnx_path), "sha256": sha256_file(onnx_path) if onnx_path.is_file() else None},
+        onnx=OnnxSource(str(onnx_path), sha256_file(onnx_path) if onnx_path.is_file() else None),
         timing_cache={"path": str(timing_cache_path)},
         reproduce={"dvc": f"dvc repro engine@{target.name}"},
     )
@@ -104,7 +105,7 @@ def build_target(
         tmp.mkdir(parents=True)
         if plan_bytes is not None:
             (tmp / PLAN_NAME).write_bytes(plan_bytes)
-            manifest.engine = {"file": PLAN_NAME, "bytes": len(plan_bytes), "sha256": sha256_file(tmp / PLAN_NAME)}
+            manifest.engine = EngineFile(PLAN_NAME, len(plan_bytes), sha256_file(tmp / PLAN_NAME))
         write_manifest(tmp / MANIFEST_NAME, manifest)
     if new_cache is not None:
         with atomic.atomic_path(timing_cache_path) as tmp_cache:

@@ -31,7 +31,7 @@ from pipeline.core.errors import EngineError, ParityError
 from pipeline.parity.report import SCHEMA_VERSION, coverage_reasons, fmt, polygraphy_options, resolve, round_up, summarize_output, tolerance_key
 from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
-from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
+from pipeline.records.engine_manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
 from pipeline.engines.targets import gpu_targets
 
 
@@ -208,7 +208,7 @@ def engine_entries(engines: Path, targets: list[str], feeds: list[pg.Feed], refe
         except EngineError as e:
             out[kind] = {"status": "error", "passed": False, "reason": f"unreadable manifest {manifest_path}: {e.what}"}
             continue
-        plan = manifest_path.parent / str((manifest.engine or {}).get("file") or PLAN_NAME)
+        plan = manifest_path.parent / (manifest.engine.file if manifest.engine else PLAN_NAME)
         if not manifest.built:
             out[kind] = {"status": "skipped", "file": str(plan), "reason": f"engine not built: {manifest.reason}"}
             continue

@@ -30,12 +30,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.repository import config as triton_config
 from pipeline.core.config import TargetConfig, VariantConfig
-from pipeline.engines.manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
+from pipeline.engines.manifest import check_matches_target, target_of
 from pipeline.core.errors import EngineError, ParityError, RepositoryError
 from pipeline.engines.probe import sm_tag
 from pipeline.engines.targets import InputProfile, max_batch
 from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec
+from pipeline.records.engine_manifest import MANIFEST_NAME, read_manifest
 
 
 @dataclass
@@ -153,7 +154,7 @@ def render_trt_model(  # noqa: C901, PLR0912, PLR0915
         assert manifest.engine is not None
         out.included[name] = plan_name(target)
         out.precision[name] = manifest.precision
-        out.files.append((Path(engine_dir) / manifest.engine["file"], f"{version}/{plan_name(target)}"))
+        out.files.append((Path(engine_dir) / manifest.engine.file, f"{version}/{plan_name(target)}"))
         max_batches[name] = max_batch([InputProfile.from_dict(i, p) for i, p in manifest.profiles.items()])
         io = io or manifest.io
         if (manifest.settings or {}).get("version_compatible"):

@@ -167,14 +167,15 @@ def test_engines_recorded_as_skipped_without_tensorrt(make_params, tmp_path: Pat
     params = make_params(*TINY_MLP, "targets=[cpu,a100,h100]")
     p = build(load_config(params), tmp_path)
     eng = tmp_path / "engines"
-    from pipeline.engines.manifest import EngineManifest, sha256_file, write_manifest
+    from pipeline.engines.manifest import sha256_file
+    from pipeline.records.engine_manifest import EngineFile, EngineManifest, ExpectedTarget, write_manifest
 
     (eng / "a100").mkdir(parents=True)
-    write_manifest(eng / "a100" / "manifest.json", EngineManifest(target="a100", status="skipped", reason="no A100 here", expected={}))
+    write_manifest(eng / "a100" / "manifest.json", EngineManifest(target="a100", status="skipped", reason="no A100 here", expected=ExpectedTarget()))
     (eng / "h100").mkdir()
     (eng / "h100" / "model.plan").write_bytes(b"not an engine")
-    plan = {"file": "model.plan", "bytes": 13, "sha256": sha256_file(eng / "h100" / "model.plan")}
-    write_manifest(eng / "h100" / "manifest.json", EngineManifest(target="h100", status="built", reason="", expected={}, engine=plan))
+    plan = EngineFile("model.plan", 13, sha256_file(eng / "h100" / "model.plan"))
+    write_manifest(eng / "h100" / "manifest.json", EngineManifest(target="h100", status="built", reason="", expected=ExpectedTarget(), engine=plan))
     assert parity.main(parity_args(params, p, tmp_path, "--engines", str(eng))) == 0
     arts = json.loads((tmp_path / "parity.json").read_text())["artifacts"]
     assert sorted(arts) == ["fp16", "fp32", "trt@a100", "trt@h100"]  # no entry for the cpu target

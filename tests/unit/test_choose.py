@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.choose.decide import eligible, pick
 from pipeline.choose.timing import Round, Timing
-from pipeline.core.choice import read_choice
+from pipeline.records.choice import read_choice
 from pipeline.core.errors import ConfigError, RepositoryError
 from pipeline.stages import choose as choose_stage
 from tests.tiny_triton import tiny_onnx
