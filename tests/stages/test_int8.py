@@ -20,6 +20,7 @@ from pipeline.core.errors import ParityError
 from pipeline.parity.polygraphy import load_goldens
 from pipeline.parity.report import gate
 from pipeline.parity.run import run_parity
+from pipeline.records.parity import ParityReport
 from pipeline.stages import calibrate
 from tests.helpers.dvc_project import DVC, commit, make_project, ran, sh
 from tests.helpers.tiny_models import export_tiny_onnx
@@ -63,7 +64,8 @@ def calibrated(make_params, fp32: Path, d: Path, *extra: str) -> tuple[PipelineC
 
 
 def gated(cfg: PipelineConfig, fp32: Path, int8: Path, d: Path) -> dict:
-    return run_parity(cfg, {"fp32": fp32, "int8": int8}, d / "inputs.json", d / "reference.json")
+    """The parity report on fp32 and int8, as the stage writes it."""
+    return run_parity(cfg, {"fp32": fp32, "int8": int8}, d / "inputs.json", d / "reference.json").to_json()
 
 
 def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32: Path, tmp_path: Path) -> None:
@@ -97,7 +99,7 @@ def test_per_tensor_weights_fail_the_gate_with_every_metric_and_its_passing_valu
     report = gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)
     assert report["passed"] is False
     with pytest.raises(ParityError) as e:
-        gate(report, "parity.json")
+        gate(ParityReport.from_json(report), "parity.json")
     text = e.value.render()
     for metric in ("cosine_min", "cosine_mean", "rank_agreement"):
         assert f"int8/embedding: embedding {metric}=" in text and f"passes with parity.int8.quality.{metric}=" in text
