@@ -33,7 +33,8 @@ from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 from pipeline.engines.targets import gpu_targets
 from pipeline.records.engine_manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
-from pipeline.records.parity import ArtifactResult, ContractCheck, Coverage, OutputResult, ParityReport, Quality, Reference
+from pipeline.records.parity import ArtifactResult, ContractCheck, OutputResult, ParityReport, Reference
+from pipeline.records.quality import Coverage, Quality
 
 NOTES = [
     "ONNX artifacts run on ONNX Runtime's CPU provider, which computes most FP16 ops in FP32: the fp16 row "

@@ -19,87 +19,10 @@ from typing import Any, Optional
 
 from pipeline.core.atomic import read_json
 from pipeline.core.errors import ParityError
+from pipeline.records.quality import Coverage, Quality, number, with_optional
 
 SCHEMA_VERSION = 1
 _FIX = "rerun the parity stage (dvc repro parity)"
-
-
-def _with(d: dict[str, Any], **optional: object) -> dict[str, Any]:
-    """``d`` plus each optional key whose value is not None."""
-    return d | {k: v for k, v in optional.items() if v is not None}
-
-
-def _float(x: Any) -> float | None:
-    """A JSON number or null (float() raises on anything else)."""
-    return None if x is None else float(x)
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """Whether the reference rows can judge an output: how many, how much they vary, (classifiers) how many classes
-    they cover, and the reasons they cannot. ``judgeable``/``blocking`` are set where a verdict depends on it."""
-
-    rows: int
-    spread: float
-    reasons: list[str]
-    error: Optional[float] = None  # the artifact's largest error on these rows (None in the reference's own entry)
-    classes_covered: Optional[int] = None
-    classes: Optional[int] = None
-    judgeable: Optional[bool] = None
-    blocking: Optional[list[str]] = None  # the reasons that void a threshold set for this output
-
-    def to_json(self) -> dict[str, Any]:
-        head = _with({"rows": self.rows, "spread": self.spread}, error=self.error) | {"reasons": list(self.reasons)}
-        return _with(head, classes_covered=self.classes_covered, classes=self.classes, judgeable=self.judgeable, blocking=self.blocking)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Coverage:
-        return cls(
-            int(d["rows"]),
-            float(d["spread"]),
-            [str(r) for r in d.get("reasons") or []],
-            _float(d.get("error")),
-            d.get("classes_covered"),
-            d.get("classes"),
-            d.get("judgeable"),
-            None if d.get("blocking") is None else [str(r) for r in d["blocking"]],
-        )
-
-
-@dataclass(frozen=True)
-class FailedMetric:
-    """A quality metric below its threshold (value None: it could not be computed)."""
-
-    value: Optional[float]
-    threshold: float
-
-
-@dataclass(frozen=True)
-class Quality:
-    """An output's quality verdict (pipeline/core/quality.py): its metrics against the thresholds set for its kind."""
-
-    kind: str
-    metrics: dict[str, Optional[float]]
-    thresholds: dict[str, float]
-    passed: bool
-    failed: dict[str, FailedMetric]
-    coverage: Optional[Coverage] = None
-
-    def to_json(self) -> dict[str, Any]:
-        failed = {m: {"value": f.value, "threshold": f.threshold} for m, f in self.failed.items()}
-        d = {"kind": self.kind, "metrics": dict(self.metrics), "thresholds": dict(self.thresholds), "passed": self.passed, "failed": failed}
-        return _with(d, coverage=self.coverage.to_json() if self.coverage else None)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Quality:
-        return cls(
-            str(d["kind"]),
-            {str(m): _float(v) for m, v in d["metrics"].items()},
-            {str(m): float(v) for m, v in d["thresholds"].items()},
-            bool(d["passed"]),
-            {str(m): FailedMetric(_float(f.get("value")), float(f["threshold"])) for m, f in d["failed"].items()},
-            Coverage.from_json(d["coverage"]) if d.get("coverage") else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -138,13 +61,13 @@ class OutputResult:
             "atol": self.atol,
             "rtol": self.rtol,
         }
-        d = _with(d, quantile=self.quantile) | {
+        d = with_optional(d, quantile=self.quantile) | {
             "min_passing_atol": self.min_passing_atol,
             "samples": self.samples,
             "failed_samples": self.failed_samples,
             "nonfinite": self.nonfinite,
         }
-        return _with(
+        return with_optional(
             d,
             problems=list(self.problems) or None,
             elementwise_passed=self.elementwise_passed,
@@ -156,19 +79,19 @@ class OutputResult:
     def from_json(cls, d: Mapping[str, Any]) -> OutputResult:
         return cls(
             passed=bool(d["passed"]),
-            max_abs=_float(d.get("max_abs")),
-            max_rel=_float(d.get("max_rel")),
-            mean_abs=_float(d.get("mean_abs")),
+            max_abs=number(d.get("max_abs")),
+            max_rel=number(d.get("max_rel")),
+            mean_abs=number(d.get("mean_abs")),
             stat=None if d.get("stat") is None else str(d["stat"]),
-            stat_abs=_float(d.get("stat_abs")),
-            stat_rel=_float(d.get("stat_rel")),
-            atol=_float(d.get("atol")),
-            rtol=_float(d.get("rtol")),
-            min_passing_atol=_float(d.get("min_passing_atol")),
+            stat_abs=number(d.get("stat_abs")),
+            stat_rel=number(d.get("stat_rel")),
+            atol=number(d.get("atol")),
+            rtol=number(d.get("rtol")),
+            min_passing_atol=number(d.get("min_passing_atol")),
             samples=int(d.get("samples", 0)),
             failed_samples=int(d.get("failed_samples", 0)),
             nonfinite=int(d.get("nonfinite", 0)),
-            quantile=_float(d.get("quantile")),
+            quantile=number(d.get("quantile")),
             problems=[str(p) for p in d.get("problems") or []],
             elementwise_passed=d.get("elementwise_passed"),
             quality=Quality.from_json(d["quality"]) if d.get("quality") else None,
@@ -220,7 +143,7 @@ class ArtifactResult:
     precision: Optional[str] = None  # an engine's: the precision of the ONNX it was built from
 
     def to_json(self) -> dict[str, Any]:
-        return _with(
+        return with_optional(
             {},
             file=self.file,
             sha256=self.sha256,
@@ -275,7 +198,7 @@ class Reference:
 
     def to_json(self) -> dict[str, Any]:
         head = {"source": self.source, "samples": self.samples, "split": self.split}
-        head = _with(head, rows_available=self.rows_available, calibration_rows_left_out=self.calibration_rows_left_out)
+        head = with_optional(head, rows_available=self.rows_available, calibration_rows_left_out=self.calibration_rows_left_out)
         return head | {
             "rows": self.rows,
             "sha256": self.sha256,
@@ -320,9 +243,9 @@ class ParityReport:
     schema: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        d = _with({"schema": self.schema}, model=self.model) | _with({"passed": self.passed}, gating=self.gating)
-        d = _with(d | {"not_gating": dict(self.not_gating)}, reference=self.reference.to_json() if self.reference else None)
-        return _with(d | {"artifacts": {k: a.to_json() for k, a in self.artifacts.items()}, "notes": list(self.notes)}, seconds=self.seconds)
+        d = with_optional({"schema": self.schema}, model=self.model) | with_optional({"passed": self.passed}, gating=self.gating)
+        d = with_optional(d | {"not_gating": dict(self.not_gating)}, reference=self.reference.to_json() if self.reference else None)
+        return with_optional(d | {"artifacts": {k: a.to_json() for k, a in self.artifacts.items()}, "notes": list(self.notes)}, seconds=self.seconds)
 
     @classmethod
     def from_json(cls, data: object, origin: str = "parity report") -> ParityReport:
@@ -339,7 +262,7 @@ class ParityReport:
                 gating=None if data.get("gating") is None else [str(k) for k in data["gating"]],
                 not_gating={str(k): str(v) for k, v in (data.get("not_gating") or {}).items()},
                 notes=[str(n) for n in data.get("notes") or []],
-                seconds=_float(data.get("seconds")),
+                seconds=number(data.get("seconds")),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise ParityError(f"{origin} is not a parity report", details={"error": f"{type(e).__name__}: {e}"}, fix=_FIX) from None
