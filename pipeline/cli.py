@@ -148,7 +148,7 @@ def _git_repo(tag: bool) -> Optional[str]:
 # ---------------------------------------------------------------- release commands
 @release_app.command("build")
 @_one_message
-def build(  # noqa: PLR0913
+def build(
     repository: Path = typer.Option(Path("artifacts/model_repository"), help="the repository stage's output (or one model dir in it)"),
     parity: Path = typer.Option(Path("artifacts/reports/parity.json"), help="parity report; refused unless it passed and covers the served files by sha256"),
     bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes in when it measured these exact files)"),
@@ -179,7 +179,7 @@ def build(  # noqa: PLR0913
 
 @release_app.command("promote")
 @_one_message
-def promote_cmd(  # noqa: PLR0913
+def promote_cmd(
     to: str = typer.Option(..., "--to", help="environment to promote into (release.environments)"),
     version: Optional[int] = typer.Option(None, "--version", help="release version (default: live in the previous environment, else newest)"),
     reload: Optional[list[str]] = typer.Option(
@@ -234,7 +234,7 @@ def _seconds(text: Optional[str]) -> Optional[float]:
 
 @release_app.command("canary")
 @_one_message
-def canary_cmd(  # noqa: PLR0913
+def canary_cmd(
     env: str = typer.Option(..., "--env", help="environment whose live version the candidate is judged against"),
     version: Optional[int] = typer.Option(None, "--version", help="the candidate release"),
     reload: Optional[list[str]] = typer.Option(
