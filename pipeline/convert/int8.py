@@ -96,10 +96,20 @@ def supported_ops(mode: QuantMode) -> set[str]:
 
 
 def plan_ops(cfg: Int8Config) -> tuple[list[str], dict[str, str]]:
-    """(op types to quantize, {op type: why it is left FP32}) for the configured ``int8.op_types``."""
+    """(op types to quantize, {op type: why it is left FP32}) for the configured ``int8.op_types``.
+
+    Raises QuantizationError when ONNX Runtime quantizes none of them.
+    """
     ok = supported_ops(cfg.mode)
     skipped = {op: f"ONNX Runtime has no {cfg.mode} quantizer for {op}: left FP32" for op in cfg.op_types if op not in ok}
-    return [op for op in cfg.op_types if op in ok], skipped
+    ops = [op for op in cfg.op_types if op in ok]
+    if not ops:
+        raise QuantizationError(
+            "no op type of int8.op_types can be quantized by ONNX Runtime",
+            details=skipped,
+            fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types",
+        )
+    return ops, skipped
 
 
 def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list[str], exclude: list[str], cache: Path) -> None:
@@ -211,17 +221,8 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
     q = cfg.int8
     t0 = time.perf_counter()
     fp32 = onnx_tools.load_model(src, "simplified FP32 model")
-    feeds = calibration.load(calibration_path)
-    graph_inputs = graph_io(fp32)[0]
-    calibration.check_feeds(feeds, graph_inputs)
+    feeds, split = _calibration_rows(calibration_path, fp32, cfg)
     ops, skipped_ops = plan_ops(q)
-    if not ops:
-        raise QuantizationError(
-            "no op type of int8.op_types can be quantized by ONNX Runtime",
-            details=skipped_ops,
-            fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types",
-        )
-    split = search_split(feeds, q.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
     with tempfile.TemporaryDirectory(prefix="int8-", dir=out.parent) as tmp:
         graphs, smoothing = _graphs(src, fp32, Path(tmp), q, split, ops)
         judge = int8_search.Judge(graphs["plain"].path, split, {o: OutputKind(k) for o, k in cfg.model.output_kinds.items()}, cfg.parity.int8.quality, cfg.model.output_axes)
@@ -254,6 +255,17 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
         size_bytes_int8=out.stat().st_size,
         seconds=round(time.perf_counter() - t0, 2),
     )
+
+
+def _calibration_rows(path: Path, fp32: onnx.ModelProto, cfg: PipelineConfig) -> tuple[list[Feed], holdout.Split]:
+    """The calibration set, checked against the graph's inputs, and its rows cut into search and validation rows.
+
+    Raises QuantizationError: an unreadable set, samples that do not fit the graph, too few rows for the split.
+    """
+    feeds = calibration.load(path)
+    graph_inputs = graph_io(fp32)[0]
+    calibration.check_feeds(feeds, graph_inputs)
+    return feeds, search_split(feeds, cfg.int8.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
 
 
 @dataclass(frozen=True)

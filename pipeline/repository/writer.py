@@ -116,43 +116,67 @@ def write_repository(
     parity.json), each must be the very file that passed the gate (else RepositoryError). With ``engines``
     (artifacts/engines), GPU targets' engines that passed parity go into a TensorRT model.
     """
-    name = cfg.model.name  # a valid directory name: checked at composition
     # Only serving.* (derived from targets[0]): the stage's params in dvc.yaml, so no other target's knob reruns it.
     serving = TargetConfig(name=cfg.serving.target, kind=cfg.serving.kind, precision=cfg.serving.precision)
-    served = configured(cfg, onnx) if isinstance(onnx, Path) else dict(onnx)
-    names = file_names(served, cfg.repository.default_variant)
-    files = {s.precision: s.path for s in served.values()}
-    gates: dict[str, dict[str, Any]] = {}
-    if parity is not None:
-        report = read_parity(parity)
-        gates = {p: check_parity(report, parity, p, f) for p, f in files.items()}
-    default = served[cfg.repository.default_variant]
-    # Each variant's inputs and outputs come from the file it serves (parity holds every file to the reference's).
-    io = {p: graph_io(onnx_tools.load_model(f, f"{p} ONNX model")) for p, f in files.items()}
-
-    model_dir = out / name
+    shipped = _Shipped.of(cfg, onnx, parity)
+    model_dir = out / cfg.model.name  # a valid directory name: checked at composition
     (model_dir / "configs").mkdir(parents=True)
     version_dir = model_dir / str(cfg.repository.version)
     version_dir.mkdir()
-    for p, f in files.items():
-        shutil.copyfile(f, version_dir / names[p])
+    for s in shipped.files():
+        shutil.copyfile(s.path, version_dir / shipped.names[s.precision])
     configs = _VariantConfigs(cfg, model_dir, serving)
     for key in VARIANTS:
-        configs.write(key, served[key], names[served[key].precision], io[served[key].precision])
+        s = shipped.served[key]
+        configs.write(key, s, shipped.names[s.precision], shipped.io[s.precision])
     (model_dir / "config.pbtxt").write_text(configs.rendered[cfg.repository.default_variant], encoding="utf-8")
     engines_summary = write_trt_model(cfg, engines, parity, out) if engines is not None else None
-    inputs, outputs = io[default.precision]
+    return _summary(cfg, serving, shipped, configs, engines_summary)
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """What the ONNX Runtime model ships: each variant's file, each precision's file name in the version directory,
+    the parity verdict of each file (empty without a parity report), and each file's graph inputs and outputs."""
+
+    served: dict[str, Served]
+    names: dict[str, str]
+    gates: dict[str, dict[str, Any]]
+    io: dict[str, GraphIO]
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig, onnx: Path | dict[str, Served], parity: Path | None) -> _Shipped:
+        """Raises RepositoryError when a file did not pass ``parity``, and OnnxModelError when one does not load."""
+        served = configured(cfg, onnx) if isinstance(onnx, Path) else dict(onnx)
+        files = {s.precision: s.path for s in served.values()}
+        gates: dict[str, dict[str, Any]] = {}
+        if parity is not None:
+            report = read_parity(parity)
+            gates = {p: check_parity(report, parity, p, f) for p, f in files.items()}
+        # Each variant's inputs and outputs come from the file it serves (parity holds every file to the reference's).
+        io = {p: graph_io(onnx_tools.load_model(f, f"{p} ONNX model")) for p, f in files.items()}
+        return cls(served, file_names(served, cfg.repository.default_variant), gates, io)
+
+    def files(self) -> list[Served]:
+        """One per precision served (two variants may serve the same file)."""
+        return list({s.precision: s for s in self.served.values()}.values())
+
+
+def _summary(cfg: PipelineConfig, serving: TargetConfig, shipped: _Shipped, configs: _VariantConfigs, engines: dict[str, Any] | None) -> dict[str, Any]:
+    """The repository report: what each variant serves and why, the parity verdicts, the configs, the graph's I/O."""
+    default = shipped.served[cfg.repository.default_variant]
+    inputs, outputs = shipped.io[default.precision]
     return {
-        "engines": engines_summary,
-        "model": name,
+        "engines": engines,
+        "model": cfg.model.name,
         "version": cfg.repository.version,
         "serving_target": serving.name,
         "precision": default.precision,
-        "served": {v: _served_entry(s, f"{cfg.repository.version}/{names[s.precision]}") for v, s in served.items()},
-        "parity_all": gates,
+        "served": {v: _served_entry(s, f"{cfg.repository.version}/{shipped.names[s.precision]}") for v, s in shipped.served.items()},
+        "parity_all": shipped.gates,
         "source_onnx": str(default.path),
         "sha256": atomic.file_digest(default.path)[0],
-        "parity": gates.get(default.precision),
+        "parity": shipped.gates.get(default.precision),
         "default_variant": cfg.repository.default_variant,
         "variants": sorted(configs.rendered),
         "derived": configs.derived,
