@@ -49,7 +49,7 @@ from pipeline.core.holdout import rows_of
 from pipeline.core.samples import input_specs
 from pipeline.core.specs import graph_io
 from pipeline.records.int8 import Activations, Attempt, BlockedNode, Calibration, Check, Fallback, Int8Report, NodeFate, Part, RankedNode, Split
-from pipeline.records.quality import Quality
+from pipeline.core.verdicts import Quality
 
 Feed = dict[str, Any]
 

@@ -34,7 +34,7 @@ from pipeline.core.specs import graph_io
 from pipeline.engines.targets import gpu_targets
 from pipeline.records.engine_manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
 from pipeline.records.parity import ArtifactResult, ContractCheck, OutputResult, ParityReport, Reference
-from pipeline.records.quality import Coverage, Quality
+from pipeline.core.verdicts import Coverage, Quality
 
 NOTES = [
     "ONNX artifacts run on ONNX Runtime's CPU provider, which computes most FP16 ops in FP32: the fp16 row "

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from pipeline.core.atomic import read_json
 from pipeline.core.errors import QuantizationError
-from pipeline.records.quality import Quality
+from pipeline.core.verdicts import Quality
 
 SCHEMA_VERSION = 1
 DYNAMIC_ACTIVATIONS = "dynamic"

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from pipeline.core.atomic import read_json
 from pipeline.core.errors import ParityError
-from pipeline.records.quality import Coverage, Quality, number, with_optional
+from pipeline.core.verdicts import Coverage, Quality, number, with_optional
 
 SCHEMA_VERSION = 1
 _FIX = "rerun the parity stage (dvc repro parity)"

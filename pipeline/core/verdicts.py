@@ -1,6 +1,6 @@
-"""An output's quality verdict and the coverage of the reference rows, as the reports carry them: the JSON form of
-pipeline/core/quality.py's verdicts, shared by the parity report (pipeline/records/parity.py) and the int8 report
-(pipeline/records/int8.py)."""
+"""An output's quality verdict and the coverage of the reference rows as the reports carry them: the JSON form of
+pipeline/core/quality.py's verdicts (rounded, NaN as null), typed and read back. The parity report
+(pipeline/records/parity.py) and the int8 report (pipeline/records/int8.py) both hold them."""
 
 from __future__ import annotations
 
