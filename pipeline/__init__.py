@@ -3,12 +3,13 @@
 import signal as _signal
 import sys as _sys
 from collections.abc import Callable as _Callable
+from types import TracebackType as _TracebackType
 from typing import NoReturn as _NoReturn
 
 __version__ = "0.1.0"
 
 
-def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: object) -> None:
+def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: _TracebackType | None) -> None:
     """Ctrl-C prints one line instead of a traceback, wherever it lands (even mid-import of a stage).
 
     Every entry point (the DVC stages, ``python -m pipeline.params``, the CLI) imports this package first,
@@ -28,7 +29,7 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: object
         import os
 
         os._exit(130)
-    _previous_hook(kind, value, tb)  # type: ignore[arg-type]
+    _previous_hook(kind, value, tb)
 
 
 _sigint_seen = False

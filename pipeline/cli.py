@@ -12,7 +12,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Any, Optional, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -59,15 +59,16 @@ app.add_typer(release_app, name="release")
 # markup=False: messages hold paths and lists like "[1, 2]" that rich would read as style tags.
 out = Console(highlight=False, soft_wrap=True, markup=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 _PIPE_WIDTH = 1000  # tables are only as wide as their content; this just lifts rich's 80-column default
 
 
-def _one_message(fn: F) -> F:
+def _one_message(fn: Callable[P, R]) -> Callable[P, R]:
     """Print a PipelineError as one message and exit with its code (no traceback)."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except PipelineError as e:
@@ -80,7 +81,7 @@ def _one_message(fn: F) -> F:
             _say_interrupted()
             raise typer.Exit(130) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 @app.command("doctor")
@@ -147,7 +148,7 @@ def _git_repo(tag: bool) -> Optional[str]:
 # ---------------------------------------------------------------- release commands
 @release_app.command("build")
 @_one_message
-def build(  # noqa: PLR0913
+def build(
     repository: Path = typer.Option(Path("artifacts/model_repository"), help="the repository stage's output (or one model dir in it)"),
     parity: Path = typer.Option(Path("artifacts/reports/parity.json"), help="parity report; refused unless it passed and covers the served files by sha256"),
     bench: Path = typer.Option(Path("artifacts/reports/bench.json"), help="bench report (optional; its summary goes in when it measured these exact files)"),
@@ -171,7 +172,7 @@ def build(  # noqa: PLR0913
     # A repository with TensorRT engines holds <name> and <name>_trt: each has its own version line.
     # Both are checked before either is written, so they are released together or not at all.
     inputs = BuildInputs(repository, parity, bench, dvc_lock, git_cwd=".")
-    names: list[str | None] = [model] if model else [*model_names(repository)] or [None]
+    names: list[str | None] = [model] if model else [*model_names(repository)] or [None]  # None: find_model_dir says what is missing
     plans = [plan_release(st, inputs, model=name, tag=tag, dvc=dvc) for name in names]
     for plan in plans:
         print_build(out, st, publish_release(st, plan, sign_key), sign_key)
@@ -179,7 +180,7 @@ def build(  # noqa: PLR0913
 
 @release_app.command("promote")
 @_one_message
-def promote_cmd(  # noqa: PLR0913
+def promote_cmd(
     to: str = typer.Option(..., "--to", help="environment to promote into (release.environments)"),
     version: Optional[int] = typer.Option(None, "--version", help="release version (default: live in the previous environment, else newest)"),
     reload: Optional[list[str]] = typer.Option(
@@ -234,7 +235,7 @@ def _seconds(text: Optional[str]) -> Optional[float]:
 
 @release_app.command("canary")
 @_one_message
-def canary_cmd(  # noqa: PLR0913
+def canary_cmd(
     env: str = typer.Option(..., "--env", help="environment whose live version the candidate is judged against"),
     version: Optional[int] = typer.Option(None, "--version", help="the candidate release"),
     reload: Optional[list[str]] = typer.Option(

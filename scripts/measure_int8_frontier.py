@@ -13,7 +13,6 @@ figures the stage's report gives.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from pipeline.choose import timing as timing_mod  # noqa: E402
 from pipeline.choose.decide import rows_for, settings  # noqa: E402
 from pipeline.core.config import load_config  # noqa: E402
 from pipeline.params import compose  # noqa: E402
+from pipeline.records.int8 import read_report  # noqa: E402
 
 
 def main() -> int:
@@ -59,10 +59,10 @@ def main() -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        r = json.loads(report.read_text())
+        r = read_report(report)
         name = f"margin {m:g}"
         files[name] = onnx
-        kept[name] = {"kept": r["kept_fp32_count"], "int8": r["quantized_count"], "mb": r["size_bytes_int8"] / 1e6}
+        kept[name] = {"kept": r.kept_fp32_count, "int8": r.quantized_count, "mb": r.size_bytes_int8 / 1e6}
     cfg = load_config(a.out / f"params-{a.margins[0]:g}.yaml")
     v = cfg.variants
     t = timing_mod.measure(files, rows_for(cfg, fp32), settings(v.latency), settings(v.throughput), v.throughput.max_batch_size, cfg.choose)

@@ -20,13 +20,13 @@ from pipeline.stats.estimate import Estimate
 from pipeline.stats.ort import OrtSettings
 from pipeline.choose import timing as timing_mod
 from pipeline.core import atomic, host
-from pipeline.core.choice import PrecisionChoice, VariantChoice
+from pipeline.records.choice import CandidateFile, PrecisionChoice, VariantChoice
+from pipeline.records.parity import ParityReport, read_report
 from pipeline.core.config import PipelineConfig, Precision, VariantConfig
 from pipeline.core.errors import ConfigError
 from pipeline.core.samples import input_specs, load_samples, request_rows, uniform_rows
 from pipeline.core.specs import graph_io
 from pipeline.core import onnx_tools
-from pipeline.parity.report import artifact_passed, load_report
 
 VARIANT_METRIC = {"latency": "batch-1 p50", "throughput": "best-batch inferences/s"}
 
@@ -36,13 +36,13 @@ def settings(v: VariantConfig) -> OrtSettings:
     return OrtSettings(v.intra_op_threads, v.inter_op_threads, v.graph_optimization_level)
 
 
-def eligible(cfg: PipelineConfig, files: Mapping[str, Path | None], parity: dict[str, Any]) -> tuple[dict[str, Path], dict[str, str]]:
+def eligible(cfg: PipelineConfig, files: Mapping[str, Path | None], parity: ParityReport) -> tuple[dict[str, Path], dict[str, str]]:
     """(candidates that may ship, in choose.candidates order; {left-out candidate: why})."""
     ok: dict[str, Path] = {}
     out: dict[str, str] = {}
     for c in map(str, cfg.choose.candidates):
         path = files.get(c)
-        passed, why = artifact_passed(parity, c)
+        passed, why = parity.verdict(c)
         if path is None:
             out[c] = f"no {c} ONNX given (--{c})"
         elif c == "int8" and cfg.model.data is None:
@@ -84,19 +84,19 @@ def pick(timing: timing_mod.Timing, variant: str) -> tuple[str, str]:
 
 def choose(cfg: PipelineConfig, files: Mapping[str, Path | None], parity_path: Path, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Decide what each variant serves; return the report (its ``schema``/``target``/``variants``/``files`` part is the
-    :class:`~pipeline.core.choice.PrecisionChoice` the repository reads).
+    :class:`~pipeline.records.choice.PrecisionChoice` the repository reads).
 
     Raises ConfigError when no candidate may ship under ``auto``; ParityError when the parity report is unreadable.
     """
     t0 = time.perf_counter()
     target, configured = cfg.serving.target, str(cfg.serving.precision)
-    given = {p: {"path": str(f), "sha256": atomic.file_digest(f)[0]} for p, f in files.items() if f is not None and f.is_file()}
+    given = {p: CandidateFile(str(f), atomic.file_digest(f)[0]) for p, f in files.items() if f is not None and f.is_file()}
     base: dict[str, Any] = {"machine": {"cpu": host.cpu_model(), "cores": host.cores_available()}}
     if configured != Precision.auto:
         why = f"configured: target_specs.{target}.precision={configured}"
         choice = PrecisionChoice(target, configured, {v: VariantChoice(configured, why) for v in ("latency", "throughput")}, given)
         return {**choice.to_json(), **base, "timing": None, "left_out": {}, "seconds": round(time.perf_counter() - t0, 2)}
-    ok, left_out = eligible(cfg, files, load_report(parity_path))
+    ok, left_out = eligible(cfg, files, read_report(parity_path))
     if not ok:
         raise ConfigError(
             f"precision auto for target '{target}': no candidate may ship",

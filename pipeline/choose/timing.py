@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +140,8 @@ def _burst_p50(sess: Any, rows: list[Feed], seconds: float, least: int = 5) -> f
     """Batch-1 p50 (ms) of back-to-back runs for ``seconds`` (at least ``least``), after 2 untimed ones."""
     for r in rows[:2]:
         sess.run(None, r)
-    times, t0 = [], time.perf_counter()
+    times: list[float] = []
+    t0 = time.perf_counter()
     while len(times) < least or time.perf_counter() - t0 < seconds:
         t = time.perf_counter()
         sess.run(None, rows[len(times) % len(rows)])
@@ -186,10 +188,11 @@ def measure(
     sizes = [b for b in cfg.batch_sizes if max_batch <= 0 or b <= max_batch] or [1]
     batches = {b: same_shape_batches(rows, b) for b in sizes}
     burst = cfg.burst_ms / 1e3
-    best = {}
+    best: dict[str, int] = {}
     for c in names:  # warm both sessions at every shape they will see, then pick the candidate's best batch
         _burst_p50(lat[c], rows, burst)
-        best[c] = max(sizes, key=lambda b, c=c: _burst_infer_s(thr[c], batches[b], burst))
+        speed = {b: _burst_infer_s(thr[c], batches[b], burst) for b in sizes}
+        best[c] = max(sizes, key=speed.__getitem__)
     timing = Timing(names[0], names, best, min_quiet=float(cfg.min_rounds))
     rule = StopRule(cfg.min_rounds, cfg.max_rounds, cfg.target_half_width, cfg.budget_s, "choose.max_rounds", "choose.budget_s", by_weight=True)
     t0 = time.perf_counter()
@@ -198,9 +201,9 @@ def measure(
         k = i % len(names)
         r = Round(i, names[k:] + names[:k])  # each candidate takes each place in turn
         for c in r.order:
-            r.p50_ms[c], r.p50_contention[c], timing.gauge = _gauged(around_burst, c, "latency", i, lambda c=c: _burst_p50(lat[c], rows, burst))
+            r.p50_ms[c], r.p50_contention[c], timing.gauge = _gauged(around_burst, c, "latency", i, partial(_burst_p50, lat[c], rows, burst))
         for c in r.order:
-            r.infer_s[c], r.infer_contention[c], timing.gauge = _gauged(around_burst, c, "throughput", i, lambda c=c: _burst_infer_s(thr[c], batches[best[c]], burst))
+            r.infer_s[c], r.infer_contention[c], timing.gauge = _gauged(around_burst, c, "throughput", i, partial(_burst_infer_s, thr[c], batches[best[c]], burst))
         timing.rounds.append(r)
         busy = max([*r.p50_contention.values(), *r.infer_contention.values()])
         progress(

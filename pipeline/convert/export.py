@@ -6,6 +6,7 @@ import re
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pipeline.core import model_outputs, onnx_tools
 from pipeline.core import atomic
 from pipeline.core.config import ExportConfig, ModelConfig
 from pipeline.core.errors import ExportError, ModelSourceError, OnnxModelError, PipelineError
-from pipeline.core.samples import DEFAULT_LEN, input_specs, load_samples, synthetic_feed
+from pipeline.core.samples import DEFAULT_LEN, Feed, input_specs, load_samples, synthetic_feed
 from pipeline.core.specs import graph_io, op_counts, typeable
 
 
@@ -143,9 +144,8 @@ def check_input_names(configured: list[str], graph: list[str], origin: str) -> N
 
 
 def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[str, Any]:
-    """torch.onnx.export to ``out`` (a temporary path), then check it and compare one sample with torch."""
-    import torch
-
+    """torch.onnx.export to ``out`` (a temporary path), then check it and compare one sample with torch (and one of
+    another batch size, to prove the batch axis dynamic). Raises ModelSourceError, ExportError or OnnxModelError."""
     module = build_module(model)
     if not model.inputs or not model.outputs:
         raise ModelSourceError("a factory model needs model.inputs and model.outputs in its config", fix="list them in conf/model/<name>.yaml")
@@ -153,23 +153,38 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
     # Trace with the configured batch; check a second batch size to prove the batch axis is dynamic.
     feed = next((f for f in samples if next(iter(f.values())).shape[0] == export.sample_batch), samples[0])
     checks = [feed] + [f for f in samples if next(iter(f.values())).shape[0] != next(iter(feed.values())).shape[0]][:1]
+    check_input_names([s.name for s in model.inputs], list(feed), "sample-data hook output (model.data)")
+    traced = _run_torch(module, model, feed)  # before the exporter, whose own count error names neither the outputs nor the fix
+    _torch_export(module, model, export, feed, out)
+    diffs = _compare_with_torch(out, model, export, checks, lambda sample: traced if sample is feed else _run_torch(module, model, sample))
+    return {
+        "source": "factory",
+        "factory": model.factory.get("_target_") if model.factory else None,
+        "sanity_max_abs_diff": diffs,
+        "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks],
+    }
+
+
+def _run_torch(module: Any, model: ModelConfig, sample: Feed) -> list[Any]:
+    """The module's outputs on ``sample``, one per model.outputs name (else one ModelSourceError naming its fields)."""
+    import torch
+
+    with torch.no_grad():
+        returned, fields = model_outputs.flatten(module(*(torch.from_numpy(sample[s.name]) for s in model.inputs)))
+    if len(returned) != len(model.outputs):
+        what, fix = model_outputs.count_problem(fields, len(returned), list(model.outputs))
+        raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
+    return returned
+
+
+def _torch_export(module: Any, model: ModelConfig, export: ExportConfig, feed: Feed, out: Path) -> None:
+    """torch.onnx.export traced on ``feed``, every named axis dynamic (and the outputs' batch axis); raises ExportError."""
+    import torch
+
     names = [s.name for s in model.inputs]
-    check_input_names(names, list(feed), "sample-data hook output (model.data)")
     dynamic = {s.name: {i: (d if i else export.batch_axis) for i, d in enumerate(s.shape) if isinstance(d, str)} for s in model.inputs}
     for o in model.outputs:
         dynamic[o] = {0: export.batch_axis}
-    args = tuple(torch.from_numpy(feed[n]) for n in names)
-
-    def run_torch(sample: dict[str, np.ndarray]) -> list[Any]:
-        """The module's outputs on ``sample``, one per model.outputs name (else one message naming its fields)."""
-        with torch.no_grad():
-            returned, fields = model_outputs.flatten(module(*(torch.from_numpy(sample[n]) for n in names)))
-        if len(returned) != len(model.outputs):
-            what, fix = model_outputs.count_problem(fields, len(returned), list(model.outputs))
-            raise ModelSourceError(what, fix=fix, details={"model.outputs": model.outputs})
-        return returned
-
-    traced = run_torch(feed)  # before the exporter, whose own count error names neither the outputs nor the fix
     with torch.no_grad(), warnings.catch_warnings():
         # The TorchScript exporter warns about its own deprecation and about traced Python branches.
         warnings.simplefilter("ignore", category=DeprecationWarning)
@@ -177,7 +192,7 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
         try:
             torch.onnx.export(
                 module,
-                args,
+                tuple(torch.from_numpy(feed[n]) for n in names),
                 str(out),
                 input_names=names,
                 output_names=list(model.outputs),
@@ -192,13 +207,17 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
                 fix="try another export.opset, or export.dynamo=true (needs onnxscript)",
                 details={"opset": export.opset, "error": str(e).strip().splitlines()[0]},
             ) from None
+
+
+def _compare_with_torch(out: Path, model: ModelConfig, export: ExportConfig, checks: list[Feed], expected: Callable[[Feed], list[Any]]) -> dict[str, float]:
+    """Check the exported file and run it on each of ``checks`` against torch's outputs (``expected``); returns the
+    largest absolute difference per output. Raises ExportError beyond export.check_atol/check_rtol."""
     onnx_tools.check_model(out, "exported model")
     sess = onnx_tools.session(out, "exported model")
     diffs: dict[str, float] = {}
     for sample in checks:
-        expected_list = traced if sample is feed else run_torch(sample)
         got = onnx_tools.run(sess, sample, "exported model")
-        for name, ref in zip(model.outputs, expected_list):
+        for name, ref in zip(model.outputs, expected(sample)):
             r = ref.detach().numpy()
             diff = float(np.max(np.abs(got[name] - r))) if r.size else 0.0
             diffs[name] = max(diffs.get(name, 0.0), diff)
@@ -208,12 +227,7 @@ def export_torch(model: ModelConfig, export: ExportConfig, out: Path) -> dict[st
                     fix="raise export.check_atol/check_rtol only if the difference is expected; else check the export (export.opset)",
                     details={"max_abs_diff": diff, "atol": export.check_atol, "rtol": export.check_rtol},
                 )
-    return {
-        "source": "factory",
-        "factory": model.factory.get("_target_") if model.factory else None,
-        "sanity_max_abs_diff": diffs,
-        "sanity_batches": [int(next(iter(f.values())).shape[0]) for f in checks],
-    }
+    return diffs
 
 
 def copy_onnx(model: ModelConfig, out: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,11 @@ def run_fp16(src: Path, out: Path, cfg: PrecisionConfig, model: ModelConfig) -> 
     }
 
 
+def _convert_keeping(cfg: PrecisionConfig, keep: list[str], model: onnx.ModelProto, extra: list[str]) -> onnx.ModelProto:
+    """:func:`convert` with ``keep`` (nodes ONNX Runtime refused in FP16) blocked beside the data-driven ``extra``."""
+    return convert(model, cfg, [*extra, *keep])[0]
+
+
 def _safe_and_loadable(
     fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[fp16_safety.Feed], block_ops: set[str], out: Path
 ) -> tuple[onnx.ModelProto, Any, dict[str, Any], dict[str, str]]:
@@ -184,7 +190,7 @@ def _safe_and_loadable(
     rejected: dict[str, str] = {}
     for _ in range(max(cfg.fallback.max_attempts, 1)):
         keep = sorted(rejected)
-        converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, lambda m, extra, keep=keep: convert(m, cfg, [*extra, *keep])[0], block_ops)
+        converted, safety = fp16_safety.convert_safely(fp32, cfg, feeds, partial(_convert_keeping, cfg, keep), block_ops)
         blocked = {b["node"] for b in safety["blocked_nodes"]}
         converted, sess, new = _loadable(converted, fp32, cfg, out, blocked | set(rejected))
         rejected.update(new)

@@ -151,6 +151,8 @@ def true_fp16_check(converted: onnx.ModelProto, feeds: list[Feed], fp32_nonfinit
         for feed in feeds:
             with np.errstate(all="ignore"):  # overflow is what we are looking for; numpy warns about each one
                 results = ev.run(None, feed, intermediate=True)
+            if not isinstance(results, dict):  # intermediate=True returns {value name: array}
+                raise TypeError(f"onnx.reference returned {type(results).__name__} for intermediate=True, not a dict")
             for name, x in results.items():
                 if not isinstance(x, np.ndarray) or x.dtype.kind != "f" or np.isfinite(x).all():
                     continue
@@ -174,29 +176,16 @@ def _first_nonfinite(model: onnx.ModelProto, nodes: dict[str, str]) -> dict[str,
 def convert_safely(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[Feed], convert: Convert, block_ops: set[str]) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Convert with data-driven FP32 fallback; returns (model, report). ``fp32`` must have named nodes.
 
-    Raises PrecisionError when unsafe nodes exist and the fallback is disabled, or when the
-    true-FP16 cross-check still finds NaN/Inf after fallback.max_attempts conversions.
+    Raises PrecisionError when masking sentinels would not be clipped, when unsafe nodes exist and the fallback is
+    disabled, or when the true-FP16 cross-check still finds NaN/Inf after fallback.max_attempts conversions.
     """
     fb = cfg.fallback
     t0 = time.perf_counter()
-    if cfg.max_finite_val > fb.max_abs and fb.sentinel_abs != float("inf"):
-        raise PrecisionError(
-            "masking sentinels are only safe when the converter clips constants into FP16 range",
-            fix="set precision.max_finite_val <= precision.fallback.max_abs, or precision.fallback.sentinel_abs=.inf",
-            details={"precision.max_finite_val": cfg.max_finite_val, "precision.fallback.max_abs": fb.max_abs},
-        )
+    _check_sentinels_clipped(cfg)
     ranges = value_ranges(fp32, feeds, fb)
     unsafe = unsafe_values(ranges, fb)
     blocked = nodes_touching(fp32, unsafe, set(cfg.node_block_list), block_ops)
-    worst = max(ranges.items(), key=lambda kv: kv[1]["max_abs"], default=(None, {"max_abs": 0.0}))
-    report: dict[str, Any] = {
-        "enabled": fb.enabled,
-        "values_checked": len(ranges),
-        "samples": len(feeds),
-        "max_abs_seen": {"value": worst[0], "max_abs": worst[1]["max_abs"]},
-        "unsafe_values": [{"value": v, "reason": r} for v, r in unsafe.items()],
-        "sentinel_values": {v: int(s["sentinels"]) for v, s in ranges.items() if s["sentinels"]},
-    }
+    report = _ranges_report(ranges, unsafe, fb, len(feeds))
     if blocked and not fb.enabled:
         raise PrecisionError(
             f"{len(blocked)} node(s) touch values outside FP16's range and precision.fallback.enabled=false",
@@ -205,31 +194,11 @@ def convert_safely(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[Feed
         )
     fp32_nonfinite = {v for v, s in ranges.items() if s["nonfinite"]}
     check_feeds = sorted(feeds, key=lambda f: sum(a.size for a in f.values()))[: max(fb.reference_check_samples, 0)]
-    attempts: list[dict[str, Any]] = []
     naive_check: dict[str, Any] | None = None
     if fb.enabled and fb.reference_check and blocked and check_feeds:
         # Confirm the finding: the same conversion without the data-driven blocks, in true FP16.
         naive_check = true_fp16_check(convert(fp32, []), check_feeds, fp32_nonfinite)
-    for attempt in range(1, max(fb.max_attempts, 1) + 1):
-        converted = convert(fp32, sorted(blocked))
-        check = true_fp16_check(converted, check_feeds, fp32_nonfinite) if fb.reference_check and check_feeds else {"status": "disabled"}
-        attempts.append({"attempt": attempt, "blocked": len(blocked), "cross_check": check})
-        if check["status"] != "nonfinite" or not fb.enabled:
-            break
-        new = {n: r for n, r in _first_nonfinite(fp32, check["nodes"]).items() if n not in blocked}
-        if not new:
-            break
-        for n, r in new.items():
-            op = next(x.op_type for x in fp32.graph.node if x.name == n)
-            blocked[n] = {"op": op, "value": "", "role": "produces", "reason": r, "source": "true fp16 evaluation"}
-    else:
-        check = attempts[-1]["cross_check"]
-    if check.get("status") == "nonfinite":
-        raise PrecisionError(
-            f"the FP16 model still gives NaN/Inf in a true FP16 evaluation after {len(attempts)} conversion attempt(s)",
-            fix="raise precision.fallback.max_attempts, or add the nodes to precision.node_block_list / op types to precision.op_block_list",
-            details={"nodes": sorted(check.get("nodes", {}))[:10], "outputs": check.get("outputs")},
-        )
+    converted, attempts = _convert_until_finite(fp32, fb, convert, blocked, check_feeds, fp32_nonfinite)
     report.update(
         {
             "blocked_nodes": [{"node": n, **b} for n, b in blocked.items()],
@@ -240,3 +209,57 @@ def convert_safely(fp32: onnx.ModelProto, cfg: PrecisionConfig, feeds: list[Feed
         }
     )
     return converted, report
+
+
+def _check_sentinels_clipped(cfg: PrecisionConfig) -> None:
+    """Raise PrecisionError unless the converter clips constants into FP16's range, as masking sentinels need."""
+    fb = cfg.fallback
+    if cfg.max_finite_val > fb.max_abs and fb.sentinel_abs != float("inf"):
+        raise PrecisionError(
+            "masking sentinels are only safe when the converter clips constants into FP16 range",
+            fix="set precision.max_finite_val <= precision.fallback.max_abs, or precision.fallback.sentinel_abs=.inf",
+            details={"precision.max_finite_val": cfg.max_finite_val, "precision.fallback.max_abs": fb.max_abs},
+        )
+
+
+def _ranges_report(ranges: dict[str, dict[str, float]], unsafe: dict[str, str], fb: Fp16FallbackConfig, samples: int) -> dict[str, Any]:
+    """The report's part about the FP32 ranges: what was checked, the largest value seen, what is unsafe."""
+    worst = max(ranges.items(), key=lambda kv: kv[1]["max_abs"], default=(None, {"max_abs": 0.0}))
+    return {
+        "enabled": fb.enabled,
+        "values_checked": len(ranges),
+        "samples": samples,
+        "max_abs_seen": {"value": worst[0], "max_abs": worst[1]["max_abs"]},
+        "unsafe_values": [{"value": v, "reason": r} for v, r in unsafe.items()],
+        "sentinel_values": {v: int(s["sentinels"]) for v, s in ranges.items() if s["sentinels"]},
+    }
+
+
+def _convert_until_finite(
+    fp32: onnx.ModelProto, fb: Fp16FallbackConfig, convert: Convert, blocked: dict[str, dict[str, str]], check_feeds: list[Feed], fp32_nonfinite: set[str]
+) -> tuple[onnx.ModelProto, list[dict[str, Any]]]:
+    """Convert with ``blocked`` kept FP32; while the true-FP16 cross-check finds NaN/Inf, block the earliest node that
+    produces it and convert again (``blocked`` grows in place). Returns (the last conversion, the attempts).
+
+    Raises PrecisionError when NaN/Inf is still there after fallback.max_attempts conversions.
+    """
+    attempts: list[dict[str, Any]] = []
+    for attempt in range(1, max(fb.max_attempts, 1) + 1):
+        converted = convert(fp32, sorted(blocked))
+        check: dict[str, Any] = true_fp16_check(converted, check_feeds, fp32_nonfinite) if fb.reference_check and check_feeds else {"status": "disabled"}
+        attempts.append({"attempt": attempt, "blocked": len(blocked), "cross_check": check})
+        if check["status"] != "nonfinite" or not fb.enabled:
+            break
+        new = {n: r for n, r in _first_nonfinite(fp32, check["nodes"]).items() if n not in blocked}
+        if not new:
+            break
+        for n, r in new.items():
+            op = next(x.op_type for x in fp32.graph.node if x.name == n)
+            blocked[n] = {"op": op, "value": "", "role": "produces", "reason": r, "source": "true fp16 evaluation"}
+    if check.get("status") == "nonfinite":
+        raise PrecisionError(
+            f"the FP16 model still gives NaN/Inf in a true FP16 evaluation after {len(attempts)} conversion attempt(s)",
+            fix="raise precision.fallback.max_attempts, or add the nodes to precision.node_block_list / op types to precision.op_block_list",
+            details={"nodes": sorted(check.get("nodes", {}))[:10], "outputs": check.get("outputs")},
+        )
+    return converted, attempts

@@ -33,8 +33,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import rows_of
 from pipeline.core.samples import input_specs
 from pipeline.core.specs import graph_io
+from pipeline.records.int8 import Activations, Attempt, BlockedNode, Calibration, Check, Fallback, Int8Report, NodeFate, Part, RankedNode, Split
+from pipeline.core.verdicts import Quality
 
 Feed = dict[str, Any]
 
@@ -94,10 +96,20 @@ def supported_ops(mode: QuantMode) -> set[str]:
 
 
 def plan_ops(cfg: Int8Config) -> tuple[list[str], dict[str, str]]:
-    """(op types to quantize, {op type: why it is left FP32}) for the configured ``int8.op_types``."""
+    """(op types to quantize, {op type: why it is left FP32}) for the configured ``int8.op_types``.
+
+    Raises QuantizationError when ONNX Runtime quantizes none of them.
+    """
     ok = supported_ops(cfg.mode)
     skipped = {op: f"ONNX Runtime has no {cfg.mode} quantizer for {op}: left FP32" for op in cfg.op_types if op not in ok}
-    return [op for op in cfg.op_types if op in ok], skipped
+    ops = [op for op in cfg.op_types if op in ok]
+    if not ops:
+        raise QuantizationError(
+            "no op type of int8.op_types can be quantized by ONNX Runtime",
+            details=skipped,
+            fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types",
+        )
+    return ops, skipped
 
 
 def quantize(src: Path, out: Path, cfg: Int8Config, feeds: list[Feed], ops: list[str], exclude: list[str], cache: Path) -> None:
@@ -180,10 +192,10 @@ def opset_for_qdq(src: Path, work: Path) -> Path:
     return dest
 
 
-def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str], excluded: Mapping[str, str]) -> list[dict[str, str]]:
+def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, skipped_ops: Mapping[str, str], excluded: Mapping[str, str]) -> list[NodeFate]:
     """Every node of a quantizable (or requested) op type: quantized, or FP32 and why."""
     done = {n.name for n in int8_errors.quantized_nodes(fp32, quant, cfg.op_types)}
-    out = []
+    out: list[NodeFate] = []
     for n in fp32.graph.node:
         if n.op_type not in cfg.op_types:
             continue
@@ -191,16 +203,16 @@ def node_fates(fp32: onnx.ModelProto, quant: onnx.ModelProto, cfg: Int8Config, s
             # QDQ quantizes a tensor once for all its consumers: a node kept FP32 beside a quantized one reads the
             # dequantized copy of their shared input, though its own weights and output stay float.
             shared = " (its activation input stays quantized for another consumer)" if n.name in done else ""
-            out.append({"node": n.name, "op": n.op_type, "status": "fp32", "reason": excluded[n.name] + shared})
+            out.append(NodeFate(n.name, n.op_type, "fp32", excluded[n.name] + shared))
         elif n.name in done:
-            out.append({"node": n.name, "op": n.op_type, "status": "int8"})
+            out.append(NodeFate(n.name, n.op_type, "int8"))
         else:
             reason = skipped_ops.get(n.op_type) or "ONNX Runtime's quantizer left it FP32 (e.g. no constant weight or no calibrated range)"
-            out.append({"node": n.name, "op": n.op_type, "status": "fp32", "reason": reason})
+            out.append(NodeFate(n.name, n.op_type, "fp32", reason))
     return out
 
 
-def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) -> dict[str, Any]:  # noqa: PLR0915
+def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) -> Int8Report:
     """Quantize ``src`` into ``out`` (a temporary path), with the fallback search when the fleet serves INT8; return the report.
 
     Raises QuantizationError: unreadable calibration set, samples that do not fit the graph, too few rows for the
@@ -209,132 +221,51 @@ def run_int8(src: Path, calibration_path: Path, out: Path, cfg: PipelineConfig) 
     q = cfg.int8
     t0 = time.perf_counter()
     fp32 = onnx_tools.load_model(src, "simplified FP32 model")
-    feeds = calibration.load(calibration_path)
+    feeds, split = _calibration_rows(calibration_path, fp32, cfg)
+    ops, skipped_ops = plan_ops(q)
+    with tempfile.TemporaryDirectory(prefix="int8-", dir=out.parent) as tmp:
+        graphs, smoothing = _graphs(src, fp32, Path(tmp), q, split, ops)
+        judge = int8_search.Judge(graphs["plain"].path, split, {o: OutputKind(k) for o, k in cfg.model.output_kinds.items()}, cfg.parity.int8.quality, cfg.model.output_axes)
+        # Everything fitted to data (ranges, smoothing scales, the node ranking) comes from the search rows: the validation
+        # rows must be as unseen as the held-out ones for the stop rule to say anything about those.
+        run = _Run(q, ops, split.calibration.feeds, judge, Path(tmp), dict.fromkeys(q.nodes_to_exclude, "int8.nodes_to_exclude"))
+        start, first = run.first_quantizations(graphs, out)
+        g = graphs[start.graph]
+        search = q.fallback.enabled and cfg.int8_in_fleet and bool(judge.kinds) and not start.passed and q.fallback.max_attempts > len(run.attempts)
+        ranked, chosen = run.search(g, first, start, out) if search else ([], start)
+        fallback = _fallback_record(cfg, run, split, ranked, chosen, start)
+        run.excluded |= {b.node: b.reason for b in fallback.blocked_nodes}
+        quant = _checked(out, feeds)
+    return Int8Report(
+        mode=str(q.mode),
+        format="QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
+        per_channel=q.per_channel,
+        reduce_range=q.reduce_range,
+        quantize_outputs=q.quantize_outputs,
+        activations=Activations(str(q.activation_type), q.activation_symmetric) if q.mode == QuantMode.static else None,
+        calibration=_calibration_record(calibration_path, feeds, split, q),
+        op_types=ops,
+        op_types_left_fp32=skipped_ops,
+        smoothing=smoothing.record(start.graph == "smoothed", {a.graph: a.margin for a in run.attempts[:2]}) if smoothing else None,
+        nodes=node_fates(g.model, quant, q, skipped_ops, run.excluded),
+        fallback=fallback,
+        passed_on_calibration=chosen.passed if judge.kinds else None,
+        quality_on_calibration=chosen.quality,
+        size_bytes_fp32=src.stat().st_size,
+        size_bytes_int8=out.stat().st_size,
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+
+
+def _calibration_rows(path: Path, fp32: onnx.ModelProto, cfg: PipelineConfig) -> tuple[list[Feed], holdout.Split]:
+    """The calibration set, checked against the graph's inputs, and its rows cut into search and validation rows.
+
+    Raises QuantizationError: an unreadable set, samples that do not fit the graph, too few rows for the split.
+    """
+    feeds = calibration.load(path)
     graph_inputs = graph_io(fp32)[0]
     calibration.check_feeds(feeds, graph_inputs)
-    ops, skipped_ops = plan_ops(q)
-    if not ops:
-        raise QuantizationError(
-            "no op type of int8.op_types can be quantized by ONNX Runtime",
-            details=skipped_ops,
-            fix="list op types ONNX Runtime quantizes (MatMul, Gemm, Conv, ...) in int8.op_types",
-        )
-    kinds = {o: OutputKind(k) for o, k in cfg.model.output_kinds.items()}
-    split = search_split(feeds, q.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
-    # Everything fitted to data (ranges, smoothing scales, the node ranking) comes from the search rows: the validation
-    # rows must be as unseen as the held-out ones for the stop rule to say anything about those.
-    fit = split.calibration.feeds
-    excluded: dict[str, str] = dict.fromkeys(q.nodes_to_exclude, "int8.nodes_to_exclude")
-    with tempfile.TemporaryDirectory(prefix="int8-", dir=out.parent) as tmp:
-        source = src
-        if name_nodes(fp32):  # nodes_to_exclude works by name, as FP16's block list does: unnamed nodes get stable names
-            source = Path(tmp) / "model.fp32.named.onnx"
-            onnx_tools.save_model(fp32, source)
-        judge = int8_search.Judge(source, split, kinds, cfg.parity.int8.quality, cfg.model.output_axes)  # against the FP32 model as it is
-        graphs = {"plain": _Graph(source, fp32, Path(tmp) / "ranges.json")}
-        smoothing = None
-        if q.smoothing is not None:  # a smoothed copy keeps every node's name, so exclusions and per-layer errors still match
-            smoothed, smoothing = int8_smooth.smooth(fp32, fit, q.smoothing, ops, skip=q.nodes_to_exclude)
-            graphs["smoothed"] = _Graph(Path(tmp) / "model.fp32.smoothed.onnx", smoothed, Path(tmp) / "ranges.smoothed.json")
-            onnx_tools.save_model(smoothed, graphs["smoothed"].path)
-        attempts: list[dict[str, Any]] = []
-        firsts: dict[str, int8_search.Judged] = {}
-        for name, g in graphs.items():  # ranges from the search rows, once per graph
-            t = time.perf_counter()
-            quantize(g.path, Path(tmp) / f"{name}.int8.onnx", q, fit, ops, sorted(excluded), g.cache)
-            j = firsts[name] = judge(Path(tmp) / f"{name}.int8.onnx")
-            attempts.append(_attempt(len(attempts) + 1, len(excluded), 0, j, j, t, q.fallback.min_margin) | {"graph": name})
-        # Smoothing moves rounding error into the weights, and tightens every channel's range to the rows it was fitted on,
-        # which not every model takes well: the stop rule's margin says which graph the search starts from (plain on a tie).
-        start = max(attempts, key=lambda a: (a["passed"], a["margin"], a["graph"] == "plain"))
-        pick, g = start["graph"], graphs[start["graph"]]
-        os.replace(Path(tmp) / f"{pick}.int8.onnx", out)
-        first = firsts[pick]
-        search = q.fallback.enabled and cfg.int8_in_fleet and bool(judge.kinds) and not start["passed"] and q.fallback.max_attempts > len(attempts)
-        ranked: list[int8_errors.NodeError] = []
-        chosen = start
-        if search:
-            quant = onnx_tools.load_model(out, "INT8 model")
-            ranked = [e for e in int8_errors.node_errors(g.model, quant, fit, int8_errors.quantized_nodes(g.model, quant, ops)) if e.node not in excluded]
-            trial, best = Path(tmp) / "trial.onnx", Path(tmp) / "best.onnx"
-
-            def evaluate(k: int) -> bool:
-                nonlocal chosen
-                t = time.perf_counter()
-                quantize(g.path, trial, q, fit, ops, sorted([*excluded, *(e.node for e in ranked[:k])]), g.cache)
-                a = _attempt(len(attempts) + 1, len(excluded) + k, k, first, judge(trial), t, q.fallback.min_margin) | {"graph": pick}
-                attempts.append(a)
-                if a["passed"] or (not chosen["passed"] and a["margin"] > chosen["margin"]):  # a later pass has a smaller k
-                    os.replace(trial, best)
-                    chosen = a
-                return a["passed"]
-
-            int8_search.bisect(len(ranked), evaluate, q.fallback.max_attempts - len(attempts))
-            if chosen["fallback_nodes"]:
-                os.replace(best, out)
-        fp32 = g.model
-        blocked = _blocked(ranked, chosen)
-        excluded |= {b["node"]: b["reason"] for b in blocked}
-        sess = onnx_tools.session(out, "INT8 model")  # a graph ONNX Runtime cannot open fails here, not in a later stage
-        for i, feed in enumerate(feeds[:2]):
-            if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "INT8 model")):
-                raise QuantizationError(
-                    f"the INT8 model produces NaN/Inf on calibration sample {i}", details={"outputs": bad}, fix="keep the offending nodes FP32 (int8.nodes_to_exclude)"
-                )
-        quant = onnx_tools.load_model(out, "INT8 model")
-    fates = node_fates(fp32, quant, q, skipped_ops, excluded)
-    searched = len(attempts) > len(graphs)
-    return {
-        "mode": str(q.mode),
-        "format": "QDQ" if q.mode == QuantMode.static else "dynamic (integer ops)",
-        "per_channel": q.per_channel,
-        "reduce_range": q.reduce_range,
-        "quantize_outputs": q.quantize_outputs,
-        "activations": {"type": str(q.activation_type), "symmetric": q.activation_symmetric} if q.mode == QuantMode.static else "dynamic",
-        "calibration": {
-            **calibration.record(calibration_path),
-            "rows": sum(rows_of(f) for f in feeds),
-            "samples": len(feeds),
-            "fitted_on": f"the {split.calibration.rows} search rows (ranges, smoothing scales, node ranking)",
-            "validation_rows": split.holdout.rows,
-            "method": str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
-            **({"percentile": q.calibration.percentile} if q.calibration.method == "percentile" else {}),
-        },
-        "op_types": ops,
-        "op_types_left_fp32": skipped_ops,
-        "smoothing": {**smoothing.to_json(), "used": pick == "smoothed", "margin": {a["graph"]: a["margin"] for a in attempts[:2]}} if smoothing else "off (int8.smoothing: null)",
-        "quantized_count": sum(f["status"] == "int8" for f in fates),
-        "kept_fp32_count": sum(f["status"] == "fp32" for f in fates),
-        "nodes": fates,
-        "fallback": {
-            "enabled": q.fallback.enabled,
-            "max_attempts": q.fallback.max_attempts,
-            "in_fleet": cfg.int8_in_fleet,
-            "judged_outputs": {o: str(k) for o, k in judge.kinds.items()},
-            "thresholds": "parity.int8.quality",
-            "judged_on": "the calibration rows, split into search and validation rows (never the rows parity holds out)",
-            "split": {
-                "validation": q.fallback.validation,
-                "rule": holdout.RULE.replace("int8.calibration.holdout", "int8.fallback.validation"),
-                "search": split.calibration.record(),
-                "validation_rows": split.holdout.record(),
-            },
-            "stop_rule": int8_search.RULE,
-            "strategy": "bisection over the per-layer error ranking (search rows)",
-            "ranking": [{"node": e.node, "op": e.op, "introduced": round(e.introduced, 6)} for e in ranked],
-            "searched": searched,
-            "not_searched": None if searched else not_searched(cfg, start["passed"], bool(judge.kinds)),
-            "chosen_attempt": chosen["attempt"],
-            "blocked_nodes": blocked,
-            "blocked_count": len(blocked),
-            "attempts": attempts,
-        },
-        "passed_on_calibration": chosen["passed"] if judge.kinds else None,
-        "quality_on_calibration": chosen["quality"],
-        "size_bytes_fp32": src.stat().st_size,
-        "size_bytes_int8": out.stat().st_size,
-        "seconds": round(time.perf_counter() - t0, 2),
-    }
+    return feeds, search_split(feeds, cfg.int8.fallback.validation, holdout.batched(input_specs(cfg.model, graph_inputs)))
 
 
 @dataclass(frozen=True)
@@ -344,6 +275,161 @@ class _Graph:
     path: Path
     model: onnx.ModelProto
     cache: Path
+
+
+def _graphs(src: Path, fp32: onnx.ModelProto, tmp: Path, q: Int8Config, split: holdout.Split, ops: list[str]) -> tuple[dict[str, _Graph], int8_smooth.Smoothing | None]:
+    """The graphs to quantize: the FP32 model with every node named (``plain``) and, with ``int8.smoothing`` set, a
+    smoothed copy fitted on the search rows (``smoothed``); returns them and what smoothing did."""
+    source = src
+    if name_nodes(fp32):  # nodes_to_exclude works by name, as FP16's block list does: unnamed nodes get stable names
+        source = tmp / "model.fp32.named.onnx"
+        onnx_tools.save_model(fp32, source)
+    graphs = {"plain": _Graph(source, fp32, tmp / "ranges.json")}
+    if q.smoothing is None:
+        return graphs, None
+    # A smoothed copy keeps every node's name, so exclusions and per-layer errors still match.
+    smoothed, smoothing = int8_smooth.smooth(fp32, split.calibration.feeds, q.smoothing, ops, skip=q.nodes_to_exclude)
+    graphs["smoothed"] = _Graph(tmp / "model.fp32.smoothed.onnx", smoothed, tmp / "ranges.smoothed.json")
+    onnx_tools.save_model(smoothed, graphs["smoothed"].path)
+    return graphs, smoothing
+
+
+@dataclass
+class _Run:
+    """The quantizations of one run of the stage: the settings, the op types, the search rows ranges are fitted on,
+    the judge, the work directory, the nodes kept FP32 by configuration, and every attempt so far."""
+
+    q: Int8Config
+    ops: list[str]
+    fit: list[Feed]
+    judge: int8_search.Judge
+    tmp: Path
+    excluded: dict[str, str]
+    attempts: list[Attempt] = field(default_factory=list)
+    firsts: int = 0  # the first quantizations, one per graph; the search's come after
+
+    @property
+    def searched(self) -> bool:
+        return len(self.attempts) > self.firsts
+
+    def quantize(self, g: _Graph, dest: Path, fallback: Iterable[str] = ()) -> None:
+        quantize(g.path, dest, self.q, self.fit, self.ops, sorted([*self.excluded, *fallback]), g.cache)
+
+    def record(self, graph: str, k: int, first: int8_search.Judged, now: int8_search.Judged, started: float) -> Attempt:
+        """Add one quantization to the attempts, as the report lists it."""
+        a = Attempt(
+            attempt=len(self.attempts) + 1,
+            kept_fp32=len(self.excluded) + k,
+            fallback_nodes=k,
+            passed=int8_search.passes(first, now, self.q.fallback.min_margin),
+            margin=int8_search.margin(first, now),
+            checks={name: Check(**c) for name, c in int8_search.checks(first, now).items()},
+            quality=_verdicts(now),
+            seconds=round(time.perf_counter() - started, 2),
+            graph=graph,
+        )
+        self.attempts.append(a)
+        return a
+
+    def first_quantizations(self, graphs: Mapping[str, _Graph], out: Path) -> tuple[Attempt, int8_search.Judged]:
+        """Quantize each graph once (ranges from the search rows); write the better by the stop rule to ``out``.
+        Returns its attempt and verdicts."""
+        firsts: dict[str, int8_search.Judged] = {}
+        for name, g in graphs.items():
+            t = time.perf_counter()
+            self.quantize(g, self.tmp / f"{name}.int8.onnx")
+            j = firsts[name] = self.judge(self.tmp / f"{name}.int8.onnx")
+            self.record(name, 0, j, j, t)
+        self.firsts = len(self.attempts)
+        # Smoothing moves rounding error into the weights, and tightens every channel's range to the rows it was fitted on,
+        # which not every model takes well: the stop rule's margin says which graph the search starts from (plain on a tie).
+        start = max(self.attempts, key=lambda a: (a.passed, a.margin, a.graph == "plain"))
+        os.replace(self.tmp / f"{start.graph}.int8.onnx", out)
+        return start, firsts[start.graph]
+
+    def search(self, g: _Graph, first: int8_search.Judged, start: Attempt, out: Path) -> tuple[list[int8_errors.NodeError], Attempt]:
+        """Keep the nodes that introduce the most error FP32, as few as a bisection finds that pass the stop rule, in the
+        quantizations left; write the chosen one (the first passing, else the closest) to ``out``.
+        Returns the ranking and the chosen attempt."""
+        quant = onnx_tools.load_model(out, "INT8 model")
+        ranked = [e for e in int8_errors.node_errors(g.model, quant, self.fit, int8_errors.quantized_nodes(g.model, quant, self.ops)) if e.node not in self.excluded]
+        trial, best = self.tmp / "trial.onnx", self.tmp / "best.onnx"
+        chosen = start
+
+        def evaluate(k: int) -> bool:
+            nonlocal chosen
+            t = time.perf_counter()
+            self.quantize(g, trial, (e.node for e in ranked[:k]))
+            a = self.record(start.graph, k, first, self.judge(trial), t)
+            if a.passed or (not chosen.passed and a.margin > chosen.margin):  # a later pass has a smaller k
+                os.replace(trial, best)
+                chosen = a
+            return a.passed
+
+        int8_search.bisect(len(ranked), evaluate, self.q.fallback.max_attempts - len(self.attempts))
+        if chosen.fallback_nodes:
+            os.replace(best, out)
+        return ranked, chosen
+
+
+def _verdicts(j: int8_search.Judged) -> dict[str, dict[str, Quality]]:
+    """Both parts' verdicts as the report carries them."""
+    return {part: {o: Quality.from_json(v) for o, v in outs.items()} for part, outs in int8_search.to_json(j).items()}
+
+
+def _checked(out: Path, feeds: list[Feed]) -> onnx.ModelProto:
+    """The INT8 model at ``out``, once ONNX Runtime opens it and it gives finite outputs on the first calibration samples.
+
+    Raises QuantizationError (or OnnxModelError from the session) so a broken graph fails here, not in a later stage.
+    """
+    sess = onnx_tools.session(out, "INT8 model")
+    for i, feed in enumerate(feeds[:2]):
+        if bad := onnx_tools.nonfinite(onnx_tools.run(sess, feed, "INT8 model")):
+            raise QuantizationError(
+                f"the INT8 model produces NaN/Inf on calibration sample {i}", details={"outputs": bad}, fix="keep the offending nodes FP32 (int8.nodes_to_exclude)"
+            )
+    return onnx_tools.load_model(out, "INT8 model")
+
+
+def _calibration_record(path: Path, feeds: list[Feed], split: holdout.Split, q: Int8Config) -> Calibration:
+    """The calibration set's identity and how it was used."""
+    return Calibration(
+        **calibration.record(path),
+        rows=sum(rows_of(f) for f in feeds),
+        samples=len(feeds),
+        fitted_on=f"the {split.calibration.rows} search rows (ranges, smoothing scales, node ranking)",
+        validation_rows=split.holdout.rows,
+        method=str(q.calibration.method) if q.mode == QuantMode.static else "none (dynamic)",
+        percentile=q.calibration.percentile if q.calibration.method == "percentile" else None,
+    )
+
+
+def _part(p: holdout.Part) -> Part:
+    return Part(p.rows, len(p.feeds), list(p.units), holdout.digest(p.feeds, p.batched))
+
+
+def _fallback_record(cfg: PipelineConfig, run: _Run, split: holdout.Split, ranked: list[int8_errors.NodeError], chosen: Attempt, start: Attempt) -> Fallback:
+    """The report's account of the fallback: settings, the split, the ranking, the attempts, and the nodes the chosen
+    attempt keeps FP32 (``start``: the first quantization the search started from)."""
+    fb = cfg.int8.fallback
+    kinds = run.judge.kinds
+    return Fallback(
+        enabled=fb.enabled,
+        max_attempts=fb.max_attempts,
+        in_fleet=cfg.int8_in_fleet,
+        judged_outputs={o: str(k) for o, k in kinds.items()},
+        thresholds="parity.int8.quality",
+        judged_on="the calibration rows, split into search and validation rows (never the rows parity holds out)",
+        split=Split(fb.validation, holdout.RULE.replace("int8.calibration.holdout", "int8.fallback.validation"), _part(split.calibration), _part(split.holdout)),
+        stop_rule=int8_search.RULE,
+        strategy="bisection over the per-layer error ranking (search rows)",
+        ranking=[RankedNode(e.node, e.op, round(e.introduced, 6)) for e in ranked],
+        searched=run.searched,
+        not_searched=None if run.searched else not_searched(cfg, start.passed, bool(kinds)),
+        chosen_attempt=chosen.attempt,
+        blocked_nodes=_blocked(ranked, chosen),
+        attempts=run.attempts,
+    )
 
 
 def search_split(feeds: list[Feed], share: float, batched: bool) -> holdout.Split:
@@ -358,39 +444,25 @@ def search_split(feeds: list[Feed], share: float, batched: bool) -> holdout.Spli
     return s
 
 
-def _attempt(n: int, kept: int, k: int, first: int8_search.Judged, now: int8_search.Judged, started: float, min_margin: float) -> dict[str, Any]:
-    """One quantization as the report lists it."""
-    return {
-        "attempt": n,
-        "kept_fp32": kept,
-        "fallback_nodes": k,
-        "passed": int8_search.passes(first, now, min_margin),
-        "margin": int8_search.margin(first, now),
-        "checks": int8_search.checks(first, now),
-        "quality": int8_search.to_json(now),
-        "seconds": round(time.perf_counter() - started, 2),
-    }
-
-
-def _blocked(ranked: list[int8_errors.NodeError], chosen: dict[str, Any]) -> list[dict[str, Any]]:
+def _blocked(ranked: list[int8_errors.NodeError], chosen: Attempt) -> list[BlockedNode]:
     """The nodes the chosen attempt keeps FP32, each with why."""
-    k, n = chosen["fallback_nodes"], len(ranked)
+    k, n = chosen.fallback_nodes, len(ranked)
     verdict = (
-        f"the {k} worst kept FP32 pass the stop rule (attempt {chosen['attempt']})"
-        if chosen["passed"]
-        else f"the {k} worst kept FP32 came closest to the stop rule (attempt {chosen['attempt']}, margin {chosen['margin']:+.4f}); none passed"
+        f"the {k} worst kept FP32 pass the stop rule (attempt {chosen.attempt})"
+        if chosen.passed
+        else f"the {k} worst kept FP32 came closest to the stop rule (attempt {chosen.attempt}, margin {chosen.margin:+.4f}); none passed"
     )
     return [
-        {
-            "node": e.node,
-            "op": e.op,
-            "rank": i + 1,
-            "introduced": round(e.introduced, 6),
-            "output_error": round(e.output_error, 6),
-            "input_error": round(e.input_error, 6),
-            "reason": f"fallback: #{i + 1} of {n} quantized nodes by the error it introduces on the search rows ({e.introduced:.3g} at "
+        BlockedNode(
+            node=e.node,
+            op=e.op,
+            rank=i + 1,
+            introduced=round(e.introduced, 6),
+            output_error=round(e.output_error, 6),
+            input_error=round(e.input_error, 6),
+            reason=f"fallback: #{i + 1} of {n} quantized nodes by the error it introduces on the search rows ({e.introduced:.3g} at "
             f"'{e.output}', input {e.input_error:.3g} -> output {e.output_error:.3g}); {verdict}",
-        }
+        )
         for i, e in enumerate(ranked[:k])
     ]
 
@@ -412,10 +484,14 @@ def not_searched(cfg: PipelineConfig, passed: bool, judged: bool) -> str:
     return f"int8.fallback.max_attempts={cfg.int8.fallback.max_attempts}: no quantization left after the first (plain, and smoothed with int8.smoothing)"
 
 
-def headline(report: dict[str, Any]) -> dict[str, Any]:
+def headline(report: Int8Report) -> dict[str, Any]:
     """Size, node counts, attempts and the chosen model's quality on the search and validation rows (dvc metrics)."""
     # The FP32 size is fp16's metric already; blocked nodes, whether the search ran and the time are in the report.
-    out = {k: report[k] for k in ("quantized_count", "kept_fp32_count", "size_bytes_int8", "passed_on_calibration")}
-    out["attempts"] = len(report["fallback"]["attempts"])
-    out["quality_on_calibration"] = {part: {o: v["metrics"] for o, v in verdicts.items()} for part, verdicts in report["quality_on_calibration"].items()}
-    return out
+    return {
+        "quantized_count": report.quantized_count,
+        "kept_fp32_count": report.kept_fp32_count,
+        "size_bytes_int8": report.size_bytes_int8,
+        "passed_on_calibration": report.passed_on_calibration,
+        "attempts": len(report.fallback.attempts),
+        "quality_on_calibration": {part: {o: v.metrics for o, v in verdicts.items()} for part, verdicts in report.quality_on_calibration.items()},
+    }

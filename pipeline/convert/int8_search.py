@@ -142,7 +142,8 @@ def passes(first: Judged, now: Judged, min_margin: float = 0.0) -> bool:
 def bisect(n: int, evaluate: Callable[[int], bool], budget: int) -> tuple[int | None, list[int]]:
     """The smallest k in 1..n-1 for which ``evaluate(k)`` is true, by bisection (assuming that once true it stays true
     for larger k), in at most ``budget`` evaluations; returns (the smallest passing k evaluated or None, every k evaluated)."""
-    lo, hi, best, tried = 0, n, None, []
+    lo, hi, best = 0, n, None
+    tried: list[int] = []
     while hi - lo > 1 and len(tried) < budget:
         k = (lo + hi) // 2
         tried.append(k)

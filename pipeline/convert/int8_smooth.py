@@ -27,6 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from pipeline.convert.int8_errors import probe_session
+from pipeline.records.int8 import Smoothing as SmoothingRecord
 
 Feed = dict[str, np.ndarray]
 _FLOOR, _CLIP = 1e-5, 1e3  # a silent channel (max 0) gets the floor; s is kept within [1/_CLIP, _CLIP]
@@ -42,15 +43,9 @@ class Smoothing:
     scale_min: float
     scale_max: float
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "alpha": self.alpha,
-            "tensors": self.tensors,
-            "nodes": len(self.nodes),
-            "scale_min": round(self.scale_min, 6),
-            "scale_max": round(self.scale_max, 6),
-            "smoothed_nodes": self.nodes,
-        }
+    def record(self, used: bool, margin: dict[str, float]) -> SmoothingRecord:
+        """The report's account of it: whether the smoothed graph was used, and each graph's stop-rule margin."""
+        return SmoothingRecord(self.alpha, self.tensors, len(self.nodes), round(self.scale_min, 6), round(self.scale_max, 6), self.nodes, used, margin)
 
 
 def _weight_axis(n: onnx.NodeProto, weights: set[str]) -> int | None:

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from pipeline.core.errors import PipelineError
+
 
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
@@ -69,7 +71,7 @@ def remove_stale(*paths: str | os.PathLike[str]) -> None:
             p.unlink()
 
 
-def read_json(path: str | os.PathLike[str], error: type[Exception], what: str, fix: str) -> Any:
+def read_json(path: str | os.PathLike[str], error: type[PipelineError], what: str, fix: str) -> Any:
     """Read a JSON file; raise ``error`` (a PipelineError subclass) saying whether it is missing or unreadable."""
     p = Path(path)
     if not p.is_file():

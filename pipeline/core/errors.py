@@ -7,6 +7,7 @@ stage entry point can print one message and exit non-zero.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import TextIO
 
 
@@ -21,7 +22,7 @@ class PipelineError(Exception):
 
     exit_code: int = 2
 
-    def __init__(self, what: str, fix: str | None = None, details: dict[str, object] | None = None) -> None:
+    def __init__(self, what: str, fix: str | None = None, details: Mapping[str, object] | None = None) -> None:
         self.what = what
         self.fix = fix
         self.details = dict(details or {})

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core.config import ModelConfig, TensorSpec
-from pipeline.core.errors import ConfigError, ModelSourceError
+from pipeline.core.config import DType, ModelConfig, TensorSpec
+from pipeline.core.errors import ConfigError, ModelSourceError, OnnxModelError
 from pipeline.core.images import load_folder
 from pipeline.core.specs import IOSpec, typeable
 
@@ -68,6 +68,18 @@ def contiguous(a: Any) -> np.ndarray:
 INT_HIGH = 2  # an integer input the graph says nothing about gets 0 and 1 (masks, flags); a Gather's table bounds the rest
 
 
+def _dtype(i: IOSpec) -> DType:
+    """The graph input's dtype as a config DType; raises OnnxModelError when Triton has no data type for it."""
+    try:
+        return DType(i.dtype)
+    except ValueError:
+        raise OnnxModelError(
+            f"graph input {i.name!r} has dtype {i.dtype}, which has no Triton data type",
+            fix="export the model with inputs of a supported dtype, or list model.inputs in the config",
+            details={"supported": ", ".join(DType.choices())},
+        ) from None
+
+
 def specs_from_graph(graph_inputs: list[IOSpec]) -> list[TensorSpec]:
     """TensorSpecs for a graph whose config lists no inputs (model=onnx): integer inputs range over the table they index
     (``IOSpec.index_range``), else over {0, 1}; floats over [0, 1)."""
@@ -76,7 +88,7 @@ def specs_from_graph(graph_inputs: list[IOSpec]) -> list[TensorSpec]:
         shape = [d if isinstance(d, int) else (d or f"dim{k}") for k, d in enumerate(i.dims)]
         integer = np.issubdtype(np.dtype(i.dtype), np.integer)
         high = float(i.index_range or INT_HIGH) if integer else 1.0
-        out.append(TensorSpec(name=i.name, dtype=i.dtype, shape=shape, low=0.0, high=high))
+        out.append(TensorSpec(name=i.name, dtype=_dtype(i), shape=shape, low=0.0, high=high))
     return out
 
 

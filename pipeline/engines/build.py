@@ -21,9 +21,10 @@ from pipeline.core.errors import EngineError
 from pipeline.core.onnx_tools import load_model
 from pipeline.core.specs import graph_io
 from pipeline.engines import trt as trt_adapter
-from pipeline.engines.manifest import MANIFEST_NAME, PLAN_NAME, EngineManifest, expected_for, sha256_file, write_manifest
+from pipeline.engines.manifest import expected_for, sha256_file
 from pipeline.engines.probe import decide
-from pipeline.engines.targets import compute_profiles
+from pipeline.engines.targets import InputProfile, compute_profiles
+from pipeline.records.engine_manifest import MANIFEST_NAME, PLAN_NAME, EngineFile, EngineManifest, OnnxSource, write_manifest
 
 
 def _machine(probe: dict[str, Any], gpu: Optional[dict[str, Any]]) -> dict[str, Any]:
@@ -70,46 +71,66 @@ def build_target(
         expected=expected_for(target),
         precision=precision,
         machine=_machine(probe, decision.gpu),
-        onnx={"path": str(onnx_path), "sha256": sha256_file(onnx_path) if onnx_path.is_file() else None},
+        onnx=OnnxSource(str(onnx_path), sha256_file(onnx_path) if onnx_path.is_file() else None),
         timing_cache={"path": str(timing_cache_path)},
         reproduce={"dvc": f"dvc repro engine@{target.name}"},
     )
-    plan_bytes: Optional[bytes] = None
-    new_cache: Optional[bytes] = None
+    result = None
     if target.kind == "gpu":
-        if not onnx_path.is_file():
-            raise EngineError(
-                f"{precision.upper()} ONNX not found: {onnx_path}",
-                fix=f"run the {precision} stage first: dvc repro {precision}" if precision != "fp32" else "run the simplify stage first: dvc repro simplify",
-            )
-        inputs, outputs = graph_io(load_model(onnx_path, f"{precision.upper()} model"))
-        manifest.io = {k: [{"name": s.name, "dtype": s.dtype, "dims": list(s.dims)} for s in v] for k, v in (("inputs", inputs), ("outputs", outputs))}
-        profiles = compute_profiles(inputs, target.profile, target.name, batch_axis)
-        manifest.profiles = {p.name: p.as_dict() for p in profiles}
+        profiles = _describe_graph(manifest, target, onnx_path, batch_axis)
         if decision.build:
             assert decision.gpu is not None
             _select_device(decision.gpu)
-            old_cache = trt_adapter.read_timing_cache(timing_cache_path) if target.builder.timing_cache else None
-            result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache, precision)
-            plan_bytes, new_cache = result.engine, result.timing_cache
-            manifest.status = "built"
-            manifest.settings = result.settings.as_dict()
-            manifest.build_time_s = round(result.build_time_s, 3)
-            manifest.machine["tensorrt_version"] = result.tensorrt_version
-            manifest.notes = list(result.notes)
-            manifest.timing_cache.update(loaded=bool(old_cache), bytes=len(new_cache or b""))
-            manifest.reproduce.update(trt_adapter.reproduce_commands(onnx_path, profiles, result.settings, out_dir / PLAN_NAME, timing_cache_path))
+            result = _build(manifest, target, onnx_path, profiles, timing_cache_path, out_dir / PLAN_NAME)
+    _write(out_dir, manifest, result.engine if result else None)
+    _write_timing_cache(timing_cache_path, result.timing_cache if result else None)
+    return manifest
 
+
+def _describe_graph(manifest: EngineManifest, target: TargetConfig, onnx_path: Path, batch_axis: str) -> list[InputProfile]:
+    """Record the graph's inputs and outputs and the target's profiles in ``manifest`` (every GPU target's, built or
+    not, so profile errors surface on any machine); returns the profiles. Raises EngineError without the ONNX file."""
+    precision = manifest.precision
+    if not onnx_path.is_file():
+        raise EngineError(
+            f"{precision.upper()} ONNX not found: {onnx_path}",
+            fix=f"run the {precision} stage first: dvc repro {precision}" if precision != "fp32" else "run the simplify stage first: dvc repro simplify",
+        )
+    inputs, outputs = graph_io(load_model(onnx_path, f"{precision.upper()} model"))
+    manifest.io = {k: [{"name": s.name, "dtype": s.dtype, "dims": list(s.dims)} for s in v] for k, v in (("inputs", inputs), ("outputs", outputs))}
+    profiles = compute_profiles(inputs, target.profile, target.name, batch_axis)
+    manifest.profiles = {p.name: p.as_dict() for p in profiles}
+    return profiles
+
+
+def _build(manifest: EngineManifest, target: TargetConfig, onnx_path: Path, profiles: list[InputProfile], timing_cache_path: Path, plan: Path) -> trt_adapter.BuildResult:
+    """Build the engine with TensorRT and record how in ``manifest`` (``plan``: where the stage writes it)."""
+    old_cache = trt_adapter.read_timing_cache(timing_cache_path) if target.builder.timing_cache else None
+    result = trt_adapter.build_engine(onnx_path, profiles, target.builder, old_cache, manifest.precision)
+    manifest.status = "built"
+    manifest.settings = result.settings.as_dict()
+    manifest.build_time_s = round(result.build_time_s, 3)
+    manifest.machine["tensorrt_version"] = result.tensorrt_version
+    manifest.notes = list(result.notes)
+    manifest.timing_cache.update(loaded=bool(old_cache), bytes=len(result.timing_cache or b""))
+    manifest.reproduce.update(trt_adapter.reproduce_commands(onnx_path, profiles, result.settings, plan, timing_cache_path))
+    return result
+
+
+def _write(out_dir: Path, manifest: EngineManifest, plan_bytes: Optional[bytes]) -> None:
+    """Replace ``out_dir`` with the manifest and, when built, the plan (its file and sha256 recorded in the manifest)."""
     with atomic.atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         if plan_bytes is not None:
             (tmp / PLAN_NAME).write_bytes(plan_bytes)
-            manifest.engine = {"file": PLAN_NAME, "bytes": len(plan_bytes), "sha256": sha256_file(tmp / PLAN_NAME)}
+            manifest.engine = EngineFile(PLAN_NAME, len(plan_bytes), sha256_file(tmp / PLAN_NAME))
         write_manifest(tmp / MANIFEST_NAME, manifest)
+
+
+def _write_timing_cache(path: Path, new_cache: Optional[bytes]) -> None:
+    """Save the build's timing cache; DVC needs the output to exist, so an empty file means "no timing cache yet"."""
     if new_cache is not None:
-        with atomic.atomic_path(timing_cache_path) as tmp_cache:
+        with atomic.atomic_path(path) as tmp_cache:
             tmp_cache.write_bytes(new_cache)
-    elif not timing_cache_path.exists():
-        # DVC needs the output to exist; an empty file means "no timing cache yet".
-        atomic.write_text(timing_cache_path, "")
-    return manifest
+    elif not path.exists():
+        atomic.write_text(path, "")

@@ -15,8 +15,8 @@ of which targets are present (:func:`targets_table`).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pipeline.core.atomic import write_json, write_text
 from pipeline.core.config import load_config
 from pipeline.core.errors import PipelineError, ToolError, print_error
 from pipeline.engines.manifest import engine_dirs_for, targets_table
+from pipeline.records.parity import read_report
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 
 def merge_locks(into: Path, per_target: Mapping[str, Path]) -> list[str]:
     """Copy each runner's ``engine@<target>`` entry into the lock file ``into``; return the stages merged."""
-    base = _load_yaml(into) if into.is_file() else {"schema": "2.0", "stages": {}}
+    base: dict[str, Any] = _load_yaml(into) if into.is_file() else {"schema": "2.0", "stages": {}}
     stages = base.setdefault("stages", {})
     merged = []
     for target, lock in per_target.items():
@@ -56,20 +57,14 @@ def merge_locks(into: Path, per_target: Mapping[str, Path]) -> list[str]:
 
 
 def merge_parity(into: Path, per_target: Mapping[str, Path]) -> list[str]:
-    """Copy each runner's ``trt@<target>`` entry into the parity report ``into``."""
-    base = json.loads(into.read_text(encoding="utf-8")) if into.is_file() else {"artifacts": {}}
-    arts = base.setdefault("artifacts", {})
-    if not isinstance(arts, dict):
-        raise ToolError(f"{into}: 'artifacts' is not a mapping", fix="adapt merge_parity to the parity report layout")
-    merged = []
-    for target, report in per_target.items():
-        other = json.loads(report.read_text(encoding="utf-8")).get("artifacts", {})
-        for key, entry in other.items() if isinstance(other, dict) else []:
-            if key == f"trt@{target}":  # the parity stage's key for that runner's engine
-                arts[key] = entry
-                merged.append(key)
-    write_json(into, base)
-    return merged
+    """Copy each runner's ``trt@<target>`` entry into the parity report ``into`` (the onnx job's, pulled first).
+
+    Raises ParityError when ``into`` or a runner's report is missing or is not a parity report.
+    """
+    base = read_report(into)
+    merged = {key: entry for target, path in per_target.items() for key, entry in read_report(path).artifacts.items() if key == f"trt@{target}"}
+    write_json(into, replace(base, artifacts={**base.artifacts, **merged}).to_json())
+    return list(merged)
 
 
 def _pairs(items: Sequence[str]) -> dict[str, Path]:

@@ -34,7 +34,7 @@ import importlib
 import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -199,23 +199,6 @@ def build_engine(
     """
     trt = import_tensorrt()
     settings = plan_settings(builder_cfg, major_version(trt), precision)
-    from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, PostprocessConfig, Profile
-    from polygraphy.exception import PolygraphyException
-
-    profile = Profile()
-    for p in profiles:
-        profile.add(p.name, p.min, p.opt, p.max)
-    create_config = CreateConfig(
-        profiles=[profile],
-        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_bytes},
-        builder_optimization_level=settings.optimization_level,
-        hardware_compatibility_level=trt.HardwareCompatibilityLevel.AMPERE_PLUS if settings.hardware_compatibility == "ampere_plus" else None,
-        version_compatible=settings.version_compatible,
-        fp16=settings.fp16_flag,  # TensorRT 10 weak typing only (plan_settings)
-        int8=settings.int8_flag,  # the same; the QDQ file's scales, no calibrator
-        tf32=True,  # TensorRT's default; CreateConfig would clear it
-        profiling_verbosity=trt.ProfilingVerbosity.LAYER_NAMES_ONLY,  # TensorRT's default; CreateConfig's is DETAILED
-    )
     notes: list[str] = []
     if precision == "int8" and settings.strongly_typed:
         notes.append("explicit quantization, strongly typed: INT8 where the ONNX has Q/DQ pairs, FP32 elsewhere (the QDQ file is quantized from FP32)")
@@ -227,19 +210,46 @@ def build_engine(
             notes.append(_load_timing_cache(config, timing_cache))
 
     t0 = time.perf_counter()
+    serialized = _serialize(trt, onnx_path, profiles, settings, keep_config)
+    build_time = time.perf_counter() - t0
+    cache_bytes = bytes(memoryview(configs[0].get_timing_cache().serialize())) if settings.timing_cache else None
+    return BuildResult(bytes(memoryview(serialized)), cache_bytes, settings, str(trt.__version__), build_time, notes)
+
+
+def _create_config(trt: ModuleType, profiles: Sequence[InputProfile], settings: BuildSettings) -> Any:
+    """Polygraphy's ``CreateConfig`` loader for ``settings``, with one optimization profile of ``profiles``."""
+    from polygraphy.backend.trt import CreateConfig, Profile
+
+    profile = Profile()
+    for p in profiles:
+        profile.add(p.name, p.min, p.opt, p.max)
+    return CreateConfig(
+        profiles=[profile],
+        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: settings.workspace_bytes},
+        builder_optimization_level=settings.optimization_level,
+        hardware_compatibility_level=trt.HardwareCompatibilityLevel.AMPERE_PLUS if settings.hardware_compatibility == "ampere_plus" else None,
+        version_compatible=settings.version_compatible,
+        fp16=settings.fp16_flag,  # TensorRT 10 weak typing only (plan_settings)
+        int8=settings.int8_flag,  # the same; the QDQ file's scales, no calibrator
+        tf32=True,  # TensorRT's default; CreateConfig would clear it
+        profiling_verbosity=trt.ProfilingVerbosity.LAYER_NAMES_ONLY,  # TensorRT's default; CreateConfig's is DETAILED
+    )
+
+
+def _serialize(trt: ModuleType, onnx_path: str | os.PathLike[str], profiles: Sequence[InputProfile], settings: BuildSettings, postprocess: Callable[[Any, Any, Any], None]) -> Any:
+    """The serialized engine from Polygraphy's loader chain; ``postprocess(builder, network, config)`` runs on the
+    config before the build. Raises EngineError when TensorRT refuses the config or the build."""
+    from polygraphy.backend.trt import EngineBytesFromNetwork, PostprocessConfig
+    from polygraphy.exception import PolygraphyException
+
     try:
-        serialized = EngineBytesFromNetwork(lambda: _parse(trt, onnx_path, settings.strongly_typed), PostprocessConfig(create_config, keep_config))()
+        return EngineBytesFromNetwork(lambda: _parse(trt, onnx_path, settings.strongly_typed), PostprocessConfig(_create_config(trt, profiles, settings), postprocess))()
     except PolygraphyException as e:  # Polygraphy's G_LOGGER.critical: TensorRT refused the config or the build
         raise EngineError(
             f"TensorRT failed to build an engine from {onnx_path}",
             fix="read TensorRT's log above; try a larger builder.workspace_mb or narrower profile ranges",
             details={"error": str(e).strip().splitlines()[0], "settings": settings.as_dict(), "profiles": {p.name: p.as_dict() for p in profiles}},
         ) from None
-    build_time = time.perf_counter() - t0
-    cache_bytes = None
-    if settings.timing_cache:
-        cache_bytes = bytes(memoryview(configs[0].get_timing_cache().serialize()))
-    return BuildResult(bytes(memoryview(serialized)), cache_bytes, settings, str(trt.__version__), build_time, notes)
 
 
 def reproduce_commands(onnx_path: str | os.PathLike[str], profiles: Sequence[InputProfile], settings: BuildSettings, plan: Path, timing_cache: Path) -> dict[str, str]:

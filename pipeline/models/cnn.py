@@ -51,7 +51,8 @@ def build(num_classes: int = 10, width: int = 16, seed: int = 0) -> nn.Module:
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
         for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
+            # every BatchNorm2d here tracks running statistics (the default), so both buffers exist
+            if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
                 m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=gen) * 0.1)
                 m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
                 m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)

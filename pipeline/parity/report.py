@@ -1,25 +1,25 @@
-"""Parity bookkeeping without any runtime: tolerances per output, the report, the gate, the lookup.
+"""Parity bookkeeping without any runtime: tolerances per output, each output's entry, the failure lines, the gate.
 
 The comparison itself is Polygraphy's (pipeline/parity/polygraphy.py); this module turns
-its per-sample results into the parity.json report (read by ``dvc metrics``), raises the one
-ParityError that lists every failing output, and answers "did artifact X pass?" for the stages
-that ship artifacts (:func:`artifact_passed`).
+its per-sample results into the entries of the parity report (pipeline/records/parity.py, which
+also answers "did artifact X pass?" for the stages that ship artifacts) and raises the one
+ParityError that lists every failing output.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipeline.core.config import ErrorStat, ToleranceConfig
-from pipeline.core.atomic import read_json
 from pipeline.core.errors import ParityError
 from pipeline.core.quality import round_down
+from pipeline.records.parity import ArtifactResult, OutputResult, ParityReport
 
-SCHEMA_VERSION = 1
 # Polygraphy adds this to zero reference values before dividing (SimpleCompareFunc); we match it.
 _EPS = 2.220446049250313e-16
 
@@ -85,8 +85,8 @@ def summarize_output(
     results: list[Any],
     art: list[np.ndarray | None],
     ref: list[np.ndarray],
-) -> dict[str, Any]:
-    """Report entry for one output over all samples: statistics, verdict, the tolerance that would pass.
+) -> OutputResult:
+    """The entry of one output over all samples: statistics, verdict, the tolerance that would pass.
 
     ``results`` holds Polygraphy's per-sample OutputCompareResult (or False for a shape mismatch,
     None when the artifact lacks the output).
@@ -114,91 +114,94 @@ def summarize_output(
 
     sizes = [a.size for _, a, _ in ok]
     mean_abs = (sum(r.mean_absdiff * n for (r, _, _), n in zip(ok, sizes)) / sum(sizes)) if ok and sum(sizes) else None
-    passed = not problems and not failed_samples
-    return {
-        "passed": passed,
-        "max_abs": _num(worst("max_absdiff")),
-        "max_rel": _num(worst("max_reldiff")),
-        "mean_abs": _num(mean_abs),
-        "stat": stat,
-        "stat_abs": _num(worst(f"{key}_absdiff")),
-        "stat_rel": _num(worst(f"{key}_reldiff")),
-        "atol": tol["atol"],
-        "rtol": tol["rtol"],
-        **({"quantile": tol["quantile"]} if stat == "quantile" else {}),
-        "min_passing_atol": None if problems else _num(_min_passing_atol(stat, tol["rtol"], [r for r, _, _ in ok], [a for _, a, _ in ok], [b for _, _, b in ok])),
-        "samples": len(results),
-        "failed_samples": len(failed_samples),
-        "nonfinite": nonfinite,
-        **({"problems": problems} if problems else {}),
-    }
+    return OutputResult(
+        passed=not problems and not failed_samples,
+        max_abs=_num(worst("max_absdiff")),
+        max_rel=_num(worst("max_reldiff")),
+        mean_abs=_num(mean_abs),
+        stat=stat,
+        stat_abs=_num(worst(f"{key}_absdiff")),
+        stat_rel=_num(worst(f"{key}_reldiff")),
+        atol=tol["atol"],
+        rtol=tol["rtol"],
+        quantile=tol["quantile"] if stat == "quantile" else None,
+        min_passing_atol=None if problems else _num(_min_passing_atol(stat, tol["rtol"], [r for r, _, _ in ok], [a for _, a, _ in ok], [b for _, _, b in ok])),
+        samples=len(results),
+        failed_samples=len(failed_samples),
+        nonfinite=nonfinite,
+        problems=problems,
+    )
 
 
-def quality_failures(kind: str, out: str, o: dict[str, Any], section: str) -> list[str]:
+def quality_failures(kind: str, out: str, o: OutputResult, section: str) -> list[str]:
     """One line per quality metric below its threshold, with the threshold that would pass (rounded down)."""
-    q = o.get("quality") or {}
-    lines = []
-    for metric, f in (q.get("failed") or {}).items():
-        value, key = f.get("value"), f"{section}.quality.{metric}"
-        if value is None:
-            lines.append(
-                f"{kind}/{out}: {q.get('kind')} {metric} could not be computed (NaN/Inf outputs, or fewer than 3 rows); {key}={f['threshold']:g} needs it (null skips the check)"
-            )
+    q = o.quality
+    if q is None:
+        return []
+    lines: list[str] = []
+    for metric, f in q.failed.items():
+        key = f"{section}.quality.{metric}"
+        if f.value is None:
+            lines.append(f"{kind}/{out}: {q.kind} {metric} could not be computed (NaN/Inf outputs, or fewer than 3 rows); {key}={f.threshold:g} needs it (null skips the check)")
         else:
-            lines.append(f"{kind}/{out}: {q.get('kind')} {metric}={value:.4f} < {key}={f['threshold']:g}; passes with {key}={round_down(value)}")
+            lines.append(f"{kind}/{out}: {q.kind} {metric}={f.value:.4f} < {key}={f.threshold:g}; passes with {key}={round_down(f.value)}")
     return lines
 
 
-def coverage_reasons(o: dict[str, Any], blocking: bool = True) -> list[str]:
-    """Why the reference rows cannot judge this output's verdict (``blocking=False``: every reason, also those that void
-    no threshold set, e.g. one class where top-1 agreement is not checked); empty: they can."""
-    cov = (o.get("quality") or {}).get("coverage") or o.get("coverage") or {}
-    return list(cov.get("blocking" if blocking else "reasons") or [])
-
-
-def coverage_failures(kind: str, out: str, o: dict[str, Any]) -> list[str]:
+def coverage_failures(kind: str, out: str, o: OutputResult) -> list[str]:
     """One line per reason the reference cannot judge ``out``: a pass there would not be a pass."""
     return [
-        f"{kind}/{out}: cannot judge, {r}; not a pass: supply real, varied inputs with model.data (rows that cover the classes and move the outputs)" for r in coverage_reasons(o)
+        f"{kind}/{out}: cannot judge, {r}; not a pass: supply real, varied inputs with model.data (rows that cover the classes and move the outputs)" for r in o.coverage_reasons()
     ]
 
 
-def failures(report: dict[str, Any], kinds: set[str] | None = None) -> list[str]:
+def output_failures(kind: str, section: str, outputs: Mapping[str, OutputResult]) -> list[str]:
+    """One line per failing output and quality metric of one artifact, with numbers and the key (under ``section``,
+    e.g. ``parity.fp16``) to change."""
+    lines: list[str] = []
+    for out, o in outputs.items():
+        if o.passed:
+            continue
+        lines += quality_failures(kind, out, o, section)
+        lines += coverage_failures(kind, out, o)
+        # Only quality failed? (An entry without the split, e.g. a canary's, failed elementwise.)
+        elementwise_passed = o.elementwise_passed if o.elementwise_passed is not None else bool(o.quality and o.quality.failed)
+        if elementwise_passed:
+            continue
+        if o.problems:
+            lines.append(f"{kind}/{out}: {'; '.join(o.problems)} (no tolerance fixes this)")
+            continue
+        lines.append(_elementwise_line(kind, out, o, f"{section}.per_output.{out}"))
+    return lines
+
+
+def _elementwise_line(kind: str, out: str, o: OutputResult, key: str) -> str:
+    need = o.min_passing_atol
+    if need is None:
+        return f"{kind}/{out}: non-finite error; see the report"
+    return (
+        f"{kind}/{out}: {o.stat} error abs={fmt(o.stat_abs)} > atol={fmt(o.atol)} and "
+        f"rel={fmt(o.stat_rel)} > rtol={fmt(o.rtol)} in {o.failed_samples}/{o.samples} samples "
+        f"(max_abs={fmt(o.max_abs)}, mean_abs={fmt(o.mean_abs)}); "
+        f"passes with {key}.atol={fmt(round_up(need))}"
+    )
+
+
+def failures(artifacts: Mapping[str, ArtifactResult], kinds: set[str] | None = None) -> list[str]:
     """One line per failing output and quality metric (or artifact that could not run), with numbers and the key to
     change; ``kinds`` limits it to those artifacts."""
     lines: list[str] = []
-    for kind, art in report.get("artifacts", {}).items():
+    for kind, art in artifacts.items():
         if kinds is not None and kind not in kinds:
             continue
-        if art.get("status") == "error":
-            lines.append(f"{kind}: could not run: {art.get('reason')}")
+        if art.status == "error":
+            lines.append(f"{kind}: could not run: {art.reason}")
             continue
-        section = art.get("config_key") or tolerance_key(kind)
         lines += [
             f"{kind}: I/O contract broken: {p} (no tolerance fixes this; the artifact must take and return what the reference does)"
-            for p in (art.get("contract") or {}).get("problems", [])
+            for p in (art.contract.problems if art.contract else [])
         ]
-        for out, o in art.get("outputs", {}).items():
-            if o.get("passed"):
-                continue
-            lines += quality_failures(kind, out, o, section)
-            lines += coverage_failures(kind, out, o)
-            # Only quality failed? (An entry without the split, e.g. a canary's, failed elementwise.)
-            if o.get("elementwise_passed", bool((o.get("quality") or {}).get("failed"))):
-                continue
-            key = f"{section}.per_output.{out}"
-            if o.get("problems"):
-                lines.append(f"{kind}/{out}: {'; '.join(o['problems'])} (no tolerance fixes this)")
-                continue
-            need = o.get("min_passing_atol")
-            lines.append(
-                f"{kind}/{out}: {o['stat']} error abs={fmt(o['stat_abs'])} > atol={fmt(o['atol'])} and "
-                f"rel={fmt(o['stat_rel'])} > rtol={fmt(o['rtol'])} in {o['failed_samples']}/{o['samples']} samples "
-                f"(max_abs={fmt(o['max_abs'])}, mean_abs={fmt(o['mean_abs'])}); "
-                f"passes with {key}.atol={fmt(round_up(need))}"
-                if need is not None
-                else f"{kind}/{out}: non-finite error; see the report"
-            )
+        lines += output_failures(kind, art.config_key or tolerance_key(kind), art.outputs or {})
     return lines
 
 
@@ -221,59 +224,20 @@ def round_up(x: float, digits: int = 3) -> float:
     return text if text >= x else float(f"{up + 10.0**exp:.{digits}g}")
 
 
-def gating(report: dict[str, Any]) -> set[str] | None:
-    """The artifact kinds whose failure fails the stage (None: every one, for reports that do not say)."""
-    kinds = report.get("gating")
-    return None if kinds is None else set(kinds)
-
-
-def gate(report: dict[str, Any], report_path: Path | str) -> None:
+def gate(report: ParityReport, report_path: Path | str) -> None:
     """Raise one ParityError listing every failing output and metric of the gating artifacts; return quietly when they pass.
 
     A candidate no target is configured to serve (int8 under precision auto) is judged and reported, but does not fail
     the stage: the choose stage only picks candidates that passed.
     """
-    lines = failures(report, gating(report))
+    lines = failures(report.artifacts, report.gating_kinds())
     if not lines:
         return
+    ref = report.reference
     raise ParityError(
-        f"parity failed for {len(lines)} output(s) or metric(s) against the reference ({report.get('reference', {}).get('source')}, "
-        f"{report.get('reference', {}).get('samples')} samples)",
+        f"parity failed for {len(lines)} output(s) or metric(s) against the reference ({ref.source if ref else None}, {ref.samples if ref else None} samples)",
         fix="if the differences are acceptable, set the named key (`dvc exp run -S '<key>=<value>'`; a per_output key takes a "
         "leading '+', e.g. '+parity.fp16.per_output.<output>.atol=<value>'); otherwise fix the artifact "
         "(fp16: precision.node_block_list / op_block_list; int8: int8.nodes_to_exclude, int8.fallback, int8.calibration.method)",
         details={**{f"[{i + 1}]": ln for i, ln in enumerate(lines)}, "report": report_path},
     )
-
-
-def artifact_passed(report: dict[str, Any], kind: str) -> tuple[bool, str]:
-    """Whether ``kind`` ("fp32", "fp16", "trt@<target>"; "trt:<target>" is accepted) passed parity, and why not.
-
-    Missing, skipped, errored or failed all count as not passed: a stage that ships an artifact
-    must refuse unless this returns True.
-    """
-    kind = kind.replace(":", "@")
-    art = report.get("artifacts", {}).get(kind)
-    if art is None:
-        return False, f"'{kind}' is not in the parity report (kinds there: {sorted(report.get('artifacts', {}))})"
-    status = art.get("status")
-    if status == "passed" and art.get("passed") is True:
-        return True, "passed"
-    if status in ("skipped", "error"):
-        return False, f"parity {status}: {art.get('reason')}"
-    if status == "inconclusive":
-        why = [r for v in art.get("outputs", {}).values() for r in coverage_reasons(v)]
-        return False, f"parity inconclusive: the reference rows cannot judge it ({'; '.join(why)})"
-    if not (art.get("contract") or {}).get("passed", True):
-        return False, f"parity failed: I/O contract broken ({'; '.join((art.get('contract') or {}).get('problems') or ['see outputs'])})"
-    bad = [o for o, v in art.get("outputs", {}).items() if not v.get("passed")]
-    return False, f"parity failed for outputs {bad}"
-
-
-def load_report(path: Path | str) -> dict[str, Any]:
-    """Read a parity.json; raise ParityError if missing or unreadable."""
-    p = Path(path)
-    data = read_json(p, ParityError, "parity report", "run the parity stage first (dvc repro parity)")
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA_VERSION:
-        raise ParityError(f"parity report {p} has an unknown format", details={"schema": data.get("schema") if isinstance(data, dict) else None}, fix="rerun the parity stage")
-    return data

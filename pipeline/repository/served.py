@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core import atomic
-from pipeline.core.choice import read_choice
+from pipeline.records.choice import read_choice
 from pipeline.core.config import PipelineConfig
 from pipeline.core.errors import RepositoryError
 
@@ -57,7 +57,7 @@ def from_choice(cfg: PipelineConfig, choice_path: Path, files: Mapping[str, Path
                 f"{choice_path} has variant '{variant}' serve {c.precision}, but no {c.precision} ONNX was given",
                 fix=f"pass --{c.precision} artifacts/onnx/model.{c.precision}.onnx (dvc.yaml does)",
             )
-        recorded = (choice.files.get(c.precision) or {}).get("sha256")
+        recorded = f.sha256 if (f := choice.files.get(c.precision)) else None
         if recorded != atomic.file_digest(path)[0]:
             raise RepositoryError(
                 f"the choice for variant '{variant}' ({c.precision}) was made on another {path.name}", fix=fix, details={"choice": choice_path, "recorded sha256": recorded}

@@ -30,12 +30,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.repository import config as triton_config
 from pipeline.core.config import TargetConfig, VariantConfig
-from pipeline.engines.manifest import MANIFEST_NAME, check_matches_target, read_manifest, target_of
+from pipeline.engines.manifest import check_matches_target, target_of
 from pipeline.core.errors import EngineError, ParityError, RepositoryError
 from pipeline.engines.probe import sm_tag
 from pipeline.engines.targets import InputProfile, max_batch
-from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec
+from pipeline.records.engine_manifest import MANIFEST_NAME, EngineManifest, read_manifest
+from pipeline.records.parity import ParityReport, read_report
 
 
 @dataclass
@@ -52,24 +53,24 @@ class TrtModel:
 
 
 # ---------------------------------------------------------------- parity lookup
-def engine_parity(report: Optional[Mapping[str, Any]], target: str) -> tuple[bool, str]:
+def engine_parity(report: Optional[ParityReport], target: str) -> tuple[bool, str]:
     """Did target's engine pass the parity gate? Returns (passed, why).
 
     The parity stage writes one ``trt@<target>`` entry per engine manifest in
-    ``artifacts/reports/parity.json``; :func:`pipeline.parity.report.artifact_passed` reads it
+    ``artifacts/reports/parity.json``; :meth:`pipeline.records.parity.ParityReport.verdict` reads it
     (skipped, errored, failed or missing all count as not passed).
     """
     if report is None:
         return False, "no parity report"
-    return artifact_passed(dict(report), f"trt@{target}")
+    return report.verdict(f"trt@{target}")
 
 
-def load_parity(path: Optional[Path]) -> Optional[dict[str, Any]]:
+def load_parity(path: Optional[Path]) -> Optional[ParityReport]:
     """Read the parity report, or None when the path is None or the file is absent."""
     if path is None or not path.is_file():
         return None
     try:
-        return load_report(path)
+        return read_report(path)
     except ParityError as e:
         raise RepositoryError(f"cannot use the parity report {path}: {e.what}", fix=e.fix or "rerun the parity stage: dvc repro parity") from None
 
@@ -85,11 +86,20 @@ def _io(manifest_io: Sequence[Mapping[str, Any]]) -> list[IOSpec]:
     return [IOSpec(str(s["name"]), str(s["dtype"]), tuple(s["dims"])) for s in manifest_io]
 
 
-def render_trt_model(  # noqa: C901, PLR0912, PLR0915
+@dataclass(frozen=True)
+class _Engine:
+    """A built engine that matches its target and passed parity: it ships."""
+
+    target: TargetConfig
+    manifest: EngineManifest
+    plan: Path
+
+
+def render_trt_model(
     model_name: str,
     engine_dirs: Mapping[str, Path],
     variant: VariantConfig,
-    parity_report: Optional[Mapping[str, Any]],
+    parity_report: Optional[ParityReport],
     version: int = 1,
 ) -> TrtModel:
     """Render the TensorRT Triton model for every shippable engine.
@@ -103,7 +113,7 @@ def render_trt_model(  # noqa: C901, PLR0912, PLR0915
         model_name: Triton model name (e.g. ``minilm_trt``).
         engine_dirs: fleet target name -> ``artifacts/engines/<target>`` (each holds manifest.json [+ model.plan]).
         variant: the scheduling variant (max_batch_size, instance_count, dynamic_batching).
-        parity_report: the parsed parity.json (None = nothing passed parity).
+        parity_report: the parity report (None = nothing passed parity).
         version: the model version directory the plans go to.
 
     Returns:
@@ -117,63 +127,84 @@ def render_trt_model(  # noqa: C901, PLR0912, PLR0915
         RepositoryError: max_batch_size exceeds an engine's profile, or the graph has no batch axis.
     """
     out = TrtModel(config=None)
-    compared = (parity_report or {}).get("artifacts") or {}
+    ships = {name: e for name, d in engine_dirs.items() if (e := _shippable(name, Path(d), parity_report, out)) is not None}
+    by_cc = _by_compute_capability(ships)
+    for name, e in ships.items():
+        out.included[name] = plan_name(e.target)
+        out.precision[name] = e.manifest.precision
+        out.files.append((e.plan, f"{version}/{plan_name(e.target)}"))
+        if (e.manifest.settings or {}).get("version_compatible"):
+            out.notes.append(f"{plan_name(e.target)} is version-compatible: start Triton with --backend-config=tensorrt,version-compatible=true")
+    if not out.included:
+        return out
+    _check_max_batch(variant, {name: max_batch([InputProfile.from_dict(i, p) for i, p in e.manifest.profiles.items()]) for name, e in ships.items()})
+    io = next((e.manifest.io for e in ships.values() if e.manifest.io), {})
+    if not io.get("inputs") or not io.get("outputs"):
+        raise EngineError("the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>")
+    cfg = triton_config.base_config(model_name, _io(io["inputs"]), _io(io["outputs"]), variant, f"variants.{variant.name}", "gpu")
+    cfg.platform = "tensorrt_plan"
+    for cc, name in sorted(by_cc.items(), key=lambda kv: float(kv[0])):
+        cfg.cc_model_filenames[cc] = out.included[name]
+    _default_plan(cfg, out, by_cc, {name: e.target for name, e in ships.items()})
+    out.config = cfg
+    return out
+
+
+def _shippable(name: str, engine_dir: Path, parity_report: Optional[ParityReport], out: TrtModel) -> _Engine | None:
+    """Target ``name``'s engine if it ships; else None, with why recorded in ``out`` (excluded, or not a GPU target).
+
+    Raises EngineError when a built engine's manifest does not match its target.
+    """
+    if not (engine_dir / MANIFEST_NAME).is_file():
+        # In CI's assemble job a family whose runner did not report has no engine dir at all.
+        out.excluded[name] = f"no engine: {engine_dir / MANIFEST_NAME} is absent (dvc repro engine@{name} or dvc pull)"
+        return None
+    manifest = read_manifest(engine_dir / MANIFEST_NAME)
+    target = target_of(manifest, name)
+    if target.kind != "gpu":
+        out.not_gpu.append(name)
+        return None
+    if not manifest.built or manifest.engine is None:
+        out.excluded[name] = f"skipped: {manifest.reason}"
+        return None
+    compared = parity_report.artifacts.get(manifest.precision) if parity_report is not None else None
+    onnx_sha = compared.sha256 if compared is not None else None
+    check_matches_target(manifest, target, engine_dir, onnx_sha)
+    passed, why = engine_parity(parity_report, name)
+    if passed and not onnx_sha:
+        passed, why = False, (f"the parity report has no {manifest.precision} entry, so nothing says which {manifest.precision.upper()} ONNX the engine must come from")
+    if not passed:
+        out.excluded[name] = f"not shipped: {why}"
+        return None
+    return _Engine(target, manifest, engine_dir / manifest.engine.file)
+
+
+def _by_compute_capability(ships: Mapping[str, _Engine]) -> dict[str, str]:
+    """``{compute capability: target}``; raises EngineError when two targets share one (Triton keys plans by it)."""
     by_cc: dict[str, str] = {}
-    max_batches: dict[str, int] = {}
-    targets: dict[str, TargetConfig] = {}
-    io: dict[str, list[dict[str, Any]]] = {}
-    for name, engine_dir in engine_dirs.items():
-        if not (Path(engine_dir) / MANIFEST_NAME).is_file():
-            # In CI's assemble job a family whose runner did not report has no engine dir at all.
-            out.excluded[name] = f"no engine: {Path(engine_dir) / MANIFEST_NAME} is absent (dvc repro engine@{name} or dvc pull)"
-            continue
-        manifest = read_manifest(Path(engine_dir) / MANIFEST_NAME)
-        target = targets[name] = target_of(manifest, name)
-        if target.kind != "gpu":
-            out.not_gpu.append(name)
-            continue
-        if not manifest.built:
-            out.excluded[name] = f"skipped: {manifest.reason}"
-            continue
-        onnx_sha = (compared.get(manifest.precision) or {}).get("sha256")
-        check_matches_target(manifest, target, Path(engine_dir), onnx_sha)
-        passed, why = engine_parity(parity_report, name)
-        if passed and not onnx_sha:
-            passed, why = False, (f"the parity report has no {manifest.precision} entry, so nothing says which {manifest.precision.upper()} ONNX the engine must come from")
-        if not passed:
-            out.excluded[name] = f"not shipped: {why}"
-            continue
-        cc = str(target.compute_capability)
+    for name, e in ships.items():
+        cc = str(e.target.compute_capability)
         if cc in by_cc:
             raise EngineError(
                 f"targets '{by_cc[cc]}' and '{name}' both map compute capability {cc}; Triton keys plans by capability",
                 fix=f"keep one of them in targets, e.g. drop '{name}'",
             )
         by_cc[cc] = name
-        assert manifest.engine is not None
-        out.included[name] = plan_name(target)
-        out.precision[name] = manifest.precision
-        out.files.append((Path(engine_dir) / manifest.engine["file"], f"{version}/{plan_name(target)}"))
-        max_batches[name] = max_batch([InputProfile.from_dict(i, p) for i, p in manifest.profiles.items()])
-        io = io or manifest.io
-        if (manifest.settings or {}).get("version_compatible"):
-            out.notes.append(f"{plan_name(target)} is version-compatible: start Triton with --backend-config=tensorrt,version-compatible=true")
-    if not out.included:
-        return out
+    return by_cc
 
+
+def _check_max_batch(variant: VariantConfig, max_batches: Mapping[str, int]) -> None:
+    """Raise RepositoryError when the variant's max_batch_size exceeds an engine's profile."""
     too_small = {t: b for t, b in max_batches.items() if variant.max_batch_size > b}
     if too_small:
         raise RepositoryError(
             f"max_batch_size={variant.max_batch_size} of variant '{variant.name}' exceeds the engines' profile max batch {too_small}",
             fix="raise target_specs.<target>.profile.batch[2] and rebuild, or lower variants.<name>.max_batch_size",
         )
-    if not io.get("inputs") or not io.get("outputs"):
-        raise EngineError("the engine manifests record no graph inputs/outputs (built by an older version)", fix="rebuild the engines: dvc repro -f engine@<target>")
-    inputs, outputs = _io(io["inputs"]), _io(io["outputs"])
-    cfg = triton_config.base_config(model_name, inputs, outputs, variant, f"variants.{variant.name}", "gpu")
-    cfg.platform = "tensorrt_plan"
-    for cc, name in sorted(by_cc.items(), key=lambda kv: float(kv[0])):
-        cfg.cc_model_filenames[cc] = out.included[name]
+
+
+def _default_plan(cfg: mc.ModelConfig, out: TrtModel, by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig]) -> None:
+    """Set ``default_model_filename`` to the hardware-compatible plan, if any, and note what a GPU not listed gets."""
     portable = _portable_target(by_cc, targets)
     if portable is not None:
         cfg.default_model_filename = out.included[portable]
@@ -186,8 +217,6 @@ def render_trt_model(  # noqa: C901, PLR0912, PLR0915
             "load. A GPU not in cc_model_filenames fails to load this model; the ONNX Runtime model beside it "
             "is the fallback (start Triton with --exit-on-error=false)"
         )
-    out.config = cfg
-    return out
 
 
 def _portable_target(by_cc: Mapping[str, str], targets: Mapping[str, TargetConfig]) -> str | None:

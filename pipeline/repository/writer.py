@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,28 +25,35 @@ from pipeline.repository import config as triton_config
 from pipeline.core import atomic
 from pipeline.core.config import PipelineConfig, TargetConfig, VariantConfig
 from pipeline.core.errors import ParityError, RepositoryError
-from pipeline.parity.report import artifact_passed, load_report
 from pipeline.core.specs import IOSpec, graph_io
 from pipeline.engines.manifest import targets_table
+from pipeline.records.parity import ParityReport, read_report
 from pipeline.repository import warmup as warmup_mod
 from pipeline.repository.served import Served, configured, file_names
 from pipeline.repository.trt_model import load_parity, render_trt_model
 
+VARIANTS = ("latency", "throughput")
+GraphIO = tuple[list[IOSpec], list[IOSpec]]
 
-def check_parity(report_path: Path, kind: str, served: Path) -> dict[str, Any]:
-    """Refuse (RepositoryError) to ship ``served`` unless the parity report compared this very file as ``kind`` and it passed."""
+
+def read_parity(report_path: Path) -> ParityReport:
+    """The parity report the served files must pass; raises RepositoryError when it is missing or unreadable."""
     try:
-        report = load_report(report_path)
+        return read_report(report_path)
     except ParityError as e:
         raise RepositoryError(f"cannot ship without a parity verdict: {e.what}", fix=e.fix or "run the parity stage") from None
-    ok, why = artifact_passed(report, kind)
+
+
+def check_parity(report: ParityReport, report_path: Path, kind: str, served: Path) -> dict[str, Any]:
+    """Refuse (RepositoryError) to ship ``served`` unless the parity report compared this very file as ``kind`` and it passed."""
+    ok, why = report.verdict(kind)
     if not ok:
         raise RepositoryError(
             f"refusing to ship the {kind} model: it did not pass the parity gate ({why})",
             fix=f"fix the artifact or its tolerance (parity.{kind}.*) and rerun `dvc repro parity`",
             details={"report": report_path},
         )
-    compared, sha = report["artifacts"][kind].get("sha256"), atomic.file_digest(served)[0]
+    compared, sha = report.artifacts[kind].sha256, atomic.file_digest(served)[0]
     if compared != sha:
         raise RepositoryError(
             f"refusing to ship {served}: the parity report vouches for another {kind} file",
@@ -108,77 +116,112 @@ def write_repository(
     parity.json), each must be the very file that passed the gate (else RepositoryError). With ``engines``
     (artifacts/engines), GPU targets' engines that passed parity go into a TensorRT model.
     """
-    name = cfg.model.name  # a valid directory name: checked at composition
     # Only serving.* (derived from targets[0]): the stage's params in dvc.yaml, so no other target's knob reruns it.
     serving = TargetConfig(name=cfg.serving.target, kind=cfg.serving.kind, precision=cfg.serving.precision)
-    served = configured(cfg, onnx) if isinstance(onnx, Path) else dict(onnx)
-    names = file_names(served, cfg.repository.default_variant)
-    files = {s.precision: s.path for s in served.values()}
-    gates = {p: check_parity(parity, p, f) for p, f in files.items()} if parity is not None else {}
-    precision = served[cfg.repository.default_variant].precision
-    onnx = served[cfg.repository.default_variant].path
-    gate = gates.get(precision)
-    proto = onnx_tools.load_model(onnx, f"{precision} ONNX model")
-    inputs, outputs = graph_io(proto)
-
-    model_dir = out / name
+    shipped = _Shipped.of(cfg, onnx, parity)
+    model_dir = out / cfg.model.name  # a valid directory name: checked at composition
     (model_dir / "configs").mkdir(parents=True)
     version_dir = model_dir / str(cfg.repository.version)
     version_dir.mkdir()
-    for p, f in files.items():
-        shutil.copyfile(f, version_dir / names[p])
-    rendered: dict[str, str] = {}
-    derived: dict[str, str] = {}
-    rows: dict[bool, warmup_mod.Feed] = {}  # the warmup sample row, per "the config has a batch axis"
-    # Each variant's inputs and outputs come from the file it serves (parity holds every file to the reference's).
-    io = {p: graph_io(onnx_tools.load_model(f, f"{p} ONNX model")) if f != onnx else (inputs, outputs) for p, f in files.items()}
-    for key in ("latency", "throughput"):
-        v_in, v_out = io[served[key].precision]
-        variant, note = fixed_batch_variant(getattr(cfg.variants, key), v_in)
-        pb = triton_config.onnx_model_config(name, v_in, v_out, variant, serving, f"variants.{key}")
-        pb.default_model_filename = names[served[key].precision]
-        lines = triton_config.describe_variant(variant, serving, served[key].precision)
-        lines.insert(1, f"Serves {served[key].precision} ({pb.default_model_filename}): {served[key].reason}.")
-        batched = variant.max_batch_size > 0
-        if variant.warmup is not None:
-            if batched not in rows:
-                rows[batched] = warmup_mod.sample_row(cfg.model, v_in, batched)
-                warmup_mod.write_files(model_dir, rows[batched], batched)
-            warmup_mod.add_warmup(pb, variant.warmup, rows[batched], {i.name: i.data_type for i in pb.input})
-        lines.append(warmup_mod.describe(variant.warmup, rows.get(batched) if variant.warmup else None, batched))
-        if note:
-            derived[key] = note
-            lines.insert(1, f"Derived: {note}.")
-        rendered[key] = triton_config.render(pb, lines)
-        (model_dir / "configs" / f"{key}.pbtxt").write_text(rendered[key], encoding="utf-8")
-    (model_dir / "config.pbtxt").write_text(rendered[cfg.repository.default_variant], encoding="utf-8")
+    for s in shipped.files():
+        shutil.copyfile(s.path, version_dir / shipped.names[s.precision])
+    configs = _VariantConfigs(cfg, model_dir, serving)
+    for key in VARIANTS:
+        s = shipped.served[key]
+        configs.write(key, s, shipped.names[s.precision], shipped.io[s.precision])
+    (model_dir / "config.pbtxt").write_text(configs.rendered[cfg.repository.default_variant], encoding="utf-8")
     engines_summary = write_trt_model(cfg, engines, parity, out) if engines is not None else None
+    return _summary(cfg, serving, shipped, configs, engines_summary)
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """What the ONNX Runtime model ships: each variant's file, each precision's file name in the version directory,
+    the parity verdict of each file (empty without a parity report), and each file's graph inputs and outputs."""
+
+    served: dict[str, Served]
+    names: dict[str, str]
+    gates: dict[str, dict[str, Any]]
+    io: dict[str, GraphIO]
+
+    @classmethod
+    def of(cls, cfg: PipelineConfig, onnx: Path | dict[str, Served], parity: Path | None) -> _Shipped:
+        """Raises RepositoryError when a file did not pass ``parity``, and OnnxModelError when one does not load."""
+        served = configured(cfg, onnx) if isinstance(onnx, Path) else dict(onnx)
+        files = {s.precision: s.path for s in served.values()}
+        gates: dict[str, dict[str, Any]] = {}
+        if parity is not None:
+            report = read_parity(parity)
+            gates = {p: check_parity(report, parity, p, f) for p, f in files.items()}
+        # Each variant's inputs and outputs come from the file it serves (parity holds every file to the reference's).
+        io = {p: graph_io(onnx_tools.load_model(f, f"{p} ONNX model")) for p, f in files.items()}
+        return cls(served, file_names(served, cfg.repository.default_variant), gates, io)
+
+    def files(self) -> list[Served]:
+        """One per precision served (two variants may serve the same file)."""
+        return list({s.precision: s for s in self.served.values()}.values())
+
+
+def _summary(cfg: PipelineConfig, serving: TargetConfig, shipped: _Shipped, configs: _VariantConfigs, engines: dict[str, Any] | None) -> dict[str, Any]:
+    """The repository report: what each variant serves and why, the parity verdicts, the configs, the graph's I/O."""
+    default = shipped.served[cfg.repository.default_variant]
+    inputs, outputs = shipped.io[default.precision]
     return {
-        "engines": engines_summary,
-        "model": name,
+        "engines": engines,
+        "model": cfg.model.name,
         "version": cfg.repository.version,
         "serving_target": serving.name,
-        "precision": precision,
-        "served": {
-            v: {
-                "precision": s.precision,
-                "file": f"{cfg.repository.version}/{names[s.precision]}",
-                "source_onnx": str(s.path),
-                "sha256": atomic.file_digest(s.path)[0],
-                "reason": s.reason,
-            }
-            for v, s in served.items()
-        },
-        "parity_all": gates,
-        "source_onnx": str(onnx),
-        "sha256": atomic.file_digest(onnx)[0],
-        "parity": gate,
+        "precision": default.precision,
+        "served": {v: _served_entry(s, f"{cfg.repository.version}/{shipped.names[s.precision]}") for v, s in shipped.served.items()},
+        "parity_all": shipped.gates,
+        "source_onnx": str(default.path),
+        "sha256": atomic.file_digest(default.path)[0],
+        "parity": shipped.gates.get(default.precision),
         "default_variant": cfg.repository.default_variant,
-        "variants": sorted(rendered),
-        "derived": derived,
+        "variants": sorted(configs.rendered),
+        "derived": configs.derived,
         "inputs": [{"name": i.name, "dtype": i.dtype, "dims": list(i.dims)} for i in inputs],
         "outputs": [{"name": o.name, "dtype": o.dtype, "dims": list(o.dims)} for o in outputs],
     }
+
+
+def _served_entry(s: Served, file: str) -> dict[str, Any]:
+    """The summary's line for what one variant serves."""
+    return {"precision": s.precision, "file": file, "source_onnx": str(s.path), "sha256": atomic.file_digest(s.path)[0], "reason": s.reason}
+
+
+@dataclass
+class _VariantConfigs:
+    """Writes each variant's config of the ONNX Runtime model into ``model_dir/configs``; keeps what it rendered, the
+    notes on what it derived, and the warmup sample row (shared by variants that batch alike)."""
+
+    cfg: PipelineConfig
+    model_dir: Path
+    serving: TargetConfig
+    rendered: dict[str, str] = field(default_factory=dict)
+    derived: dict[str, str] = field(default_factory=dict)
+    rows: dict[bool, warmup_mod.Feed] = field(default_factory=dict)  # the warmup sample row, per "the config has a batch axis"
+
+    def write(self, key: str, served: Served, file_name: str, io: GraphIO) -> None:
+        """Render and write variant ``key``, serving ``file_name`` (``served``) with the graph's inputs and outputs ``io``."""
+        v_in, v_out = io
+        variant, note = fixed_batch_variant(getattr(self.cfg.variants, key), v_in)
+        pb = triton_config.onnx_model_config(self.cfg.model.name, v_in, v_out, variant, self.serving, f"variants.{key}")
+        pb.default_model_filename = file_name
+        lines = triton_config.describe_variant(variant, self.serving, served.precision)
+        lines.insert(1, f"Serves {served.precision} ({pb.default_model_filename}): {served.reason}.")
+        batched = variant.max_batch_size > 0
+        if variant.warmup is not None:
+            if batched not in self.rows:
+                self.rows[batched] = warmup_mod.sample_row(self.cfg.model, v_in, batched)
+                warmup_mod.write_files(self.model_dir, self.rows[batched], batched)
+            warmup_mod.add_warmup(pb, variant.warmup, self.rows[batched], {i.name: i.data_type for i in pb.input})
+        lines.append(warmup_mod.describe(variant.warmup, self.rows.get(batched) if variant.warmup else None, batched))
+        if note:
+            self.derived[key] = note
+            lines.insert(1, f"Derived: {note}.")
+        self.rendered[key] = triton_config.render(pb, lines)
+        (self.model_dir / "configs" / f"{key}.pbtxt").write_text(self.rendered[key], encoding="utf-8")
 
 
 def headline(summary: dict[str, Any]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def infer_inputs(row: dict[str, Any], protocol: str = "http") -> list[Any]:
     if protocol == "grpc":
         import tritonclient.grpc as module
     else:
-        import tritonclient.http as module  # type: ignore[no-redef]
+        import tritonclient.http as module
     out = []
     for name, arr in row.items():
         x = module.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
@@ -227,12 +227,16 @@ class TritonClient:
 _INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
 
 
+_gevent_quieted = False  # Hub.print_exception is wrapped once per process
+
+
 def _quiet_gevent_interrupts() -> None:
     """A Ctrl-C that lands while gevent's hub runs (tritonclient.http's event loop) is still raised in the main
     greenlet, and our one "interrupted" line says so; gevent would first print its traceback and a timestamp."""
+    global _gevent_quieted
     from gevent.hub import Hub
 
-    if getattr(Hub.print_exception, "pipeline_quiet", False):
+    if _gevent_quieted:
         return
     printer = Hub.print_exception
 
@@ -240,8 +244,8 @@ def _quiet_gevent_interrupts() -> None:
         if not issubclass(kind, KeyboardInterrupt):
             printer(self, context, kind, value, tb)
 
-    print_exception.pipeline_quiet = True  # type: ignore[attr-defined]
-    Hub.print_exception = print_exception  # type: ignore[method-assign]
+    Hub.print_exception = print_exception
+    _gevent_quieted = True
 
 
 def _rest_json(msg: Any) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,39 +179,46 @@ class PerfRun:
         return f"exit {self.returncode}: " + " | ".join(tail)
 
 
-def build_command(  # noqa: PLR0913
-    pa: PerfAnalyzer,
-    model: str,
-    url: str,
-    concurrency: int,
-    input_data: Path,
-    csv_path: Path,
-    *,
-    protocol: str = "http",
-    measurement_interval_ms: int = 3000,
-    stability_percentage: int = 10,
-    max_trials: int = 10,
-    shapes: dict[str, list[int]] | None = None,
-    batch_size: int = 1,
-    request_rate: float | None = None,
-    request_intervals: Path | None = None,
-    service_kind: str = "triton",
-) -> list[str]:
-    """The perf_analyzer argv for one concurrency level, or one request rate (open loop, ``--request-rate-range``),
-    or one schedule of gaps between requests (``--request-intervals``, a file of microseconds per line).
+@dataclass(frozen=True)
+class PerfOptions:
+    """How one perf_analyzer run loads the server and measures it.
 
-    ``service_kind="torchserve"``: the same load against TorchServe's inference API; ``input_data`` then names, per
-    step, a file perf_analyzer sends as the request body (``TORCHSERVE_INPUT``), and the CSV has client columns only.
+    The load is one concurrency level (closed loop), or one request rate (open loop, ``--request-rate-range``), or one
+    schedule of gaps between requests (``--request-intervals``, a file of microseconds per line): the schedule wins
+    over the rate, the rate over the concurrency. ``shapes`` gives the dynamic dims (the input JSON's own shapes take
+    over per step). ``service_kind="torchserve"``: the same load against TorchServe's inference API.
     """
-    # Open loop needs asynchronous requests: synchronous ones (the default) cap the rate at threads / latency,
-    # which past capacity is a closed loop again.
-    open_loop = ["--async", "--max-threads", "16"]
-    if request_intervals is not None:
-        load = ["--request-intervals", str(request_intervals), *open_loop]
-    elif request_rate is not None:
-        load = ["--request-rate-range", f"{request_rate:.1f}:{request_rate:.1f}", "--request-distribution", "constant", *open_loop]
-    else:
-        load = ["--concurrency-range", f"{concurrency}:{concurrency}"]
+
+    concurrency: int = 1
+    request_rate: float | None = None
+    request_intervals: Path | None = None
+    protocol: str = "http"
+    measurement_interval_ms: int = 3000
+    stability_percentage: int = 10
+    max_trials: int = 10
+    shapes: Mapping[str, list[int]] = field(default_factory=dict)
+    batch_size: int = 1
+    service_kind: str = "triton"
+
+    def load_args(self) -> list[str]:
+        """The arguments that set the load."""
+        # Open loop needs asynchronous requests: synchronous ones (the default) cap the rate at threads / latency,
+        # which past capacity is a closed loop again.
+        open_loop = ["--async", "--max-threads", "16"]
+        if self.request_intervals is not None:
+            return ["--request-intervals", str(self.request_intervals), *open_loop]
+        if self.request_rate is not None:
+            return ["--request-rate-range", f"{self.request_rate:.1f}:{self.request_rate:.1f}", "--request-distribution", "constant", *open_loop]
+        return ["--concurrency-range", f"{self.concurrency}:{self.concurrency}"]
+
+
+def build_command(pa: PerfAnalyzer, model: str, url: str, input_data: Path, csv_path: Path, opts: PerfOptions) -> list[str]:
+    """The perf_analyzer argv for one run of ``opts`` against ``model`` at ``url``, sending ``input_data`` and writing
+    its CSV to ``csv_path``.
+
+    With ``opts.service_kind="torchserve"``, ``input_data`` names, per step, a file perf_analyzer sends as the request
+    body (``TORCHSERVE_INPUT``), and the CSV has client columns only.
+    """
     cmd = [
         str(pa.binary),
         "-m",
@@ -218,19 +226,19 @@ def build_command(  # noqa: PLR0913
         "-u",
         url,
         "-i",
-        protocol,
-        *(["--service-kind", service_kind] if service_kind != "triton" else []),
+        opts.protocol,
+        *(["--service-kind", opts.service_kind] if opts.service_kind != "triton" else []),
         "-b",
-        str(batch_size),
-        *load,
+        str(opts.batch_size),
+        *opts.load_args(),
         "--measurement-mode",
         "time_windows",
         "--measurement-interval",
-        str(measurement_interval_ms),
+        str(opts.measurement_interval_ms),
         "--stability-percentage",
-        str(stability_percentage),
+        str(opts.stability_percentage),
         "--max-trials",
-        str(max_trials),
+        str(opts.max_trials),
         "--input-data",
         str(input_data),
         "-f",
@@ -238,8 +246,7 @@ def build_command(  # noqa: PLR0913
         "--verbose-csv",  # adds server-side queue / compute input / infer / output columns
         "-v",  # per-window numbers in the log, so an unstable run shows why
     ]
-    for name, dims in (shapes or {}).items():
-        # Needed for dynamic dims; the JSON's own shapes take over per step.
+    for name, dims in opts.shapes.items():
         cmd += ["--shape", f"{name}:{','.join(map(str, dims))}"]
     return cmd
 
@@ -256,7 +263,9 @@ def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, time
         r = subprocess.run(cmd, env=pa.env(), capture_output=True, text=True, timeout=timeout_s, preexec_fn=set_pdeathsig)  # noqa: PLW1509
         rc, log = r.returncode, r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:
-        rc, log = -1, f"timed out after {timeout_s:.0f} s\n{e.stdout or ''}"
+        # On a timeout, subprocess hands back the bytes read so far even in text mode.
+        partial = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, log = -1, f"timed out after {timeout_s:.0f} s\n{partial}"
     text = csv_path.read_text() if csv_path.exists() else ""
     rows = parse_csv(text, REQUIRED if required is None else required) if text else []
     return PerfRun(concurrency, cmd, rc, text, log, rows[0] if rows and rc == 0 else {})

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Set as AbstractSet
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -44,7 +45,7 @@ METRICS_LIMITS = (
 )
 
 
-def free_port(avoid: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+def free_port(avoid: AbstractSet[int] = frozenset()) -> int:
     """A loopback TCP port that is free now (the kernel picks one; ``avoid`` is skipped)."""
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -146,7 +147,7 @@ class SignalGuard:
     """
 
     def __init__(self) -> None:
-        self._old: dict[int, object] = {}
+        self._old: dict[signal.Signals, Callable[[int, FrameType | None], object] | int | None] = {}
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -160,8 +161,10 @@ class SignalGuard:
 
     def restore(self) -> None:
         for sig, old in self._old.items():
+            if old is None:  # the previous handler was not installed from Python: nothing to put back
+                continue
             with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, old)  # type: ignore[arg-type]
+                signal.signal(sig, old)
         self._old.clear()
 
 

@@ -51,10 +51,10 @@ _GRAPH_LEVELS = {
 }
 
 
-def _param(config: dict, key: str, default: str | None = None) -> str | None:
-    """A string parameter from the model config's ``parameters`` map."""
+def _param(config: dict, key: str) -> str | None:
+    """A string parameter from the model config's ``parameters`` map (None: absent or empty)."""
     value = config.get("parameters", {}).get(key, {}).get("string_value")
-    return default if value in (None, "") else value
+    return value or None
 
 
 class TritonPythonModel:
@@ -67,15 +67,15 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"onnx_path parameter names no file: {onnx_path!r}")
         so = ort.SessionOptions()
         # Triton's onnxruntime backend leaves ORT defaults (0 = ORT decides) when a key is absent.
-        so.intra_op_num_threads = int(_param(config, "intra_op_thread_count", "0"))
-        so.inter_op_num_threads = int(_param(config, "inter_op_thread_count", "0"))
+        so.intra_op_num_threads = int(_param(config, "intra_op_thread_count") or "0")
+        so.inter_op_num_threads = int(_param(config, "inter_op_thread_count") or "0")
         level = int(config.get("optimization", {}).get("graph", {}).get("level", 0))
         so.graph_optimization_level = _GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         self.session = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
         self.inputs = [i["name"] for i in config["input"]]
         self.outputs = [o["name"] for o in config["output"]]
         self.batched = int(config.get("max_batch_size", 0)) > 0
-        flush_s = float(_param(config, "standin_flush_s", "0.5") or 0.5)
+        flush_s = float(_param(config, "standin_flush_s") or 0.5)
         self.timers = _Timers(config.get("name", ""), args.get("model_instance_name", ""), flush_s)
 
     def execute(self, requests: list) -> list:

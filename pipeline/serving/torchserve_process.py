@@ -37,6 +37,12 @@ def multipart(body: bytes, name: str = "data") -> tuple[bytes, str]:
     return data, f"multipart/form-data; boundary={boundary}"
 
 
+def _connect_no_delay(conn: http.client.HTTPConnection) -> None:
+    """Open ``conn`` with Nagle's algorithm off, as perf_analyzer's client does: no delay before a small request."""
+    conn.connect()
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class TorchServeServer:
     """TorchServe on free loopback ports with an empty model store; models are registered through the management API.
 
@@ -218,8 +224,7 @@ class TorchServeServer:
                 if conn is None:
                     conn = self._conns[api] = http.client.HTTPConnection("127.0.0.1", self.ports[api], timeout=timeout_s)
                 if conn.sock is None:  # new, or closed by a "Connection: close" answer
-                    conn.connect()
-                    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as perf_analyzer's client: no Nagle delay
+                    _connect_no_delay(conn)
                 conn.sock.settimeout(timeout_s)
                 conn.request(method, path, body=body, headers=headers or {})
                 r = conn.getresponse()

@@ -29,7 +29,7 @@ def _body(a: argparse.Namespace) -> None:
     m = build_target(target, a.onnx, probe, a.out, a.timing_cache, cfg.export.batch_axis)
     if m.built:
         assert m.engine is not None
-        print(f"[engine@{a.target}] built {m.engine['bytes']} bytes ({m.precision} ONNX) in {m.build_time_s} s on {m.machine['gpu_name']}")
+        print(f"[engine@{a.target}] built {m.engine.bytes} bytes ({m.precision} ONNX) in {m.build_time_s} s on {m.machine['gpu_name']}")
     else:
         print(f"[engine@{a.target}] skipped: {m.reason}")
 

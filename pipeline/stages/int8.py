@@ -25,33 +25,31 @@ def _body(a: argparse.Namespace) -> None:
         optional.require(a.calibration, "the calibration set")
         with atomic.atomic_path(a.out) as tmp:
             report = run_int8(a.onnx, a.calibration, tmp, cfg)
-        write_report(a, report, headline(report))
-        c = report["calibration"]
+        write_report(a, report.to_json(), headline(report))
+        c, fb = report.calibration, report.fallback
         print(
-            f"[int8] {report['mode']} {report['format']}, {report['size_bytes_fp32'] / 1e6:.1f} MB -> {report['size_bytes_int8'] / 1e6:.1f} MB; "
-            f"{report['quantized_count']} nodes INT8, {report['kept_fp32_count']} kept FP32; calibration {c['method']} on {c['rows']} rows, "
-            f"fitted on {c['fitted_on']}"
+            f"[int8] {report.mode} {report.format}, {report.size_bytes_fp32 / 1e6:.1f} MB -> {report.size_bytes_int8 / 1e6:.1f} MB; "
+            f"{report.quantized_count} nodes INT8, {report.kept_fp32_count} kept FP32; calibration {c.method} on {c.rows} rows, "
+            f"fitted on {c.fitted_on}"
         )
-        if isinstance(sm := report["smoothing"], dict):
+        if (sm := report.smoothing) is not None:
             print(
-                f"[int8]   smoothing alpha {sm['alpha']} ({sm['tensors']} tensors, {sm['nodes']} nodes): {'used' if sm['used'] else 'not used'}, "
-                f"stop-rule margin {', '.join(f'{g} {m:+.4f}' for g, m in sm['margin'].items())}"
+                f"[int8]   smoothing alpha {sm.alpha} ({sm.tensors} tensors, {sm.nodes} nodes): {'used' if sm.used else 'not used'}, "
+                f"stop-rule margin {', '.join(f'{g} {m:+.4f}' for g, m in sm.margin.items())}"
             )
-        for b in report["fallback"]["blocked_nodes"]:
-            print(f"[int8]   kept FP32: {b['node']} ({b['op']}) {b['reason']}")
-        for attempt in report["fallback"]["attempts"]:
-            checks = "; ".join(
-                f"{k} search {c['search']:.4f} (credited {c['credited']:.4f}), validation {c['validation']:.4f} (>= {c['threshold']:g})" for k, c in attempt["checks"].items()
-            )
+        for b in fb.blocked_nodes:
+            print(f"[int8]   kept FP32: {b.node} ({b.op}) {b.reason}")
+        for attempt in fb.attempts:
+            checks = "; ".join(f"{k} search {x.search:.4f} (credited {x.credited:.4f}), validation {x.validation:.4f} (>= {x.threshold:g})" for k, x in attempt.checks.items())
             print(
-                f"[int8]   attempt {attempt['attempt']} ({attempt['graph']}): {attempt['kept_fp32']} kept FP32, {'passes' if attempt['passed'] else 'fails'} the stop rule "
-                f"(margin {attempt['margin']:+.4f}; {checks or 'no judged outputs: set model.output_kinds'}), {attempt['seconds']:.0f} s"
+                f"[int8]   attempt {attempt.attempt} ({attempt.graph}): {attempt.kept_fp32} kept FP32, {'passes' if attempt.passed else 'fails'} the stop rule "
+                f"(margin {attempt.margin:+.4f}; {checks or 'no judged outputs: set model.output_kinds'}), {attempt.seconds:.0f} s"
             )
-        if not report["fallback"]["searched"]:
-            print(f"[int8]   fallback search not run: {report['fallback']['not_searched']}")
-        if report["passed_on_calibration"] is False:
+        if not fb.searched:
+            print(f"[int8]   fallback search not run: {fb.not_searched}")
+        if report.passed_on_calibration is False:
             print(
-                f"[int8] no attempt passes the stop rule on the calibration rows; written: attempt {report['fallback']['chosen_attempt']}, the "
+                f"[int8] no attempt passes the stop rule on the calibration rows; written: attempt {fb.chosen_attempt}, the "
                 "closest; the parity stage judges it on the held-out rows"
             )
 

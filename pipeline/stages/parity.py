@@ -35,9 +35,9 @@ def _body(a: argparse.Namespace) -> None:
     if not artifacts and a.engines is None:
         raise ParityError("nothing to compare", fix="pass --fp32, --fp16, --int8 and/or --engines")
     report = run_parity(cfg, artifacts, a.inputs, a.reference, a.source_onnx, a.engines, a.goldens_only, a.verbose)
-    write_report(a, report, headline(report))  # written even on failure: the numbers are what the user needs
+    write_report(a, report.to_json(), headline(report))  # written even on failure: the numbers are what the user needs
     print_table(report)
-    for line in failures(report, set(report["not_gating"])):
+    for line in failures(report.artifacts, set(report.not_gating)):
         print(f"[parity] not gating (no target serves it as configured; under precision auto, a candidate): {line}")
     gate(report, a.report)
 

@@ -56,9 +56,10 @@ class Estimate:
     @property
     def half_width(self) -> float | None:
         """The larger side of the interval as a share of the estimate (0.03 = the interval is within +-3%)."""
-        if not self.has_interval or not self.value:
+        value, low, high = self.value, self.low, self.high
+        if value is None or low is None or high is None or not value:
             return None
-        return max(self.value - self.low, self.high - self.value) / abs(self.value)  # type: ignore[operator]
+        return max(value - low, high - value) / abs(value)
 
     def text(self, fmt: str = ".2f", unit: str = "x") -> str:
         """``1.05x (90% CI 1.03-1.07x, 8 rounds)``, ``n/a`` without a value, no interval when there is none."""

@@ -20,6 +20,8 @@ from pipeline.core.errors import ParityError
 from pipeline.parity.polygraphy import load_goldens
 from pipeline.parity.report import gate
 from pipeline.parity.run import run_parity
+from pipeline.records.int8 import Int8Report
+from pipeline.records.parity import ParityReport
 from pipeline.stages import calibrate
 from tests.helpers.dvc_project import DVC, commit, make_project, ran, sh
 from tests.helpers.tiny_models import export_tiny_onnx
@@ -63,7 +65,8 @@ def calibrated(make_params, fp32: Path, d: Path, *extra: str) -> tuple[PipelineC
 
 
 def gated(cfg: PipelineConfig, fp32: Path, int8: Path, d: Path) -> dict:
-    return run_parity(cfg, {"fp32": fp32, "int8": int8}, d / "inputs.json", d / "reference.json")
+    """The parity report on fp32 and int8, as the stage writes it."""
+    return run_parity(cfg, {"fp32": fp32, "int8": int8}, d / "inputs.json", d / "reference.json").to_json()
 
 
 def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32: Path, tmp_path: Path) -> None:
@@ -71,7 +74,8 @@ def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32:
     cal = json.loads((tmp_path / "calibrate.json").read_text())
     # Half of the hook's 48 rows calibrate; every other row is held out for the gate.
     assert (cal["rows"], cal["rows_available"], cal["samples"], cal["real"]) == (24, 48, 3, True) and "embedder_samples" in cal["source"]
-    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg).to_json()
+    assert Int8Report.from_json(rep).to_json() == rep  # the record reads back exactly what the stage writes
     # The report carries the calibration set's identity, the method and the row count; per-channel passes at once.
     assert rep["calibration"]["sha256"] == cal["sha256"] and (rep["calibration"]["method"], rep["calibration"]["rows"]) == ("minmax", 24)
     assert rep["passed_on_calibration"] is True and rep["kept_fp32_count"] == 0
@@ -92,12 +96,12 @@ def test_calibration_from_real_samples_and_a_gated_int8_model(make_params, fp32:
 
 def test_per_tensor_weights_fail_the_gate_with_every_metric_and_its_passing_value(make_params, fp32: Path, tmp_path: Path) -> None:
     cfg, _, samples = calibrated(make_params, fp32, tmp_path, *PER_TENSOR, "int8.fallback.enabled=false")
-    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg).to_json()
     assert rep["passed_on_calibration"] is False and rep["fallback"]["blocked_count"] == 0
     report = gated(cfg, fp32, tmp_path / "model.int8.onnx", tmp_path)
     assert report["passed"] is False
     with pytest.raises(ParityError) as e:
-        gate(report, "parity.json")
+        gate(ParityReport.from_json(report), "parity.json")
     text = e.value.render()
     for metric in ("cosine_min", "cosine_mean", "rank_agreement"):
         assert f"int8/embedding: embedding {metric}=" in text and f"passes with parity.int8.quality.{metric}=" in text
@@ -105,7 +109,7 @@ def test_per_tensor_weights_fail_the_gate_with_every_metric_and_its_passing_valu
 
 def test_fallback_keeps_the_outlier_layer_fp32_and_repairs_it(make_params, fp32: Path, tmp_path: Path) -> None:
     cfg, _, samples = calibrated(make_params, fp32, tmp_path, *PER_TENSOR)
-    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg).to_json()
     fb = rep["fallback"]
     # The 24 calibration rows split again: 12 rank the nodes, 12 validate the stop.
     assert (fb["split"]["search"]["rows"], fb["split"]["validation_rows"]["rows"]) == (12, 12)
@@ -131,7 +135,7 @@ def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(ma
     fail it, the search keeps the worst layer FP32, and the gate passes that model on the held-out rows."""
     # The bare rule (no margin asked for): what decides here is which rows judge, not how far past the threshold.
     cfg, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.min_margin=0")
-    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg).to_json()
     first, last = rep["fallback"]["attempts"][0], rep["fallback"]["attempts"][-1]
     assert all(c["search"] >= c["threshold"] for c in first["checks"].values()) and first["quality"]["search"]["embedding"]["passed"]
     assert not first["passed"] and first["checks"]["embedding.rank_agreement"]["validation"] < 0.98
@@ -148,7 +152,7 @@ def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(ma
     # A margin asked for (the default): an attempt passes only when it leaves that share of every error budget, so the
     # one node that sufficed above no longer does, and at least as many stay FP32.
     wide, _, samples = calibrated(make_params, fp32, tmp_path, *UNREPRESENTATIVE, "int8.fallback.min_margin=0.75")
-    rep = run_int8(fp32, samples, tmp_path / "wide.int8.onnx", wide)
+    rep = run_int8(fp32, samples, tmp_path / "wide.int8.onnx", wide).to_json()
     attempts = rep["fallback"]["attempts"]
     assert all(a["passed"] == (a["margin"] >= 0.75) for a in attempts) and rep["kept_fp32_count"] >= 1
     assert any(0 <= a["margin"] < 0.75 for a in attempts)  # passed the bare rule, refused here
@@ -156,7 +160,7 @@ def test_the_validation_rows_stop_the_search_later_than_the_search_rows_would(ma
 
 def test_an_op_onnx_runtime_cannot_quantize_is_left_fp32_and_reported(make_params, fp32: Path, tmp_path: Path) -> None:
     cfg, _, samples = calibrated(make_params, fp32, tmp_path, "int8.op_types=[Gemm,MatMul,ReduceL2]")
-    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg).to_json()
     assert rep["op_types"] == ["Gemm", "MatMul"] and "no static quantizer for ReduceL2" in rep["op_types_left_fp32"]["ReduceL2"]
     assert any(n["op"] == "ReduceL2" and n["status"] == "fp32" and "no static quantizer" in n["reason"] for n in rep["nodes"])
 
@@ -186,7 +190,7 @@ def test_without_int8_in_the_fleet_the_fallback_search_does_not_run(make_params,
     and the report says why no node was searched for."""
     cfg, _, samples = calibrated(make_params, fp32, tmp_path, *PER_TENSOR, "target_specs.cpu.precision=fp32")
     assert cfg.int8_in_fleet is False
-    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg)
+    rep = run_int8(fp32, samples, tmp_path / "model.int8.onnx", cfg).to_json()
     fb = rep["fallback"]
     assert len(fb["attempts"]) == 2 and fb["blocked_count"] == 0 and fb["searched"] is False and rep["passed_on_calibration"] is False
     assert "int8_in_fleet=false" in fb["not_searched"]

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 from pipeline.core.config import PipelineConfig, load_config
 from pipeline.core.errors import PrecisionError
 from pipeline.convert import export, fp16, simplify
-from pipeline.parity.report import artifact_passed
+from pipeline.records.parity import ParityReport
 from pipeline.stages import parity, repository
 from tests.conftest import ROOT, TINY_MLP
 from tests.helpers.parity_models import UNSAFE_INPUTS
@@ -82,8 +82,9 @@ def test_tiny_passes_and_report_is_complete(make_params, tmp_path: Path) -> None
         assert y["passed"] is True and y["stat"] == "max" and y["nonfinite"] == 0
         assert 0 <= y["max_abs"] <= y["atol"] and y["min_passing_atol"] <= y["max_abs"]
         assert {"max_rel", "mean_abs", "stat_abs", "stat_rel", "samples"} <= set(y)
-    assert artifact_passed(rep, "fp32") == (True, "passed")
-    assert artifact_passed(rep, "trt:a100")[0] is False
+    assert ParityReport.from_json(rep).to_json() == rep  # the record reads back exactly what the stage wrote
+    assert ParityReport.from_json(rep).verdict("fp32") == (True, "passed")
+    assert ParityReport.from_json(rep).verdict("trt:a100")[0] is False
     # The gate opens: the repository ships the FP32 model and records the verdict.
     assert repository.main(repo_args(params, p, tmp_path)) == 0
     assert json.loads((tmp_path / "repository.json").read_text())["parity"]["kind"] == "fp32"
@@ -167,14 +168,15 @@ def test_engines_recorded_as_skipped_without_tensorrt(make_params, tmp_path: Pat
     params = make_params(*TINY_MLP, "targets=[cpu,a100,h100]")
     p = build(load_config(params), tmp_path)
     eng = tmp_path / "engines"
-    from pipeline.engines.manifest import EngineManifest, sha256_file, write_manifest
+    from pipeline.engines.manifest import sha256_file
+    from pipeline.records.engine_manifest import EngineFile, EngineManifest, ExpectedTarget, write_manifest
 
     (eng / "a100").mkdir(parents=True)
-    write_manifest(eng / "a100" / "manifest.json", EngineManifest(target="a100", status="skipped", reason="no A100 here", expected={}))
+    write_manifest(eng / "a100" / "manifest.json", EngineManifest(target="a100", status="skipped", reason="no A100 here", expected=ExpectedTarget()))
     (eng / "h100").mkdir()
     (eng / "h100" / "model.plan").write_bytes(b"not an engine")
-    plan = {"file": "model.plan", "bytes": 13, "sha256": sha256_file(eng / "h100" / "model.plan")}
-    write_manifest(eng / "h100" / "manifest.json", EngineManifest(target="h100", status="built", reason="", expected={}, engine=plan))
+    plan = EngineFile("model.plan", 13, sha256_file(eng / "h100" / "model.plan"))
+    write_manifest(eng / "h100" / "manifest.json", EngineManifest(target="h100", status="built", reason="", expected=ExpectedTarget(), engine=plan))
     assert parity.main(parity_args(params, p, tmp_path, "--engines", str(eng))) == 0
     arts = json.loads((tmp_path / "parity.json").read_text())["artifacts"]
     assert sorted(arts) == ["fp16", "fp32", "trt@a100", "trt@h100"]  # no entry for the cpu target
@@ -183,7 +185,7 @@ def test_engines_recorded_as_skipped_without_tensorrt(make_params, tmp_path: Pat
         import tensorrt  # noqa: F401
     except ImportError:
         assert arts["trt@h100"]["status"] == "skipped" and "tensorrt is not importable" in arts["trt@h100"]["reason"]
-    assert artifact_passed({"artifacts": arts}, "trt@a100") == (False, "parity skipped: engine not built: no A100 here")
+    assert ParityReport.from_json({"schema": 1, "artifacts": arts}).verdict("trt@a100") == (False, "parity skipped: engine not built: no A100 here")
 
 
 def test_onnx_source_reference_is_the_given_file(make_params, tiny_onnx: Path, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from onnx import numpy_helper as nh
 from pipeline.convert import export, fp16, simplify
 from pipeline.core.config import load_config
 from pipeline.core.specs import graph_io
-from pipeline.parity.report import artifact_passed, failures
+from pipeline.parity.report import failures
+from pipeline.records.parity import ParityReport
 from pipeline.repository import config as triton_config
 from pipeline.repository.served import Served
 from pipeline.repository.writer import write_repository
@@ -129,7 +130,8 @@ def test_fp16_whose_last_nodes_stay_fp32_keeps_fp32_outputs_and_parity_refuses_a
     assert out["max_abs"] < 1e-2  # the values are fine: only the contract catches it
     assert any("dtype: the artifact returned float16, the reference float32" in x for x in out["problems"])
     assert any("dtype: the artifact declares float16" in x for x in out["problems"])
-    assert artifact_passed(rep, "fp16")[0] is False and artifact_passed(rep, "fp32") == (True, "passed")
+    report = ParityReport.from_json(rep)
+    assert report.verdict("fp16")[0] is False and report.verdict("fp32") == (True, "passed")
 
 
 def test_keep_io_types_false_promises_fp16_io_and_parity_holds_it(make_params, tmp_path: Path) -> None:
@@ -177,7 +179,7 @@ def test_a_sequence_classifier_is_judged_per_position(make_params, tmp_path: Pat
     q = rep["artifacts"]["int8"]["outputs"]["logits"]["quality"]
     assert rc != 0 and set(q["failed"]) == {"top1_agreement"}
     assert q["metrics"]["top1_agreement"] == pytest.approx(0.9, abs=0.02) and q["metrics"]["top1_agreement_rows"] < 0.5
-    assert any("top1_agreement=0.9" in line for line in failures(rep))
+    assert any("top1_agreement=0.9" in line for line in failures(ParityReport.from_json(rep).artifacts))
 
 
 def constant_classifier(path: Path, shift: float = 0.0) -> Path:
@@ -206,10 +208,10 @@ def test_a_degenerate_reference_is_named_and_never_passes(make_params, tmp_path:
     assert rc != 0 and art["status"] == "inconclusive" and not art["passed"]
     assert q["coverage"]["classes_covered"] == 1 and len(q["coverage"]["reasons"]) == 2
     assert rep["reference"]["coverage"]["logits"]["classes_covered"] == 1
-    lines = failures(rep)
+    lines = failures(ParityReport.from_json(rep).artifacts)
     assert any("predicts class 1 (of 2)" in x and "model.data" in x for x in lines)
     assert any("near-constant" in x for x in lines)
-    ok, why = artifact_passed(rep, "int8")
+    ok, why = ParityReport.from_json(rep).verdict("int8")
     assert not ok and why.startswith("parity inconclusive")
     # FP32's own error (~1e-7) is far below the spread: its tolerances still judge it; the one class is named, and it
     # passes only because no quality threshold is set for fp32 (the rows cannot judge top-1 there either).

@@ -9,7 +9,8 @@ import pytest
 
 from pipeline.choose.decide import eligible, pick
 from pipeline.choose.timing import Round, Timing
-from pipeline.core.choice import read_choice
+from pipeline.records.choice import read_choice
+from pipeline.records.parity import ParityReport
 from pipeline.core.errors import ConfigError, RepositoryError
 from pipeline.stages import choose as choose_stage
 from tests.tiny_triton import tiny_onnx
@@ -42,9 +43,9 @@ def test_the_fastest_candidate_whose_whole_interval_is_faster_ships_per_variant(
 def test_candidates_must_pass_parity_and_int8_must_be_calibrated_on_real_samples(tiny_cfg, tmp_path: Path) -> None:
     files = {"fp32": tmp_path / "a", "fp16": tmp_path / "b", "int8": tmp_path / "c"}
     parity = {"schema": 1, "artifacts": {"fp32": PASSED, "fp16": PASSED, "int8": {"status": "failed", "passed": False, "outputs": {"y": {"passed": False}}}}}
-    ok, out = eligible(tiny_cfg("+model.data={_target_: tests.helpers.tiny_models.mlp_samples}"), files, parity)
+    ok, out = eligible(tiny_cfg("+model.data={_target_: tests.helpers.tiny_models.mlp_samples}"), files, ParityReport.from_json(parity))
     assert list(ok) == ["fp32", "fp16"] and "did not pass parity" in out["int8"]
-    ok, out = eligible(tiny_cfg(), files, {**parity, "artifacts": {**parity["artifacts"], "int8": PASSED}})
+    ok, out = eligible(tiny_cfg(), files, ParityReport.from_json({**parity, "artifacts": {**parity["artifacts"], "int8": PASSED}}))
     assert "int8" not in ok and "synthetic" in out["int8"]
 
 

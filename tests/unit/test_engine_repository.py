@@ -18,6 +18,7 @@ from google.protobuf import text_format
 from pipeline.core.config import TargetConfig, VariantConfig
 from pipeline.core.errors import EngineError, RepositoryError
 from pipeline.engines.manifest import engine_dirs_for, targets_table
+from pipeline.records.parity import ParityReport
 from pipeline.repository.trt_model import engine_parity, load_parity, render_trt_model
 from pipeline.engines.manifest import sha256_file
 from pipeline.engines.build import build_target
@@ -43,9 +44,9 @@ PASSED = {"status": "passed", "passed": True}
 PASS_ALL = {"schema": 1, "artifacts": {"trt@a100": PASSED, "trt@h100": PASSED, "trt@t4": PASSED}}
 
 
-def passing(onnx_file: Path, report: dict = PASS_ALL) -> dict:  # type: ignore[assignment]
+def passing(onnx_file: Path, report: dict = PASS_ALL) -> ParityReport:  # type: ignore[assignment]
     """``report`` plus the fp16 entry the parity stage writes for the FP16 file the engines were built from."""
-    return {**report, "artifacts": {**report["artifacts"], "fp16": {**PASSED, "sha256": sha256_file(onnx_file)}}}
+    return ParityReport.from_json({**report, "artifacts": {**report["artifacts"], "fp16": {**PASSED, "sha256": sha256_file(onnx_file)}}})
 
 
 VARIANT = VariantConfig(name="latency", max_batch_size=8, instance_count=1)
@@ -179,11 +180,11 @@ def test_hardware_compatible_engine_is_the_default(tmp_path: Path, onnx_file: Pa
 
 
 def test_parity_lookup() -> None:
-    assert engine_parity(PASS_ALL, "a100") == (True, "passed")
+    assert engine_parity(ParityReport.from_json(PASS_ALL), "a100") == (True, "passed")
     skipped = {"schema": 1, "artifacts": {"trt@a100": {"status": "skipped", "reason": "tensorrt not importable"}}}
-    ok, why = engine_parity(skipped, "a100")
+    ok, why = engine_parity(ParityReport.from_json(skipped), "a100")
     assert not ok and "skipped" in why
-    ok, why = engine_parity({"schema": 1, "artifacts": {}}, "a100")
+    ok, why = engine_parity(ParityReport.from_json({"schema": 1, "artifacts": {}}), "a100")
     assert not ok and "not in the parity report" in why
     assert engine_parity(None, "a100") == (False, "no parity report")
 
@@ -191,7 +192,7 @@ def test_parity_lookup() -> None:
 def test_load_parity(tmp_path: Path) -> None:
     assert load_parity(tmp_path / "absent.json") is None
     (tmp_path / "p.json").write_text(json.dumps(PASS_ALL))
-    assert load_parity(tmp_path / "p.json") == PASS_ALL
+    assert load_parity(tmp_path / "p.json") == ParityReport.from_json(PASS_ALL)
     (tmp_path / "bad.json").write_text(json.dumps({"schema": 99}))
     with pytest.raises(RepositoryError, match="unknown format"):
         load_parity(tmp_path / "bad.json")
@@ -210,10 +211,10 @@ def test_int8_engine_must_come_from_the_int8_onnx_parity_compared(tmp_path: Path
     targets["a100"].precision = "int8"
     dirs = engines(tmp_path, qdq, built=["a100"], targets=targets)
     report = {"schema": 1, "artifacts": {"trt@a100": PASSED, "int8": {**PASSED, "sha256": sha256_file(qdq)}}}
-    m = render_trt_model("tiny_trt", dirs, VARIANT, report)
+    m = render_trt_model("tiny_trt", dirs, VARIANT, ParityReport.from_json(report))
     assert m.included == {"a100": "model.sm80.plan"} and m.precision == {"a100": "int8"}
     with pytest.raises(EngineError, match="built from ONNX sha256"):  # parity compared another INT8 file
-        render_trt_model("tiny_trt", dirs, VARIANT, {**report, "artifacts": {**report["artifacts"], "int8": {**PASSED, "sha256": "0" * 64}}})
+        render_trt_model("tiny_trt", dirs, VARIANT, ParityReport.from_json({**report, "artifacts": {**report["artifacts"], "int8": {**PASSED, "sha256": "0" * 64}}}))
     only_fp16 = passing(onnx_file, {"schema": 1, "artifacts": {"trt@a100": PASSED}})
     assert "no int8 entry" in render_trt_model("tiny_trt", dirs, VARIANT, only_fp16).excluded["a100"]
 
@@ -232,7 +233,8 @@ def test_repository_layout_when_an_engine_is_missing_or_fails_to_load(tmp_path: 
     cfg = load_config(params)
     engines(tmp_path, onnx_file, built=["a100"], skipped=["h100"])
     parity = tmp_path / "parity.json"
-    parity.write_text(json.dumps({**passing(onnx_file), "artifacts": {**passing(onnx_file)["artifacts"], "fp32": {**PASSED, "sha256": sha256_file(onnx_file)}}}))
+    report = passing(onnx_file).to_json()
+    parity.write_text(json.dumps({**report, "artifacts": {**report["artifacts"], "fp32": {**PASSED, "sha256": sha256_file(onnx_file)}}}))
     out = tmp_path / "repo"
     out.mkdir()
     summary = write_repository(cfg, onnx_file, out, parity, tmp_path / "engines")

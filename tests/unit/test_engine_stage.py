@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.config import TargetConfig, load_config
-from pipeline.engines.manifest import EngineManifest, check_matches_target, read_manifest, sha256_file
+from pipeline.engines.manifest import check_matches_target, sha256_file
+from pipeline.records.engine_manifest import EngineFile, EngineManifest, read_manifest
 from pipeline.core.errors import EngineError
 from pipeline.stages import engine as engine_stage
 from pipeline.engines.build import build_target
@@ -65,13 +66,13 @@ def test_built_with_stand_in_and_manifest_round_trip(tmp_path: Path, onnx_file: 
     with fake_tensorrt("10.7.0"):
         m = build_target(a100(), onnx_file, probe([("NVIDIA A100-SXM4-80GB", "8.0")]), out, cache)
     assert m.built and (out / "model.plan").read_bytes() == STAND_IN_PLAN
-    assert m.engine == {"file": "model.plan", "bytes": len(STAND_IN_PLAN), "sha256": sha256_file(out / "model.plan")}
+    assert m.engine == EngineFile("model.plan", len(STAND_IN_PLAN), sha256_file(out / "model.plan"))
     assert m.machine["gpu_name"] == "NVIDIA A100-SXM4-80GB" and m.machine["compute_capability"] == "8.0"
     assert m.machine["tensorrt_version"] == "10.7.0" and m.machine["driver_version"] == "550.54"
     assert m.settings and m.settings["fp16_flag"] is True and m.build_time_s is not None
     assert m.timing_cache["loaded"] is True and cache.read_bytes() != b"previous"
     back = read_manifest(out / "manifest.json")
-    assert back == m and back.to_dict() == json.loads((out / "manifest.json").read_text())
+    assert back == m and back.to_json() == json.loads((out / "manifest.json").read_text())
     check_matches_target(back, a100(), out)  # matches its own target
     # How to repeat it: through DVC, or the same build with TensorRT's own tools.
     assert m.reproduce["dvc"] == "dvc repro engine@a100"
@@ -109,7 +110,7 @@ def test_malformed_manifest_is_an_engine_error(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="status 'weird'"):
         read_manifest(p)
     with pytest.raises(EngineError, match="not an engine manifest"):
-        EngineManifest.from_dict({"target": "a100"})
+        EngineManifest.from_json({"target": "a100"})
 
 
 def test_stage_cli_skips_both_gpu_targets_here(tmp_path: Path, onnx_file: Path, make_params: Callable[..., Path]) -> None:
@@ -139,7 +140,7 @@ def test_stage_cli_skips_both_gpu_targets_here(tmp_path: Path, onnx_file: Path, 
         assert m.status == "skipped" and m.reason
         assert m.reproduce == {"dvc": f"dvc repro engine@{t}"}  # no engine: no TensorRT command to repeat
     cfg = load_config(params)
-    assert read_manifest(tmp_path / "engines" / "h100" / "manifest.json").expected["compute_capability"] == cfg.target_specs["h100"].compute_capability
+    assert read_manifest(tmp_path / "engines" / "h100" / "manifest.json").expected.compute_capability == cfg.target_specs["h100"].compute_capability
 
 
 def test_stage_cli_fails_clearly_for_a_target_outside_the_fleet(tmp_path: Path, onnx_file: Path, make_params: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,7 +177,8 @@ def test_parity_reads_engine_manifests_with_read_manifest(tmp_path: Path, onnx_f
     build_target(a100(), onnx_file, probe([], TRT_MISSING), tmp_path / "a100", tmp_path / "a100.cache")
     (tmp_path / "h100").mkdir()
     (tmp_path / "h100" / "manifest.json").write_text(json.dumps({"target": "h100", "status": "built", "reason": "", "expected": {}}))
-    out = engine_entries(tmp_path, ["a100", "h100", "l4"], [], None, ToleranceConfig(), None)
+    entries = engine_entries(tmp_path, ["a100", "h100", "l4"], ToleranceConfig(), None)  # no engine runs: config and baseline are never read
+    out = {k: a.to_json() for k, a in entries.items()}
     why = read_manifest(tmp_path / "a100" / "manifest.json").reason
     assert out["trt@a100"] == {"status": "skipped", "file": str(tmp_path / "a100" / "model.plan"), "reason": f"engine not built: {why}"}
     h100 = out["trt@h100"]

@@ -24,6 +24,7 @@ import yaml
 
 from pipeline.engines.ci import main as ci_main
 from pipeline.engines.ci import merge_locks, merge_parity
+from pipeline.core.errors import ParityError
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "engines.yml"
@@ -151,9 +152,12 @@ def test_merge_locks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_merge_parity(tmp_path: Path) -> None:
+    passed, failed = {"status": "passed", "passed": True}, {"status": "failed", "passed": False}
     into = tmp_path / "parity.json"
-    into.write_text(json.dumps({"artifacts": {"onnx_fp16": {"pass": True}}}))
+    into.write_text(json.dumps({"schema": 1, "model": "m", "passed": True, "artifacts": {"fp16": passed, "trt@a100": {"status": "skipped", "reason": "no GPU"}}}))
     gpu = tmp_path / "gpu.json"
-    gpu.write_text(json.dumps({"artifacts": {"onnx_fp16": {"pass": False}, "trt@a100": {"pass": True}, "trt@h100": {"pass": True}}}))
+    gpu.write_text(json.dumps({"schema": 1, "model": "m", "passed": False, "artifacts": {"fp16": failed, "trt@a100": passed, "trt@h100": passed}}))
     assert merge_parity(into, {"a100": gpu}) == ["trt@a100"]
-    assert json.loads(into.read_text())["artifacts"] == {"onnx_fp16": {"pass": True}, "trt@a100": {"pass": True}}
+    assert json.loads(into.read_text())["artifacts"] == {"fp16": passed, "trt@a100": passed}
+    with pytest.raises(ParityError, match="not found"):  # the onnx job's report is pulled first; a runner's alone is no report
+        merge_parity(tmp_path / "absent.json", {"a100": gpu})

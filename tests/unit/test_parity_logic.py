@@ -13,7 +13,8 @@ from polygraphy.comparator.struct import IterationResult
 from pipeline.parity import polygraphy as pg
 from pipeline.core.config import ErrorStat, OutputToleranceConfig, ToleranceConfig
 from pipeline.core.errors import ConfigError, ParityError
-from pipeline.parity.report import artifact_passed, failures, gate, polygraphy_options, resolve, summarize_output
+from pipeline.parity.report import failures, gate, polygraphy_options, resolve, summarize_output
+from pipeline.records.parity import ArtifactResult, ParityReport
 from pipeline.core.samples import load_feed_file, load_samples
 from pipeline.core.config import ModelConfig
 
@@ -25,13 +26,13 @@ def runs(name: str, samples: list[dict[str, np.ndarray]]) -> RunResults:
 
 
 def check(ref: list[np.ndarray], art: list[np.ndarray], tol: ToleranceConfig) -> dict:
-    """Compare with Polygraphy and summarize one output 'y' the way the stage does."""
+    """Compare with Polygraphy and summarize one output 'y' the way the stage does (its entry as the report holds it)."""
     opts = polygraphy_options(tol, ["y"])
     with pg.quiet():
         per = pg.compare(
             runs("reference", [{"y": r} for r in ref]), runs("art", [{"y": a} for a in art]), pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"])
         )
-    return summarize_output("y", resolve(tol, "y"), [m.get("y") for m in per], art, ref)
+    return summarize_output("y", resolve(tol, "y"), [m.get("y") for m in per], art, ref).to_json()
 
 
 REF = [np.linspace(1.0, 2.0, 1000, dtype=np.float32)]
@@ -89,8 +90,8 @@ def test_shape_mismatch_fails_with_a_reason() -> None:
     assert rep["passed"] is False and "shape" in rep["problems"][0]
 
 
-def report(**arts: dict) -> dict:
-    return {"schema": 1, "passed": False, "reference": {"source": "torch", "samples": 1}, "artifacts": arts}
+def report(**arts: dict) -> ParityReport:
+    return ParityReport.from_json({"schema": 1, "passed": False, "reference": {"source": "torch", "samples": 1}, "artifacts": arts})
 
 
 def test_artifact_passed_and_gate_message() -> None:
@@ -112,11 +113,11 @@ def test_artifact_passed_and_gate_message() -> None:
         fp16={"status": "failed", "passed": False, "outputs": {"embedding": y_fail}},
         **{"trt@a100": {"status": "skipped", "reason": "no GPU"}},
     )
-    assert artifact_passed(r, "fp32") == (True, "passed")
-    assert artifact_passed(r, "fp16") == (False, "parity failed for outputs ['embedding']")
-    assert artifact_passed(r, "trt:a100") == (False, "parity skipped: no GPU")
-    assert artifact_passed(r, "trt@h100")[0] is False and "not in the parity report" in artifact_passed(r, "trt@h100")[1]
-    assert failures(r) == [
+    assert r.verdict("fp32") == (True, "passed")
+    assert r.verdict("fp16") == (False, "parity failed for outputs ['embedding']")
+    assert r.verdict("trt:a100") == (False, "parity skipped: no GPU")
+    assert r.verdict("trt@h100")[0] is False and "not in the parity report" in r.verdict("trt@h100")[1]
+    assert failures(r.artifacts) == [
         "fp16/embedding: max error abs=0.3 > atol=0.02 and rel=2 > rtol=0.02 in 2/8 samples (max_abs=0.3, mean_abs=0.01); passes with parity.fp16.per_output.embedding.atol=0.3"
     ]
     with pytest.raises(ParityError) as e:
@@ -160,7 +161,7 @@ def test_printed_atol_suggestion_passes_when_applied(need: float) -> None:
     real_need = float(np.abs(art[0].astype(np.float64) - REF[0].astype(np.float64)).max())
     tol = ToleranceConfig(atol=1e-12, rtol=1e-12, check_error_stat=ErrorStat.max)
     rep = check(REF, art, tol)
-    lines = failures({"artifacts": {"fp32": {"status": "failed", "outputs": {"y": rep}}}})
+    lines = failures({"fp32": ArtifactResult.from_json({"status": "failed", "outputs": {"y": rep}})})
     printed = float(re.search(r"parity\.fp32\.per_output\.y\.atol=([0-9.e+-]+)", lines[0]).group(1))
     assert printed >= real_need
     assert check(REF, art, ToleranceConfig(atol=printed, rtol=1e-12, check_error_stat=ErrorStat.max))["passed"] is True

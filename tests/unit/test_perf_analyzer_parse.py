@@ -52,9 +52,8 @@ def test_input_json_splits_rows_and_drops_batch_axis() -> None:
 
 def test_build_command_has_every_knob(tmp_path: Path) -> None:
     p = pa.PerfAnalyzer(Path("/x/perf_analyzer"), "")
-    cmd = pa.build_command(
-        p, "m", "127.0.0.1:1", 8, tmp_path / "in.json", tmp_path / "o.csv", measurement_interval_ms=1234, stability_percentage=15, max_trials=7, shapes={"ids": [12]}
-    )
+    opts = pa.PerfOptions(8, measurement_interval_ms=1234, stability_percentage=15, max_trials=7, shapes={"ids": [12]})
+    cmd = pa.build_command(p, "m", "127.0.0.1:1", tmp_path / "in.json", tmp_path / "o.csv", opts)
     s = " ".join(cmd)
     for part in (
         "-m m",
@@ -68,6 +67,21 @@ def test_build_command_has_every_knob(tmp_path: Path) -> None:
         "-f ",
     ):
         assert part in s
+
+
+def test_load_is_one_concurrency_one_rate_or_one_schedule(tmp_path: Path) -> None:
+    """The schedule wins over the rate, the rate over the concurrency; open loop runs asynchronously."""
+    p = pa.PerfAnalyzer(Path("/x/perf_analyzer"), "")
+
+    def argv(**load: object) -> str:
+        return " ".join(pa.build_command(p, "m", "u", tmp_path / "in.json", tmp_path / "o.csv", pa.PerfOptions(**load)))
+
+    assert "--concurrency-range 4:4" in argv(concurrency=4) and "--async" not in argv(concurrency=4)
+    rate = argv(concurrency=4, request_rate=250.0)
+    assert "--request-rate-range 250.0:250.0 --request-distribution constant --async" in rate and "--concurrency-range" not in rate
+    gaps = argv(request_rate=250.0, request_intervals=tmp_path / "gaps.txt")
+    assert f"--request-intervals {tmp_path / 'gaps.txt'} --async" in gaps and "--request-rate-range" not in gaps
+    assert "--service-kind torchserve" in argv(service_kind="torchserve") and "--service-kind" not in argv()
 
 
 def test_missing_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ import pytest
 from pipeline.core.config import QualityConfig
 from pipeline.core.quality import degeneracy, judge, measure, pairwise_similarities, rank_agreement, round_down, rows, vectors
 from pipeline.parity.report import failures
+from pipeline.records.parity import ArtifactResult
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -72,7 +73,7 @@ def test_round_down_is_a_threshold_the_value_meets(x: float) -> None:
 def test_gate_lines_name_each_failing_metric_and_the_passing_value() -> None:
     v = judge("embedding", {"cosine_min": 0.96923, "cosine_mean": 0.991, "rank_agreement": 0.97}, QualityConfig(cosine_min=0.98, cosine_mean=0.99, rank_agreement=0.98))
     out = {"passed": False, "elementwise_passed": True, "quality": v.to_json()}
-    lines = failures({"artifacts": {"int8": {"status": "failed", "config_key": "parity.int8", "outputs": {"embedding": out}}}})
+    lines = failures({"int8": ArtifactResult.from_json({"status": "failed", "config_key": "parity.int8", "outputs": {"embedding": out}})})
     assert lines == [
         "int8/embedding: embedding cosine_min=0.9692 < parity.int8.quality.cosine_min=0.98; passes with parity.int8.quality.cosine_min=0.9692",
         "int8/embedding: embedding rank_agreement=0.9700 < parity.int8.quality.rank_agreement=0.98; passes with parity.int8.quality.rank_agreement=0.97",

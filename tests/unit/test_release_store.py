@@ -171,7 +171,7 @@ def test_parity_missing_or_failed_refuses_build(tmp_path: Path, inputs: dict[str
     with pytest.raises(ReleaseError, match="parity failed for a file this release ships") as e:
         build_release(store, BuildInputs(inputs["repo1"], failed, None, inputs["lock"], git_cwd=tmp_path), unchecked_evidence=True, tag=False)
     assert "model.onnx is the fp32 artifact, and it did not pass: parity failed for outputs ['y']" in e.value.render()
-    # The parity stage's one reader (pipeline.parity.report.load_report) decides what a report is:
+    # The parity stage's one reader (pipeline.records.parity.read_report) decides what a report is:
     # shapes the stage never writes (no schema, a bare top-level "pass", a list of artifacts) are refused.
     for name, body in (("noverdict", {"artifacts": {}}), ("minimal", {"pass": True, "artifacts": [{"name": "fp32", "pass": True}]})):
         (tmp_path / f"{name}.json").write_text(json.dumps(body))

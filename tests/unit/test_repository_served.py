@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core import atomic
-from pipeline.core.choice import PrecisionChoice, VariantChoice
+from pipeline.records.choice import CandidateFile, PrecisionChoice, VariantChoice
 from pipeline.core.config import PipelineConfig
 from pipeline.core.errors import RepositoryError
 from pipeline.repository import config as triton_config
@@ -29,7 +29,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 
 def record(tmp_path: Path, files: dict[str, Path], latency: str, throughput: str, target: str = "cpu") -> Path:
-    given = {p: {"path": str(f), "sha256": atomic.file_digest(f)[0]} for p, f in files.items()}
+    given = {p: CandidateFile(str(f), atomic.file_digest(f)[0]) for p, f in files.items()}
     choice = PrecisionChoice(
         target, "auto", {"latency": VariantChoice(latency, f"auto: {latency} fastest"), "throughput": VariantChoice(throughput, f"auto: {throughput} fastest")}, given
     )

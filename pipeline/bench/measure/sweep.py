@@ -127,19 +127,15 @@ class Sweeper:
         with TritonClient(t.http_url) if t.http_url else TritonClient(t.perf_url, "grpc") as client:
             for c in concurrency:
                 csv_path = self.work_dir / f"{tag}_c{c}.csv"
-                cmd = pa_mod.build_command(
-                    self.pa,
-                    t.model,
-                    t.perf_url,
+                opts = pa_mod.PerfOptions(
                     c,
-                    self.input_json,
-                    csv_path,
                     protocol=b.protocol,
                     measurement_interval_ms=interval_ms or b.measurement_interval_ms,
                     stability_percentage=stability or b.stability_percentage,
                     max_trials=b.max_trials,
                     shapes=self.shapes,
                 )
+                cmd = pa_mod.build_command(self.pa, t.model, t.perf_url, self.input_json, csv_path, opts)
                 # Counters were flushed after the previous run (or nothing ran yet): nothing is pending now.
                 before, t_before = model_stats(client, t.model), standin_counters(t.metrics_url, t.model) if timed else {}
                 m_before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()

@@ -54,21 +54,16 @@ def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, qu
     b = sw.bench
     tag = label.replace("%", "pct").replace(" ", "_")
     csv_path = sw.work_dir / f"overload_{tag}.csv"
-    cmd = pa_mod.build_command(
-        sw.pa,
-        t.model,
-        t.perf_url,
-        1,
-        sw.input_json,
-        csv_path,
+    opts = pa_mod.PerfOptions(
+        request_rate=None if intervals else rate,
+        request_intervals=intervals,
         protocol=b.protocol,
         measurement_interval_ms=interval_ms or b.overload_interval_ms,
         stability_percentage=1000,  # past capacity nothing is stable: report what happened
         max_trials=3,
         shapes=sw.shapes,
-        request_rate=None if intervals else rate,
-        request_intervals=intervals,
     )
+    cmd = pa_mod.build_command(sw.pa, t.model, t.perf_url, sw.input_json, csv_path, opts)
     before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()
     # Three windows; one that cannot end (a schedule the client cannot keep) must not hold the bench for perf_timeout_s.
     run = pa_mod.run(sw.pa, cmd, 1, csv_path, timeout_s=min(b.perf_timeout_s, 30 * (interval_ms or b.overload_interval_ms) / 1000 + 30))

@@ -55,19 +55,10 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
     """perf_analyzer at ``concurrency`` for bench.soak_s (three windows, no stability demand) while RSS is sampled."""
     b = sw.bench
     csv_path = sw.work_dir / f"soak_c{concurrency}.csv"
-    cmd = pa_mod.build_command(
-        sw.pa,
-        t.model,
-        t.perf_url,
-        concurrency,
-        sw.input_json,
-        csv_path,
-        protocol=b.protocol,
-        measurement_interval_ms=max(1000, round(b.soak_s * 1000 / 3)),
-        stability_percentage=1000,
-        max_trials=3,
-        shapes=sw.shapes,
+    opts = pa_mod.PerfOptions(
+        concurrency, protocol=b.protocol, measurement_interval_ms=max(1000, round(b.soak_s * 1000 / 3)), stability_percentage=1000, max_trials=3, shapes=sw.shapes
     )
+    cmd = pa_mod.build_command(sw.pa, t.model, t.perf_url, sw.input_json, csv_path, opts)
     log(f"[bench] soak: {t.variant} at c={concurrency} for {b.soak_s:.0f} s (RSS every {b.memory_sample_ms:.0f} ms)")
     t0, run, reason = time.monotonic(), None, ""
     try:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pipeline.core.config import ToleranceConfig
 from pipeline.core.config.schema_release import CanaryConfig
 from pipeline.parity import polygraphy as pg
-from pipeline.parity.report import failures, fmt, polygraphy_options, resolve, summarize_output
+from pipeline.parity.report import fmt, output_failures, polygraphy_options, resolve, summarize_output, tolerance_key
 from pipeline.records.canary import Agreement, CanaryRecord, Check, ErrorCounts, MetricsRow
 from pipeline.release.canary.traffic import Latency, OutputPairs
 from pipeline.release.store import canaries
@@ -41,8 +41,8 @@ def agreement(pairs: OutputPairs, tol: ToleranceConfig, kind: str, live: str, ca
     with pg.quiet():
         per_pair = pg.compare(ref, art, pg.compare_func(opts["atol"], opts["rtol"], opts["stat"], opts["quantile"]))
     outputs = {n: summarize_output(n, resolve(tol, n), [m.get(n) for m in per_pair], [a.get(n) for a in pairs.candidate], [r[n] for r in pairs.live]) for n in pairs.names}
-    ok = all(o["passed"] for o in outputs.values())
-    return Agreement(tolerance, pairs.answered, len(pairs.live), ok, outputs, failures({"artifacts": {kind: {"outputs": outputs}}}))
+    ok = all(o.passed for o in outputs.values())
+    return Agreement(tolerance, pairs.answered, len(pairs.live), ok, {n: o.to_json() for n, o in outputs.items()}, output_failures(kind, tolerance_key(kind), outputs))
 
 
 def error_rate(counts: dict[str, int], client_errors: int, sent: int) -> tuple[float | None, int, int]:

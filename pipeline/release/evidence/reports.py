@@ -8,8 +8,8 @@ absent, with the reason (a release without a benchmark is still a valid release)
 
 The manifest embeds summaries, never whole reports: parity's verdict and per artifact
 its status, sha256 and worst error per output; the bench's ``summary`` and the shas it was
-measured on. Parity is read with the parity stage's own reader (:mod:`pipeline.parity.report`), the bench report
-through its record (:mod:`pipeline.records.bench`).
+measured on. Parity is read through its record (:mod:`pipeline.records.parity`), the bench report through its
+record (:mod:`pipeline.records.bench`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 
 from pipeline.core.atomic import file_digest
 from pipeline.core.errors import BenchError, ParityError, ReleaseError
-from pipeline.parity.report import artifact_passed, load_report
 from pipeline.records.bench import BenchRecord
+from pipeline.records.parity import ArtifactResult, read_report
 from pipeline.records.release import BenchSection, ParitySection, SamplesSection, ServedFile
 
 ONNX_FILE = "model.onnx"
@@ -56,10 +56,10 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> P
         and the fix in the message).
     """
     try:
-        report = load_report(path)
+        report = read_report(path)
     except ParityError as e:
         raise ReleaseError(e.what, fix=(e.fix or "run `dvc repro parity`") + " (a release needs a passed parity gate)", details=e.details) from None
-    arts: dict[str, dict[str, Any]] = {k: v for k, v in (report.get("artifacts") or {}).items() if isinstance(v, dict)}
+    arts = report.artifacts
     served = served_files(version_dir)
     if not served:
         raise ReleaseError(
@@ -70,15 +70,15 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> P
     problems: list[str] = []
     for name, (sha, kind) in served.items():
         wanted = {k: a for k, a in arts.items() if k.startswith(_TRT) == (kind == "trt")}
-        hits = [k for k, a in wanted.items() if a.get("sha256") == sha and artifact_passed(report, k)[0]]
+        hits = [k for k, a in wanted.items() if a.sha256 == sha and report.verdict(k)[0]]
         if hits:
             matched[name] = ServedFile(sha, hits[0])
             continue
-        same = [k for k, a in wanted.items() if a.get("sha256") == sha]
+        same = [k for k, a in wanted.items() if a.sha256 == sha]
         if same:  # the served file itself did not pass: the parity gate, as the report states it
-            problems.append(f"{name} is the {same[0]} artifact, and it did not pass: {artifact_passed(report, same[0])[1]}")
+            problems.append(f"{name} is the {same[0]} artifact, and it did not pass: {report.verdict(same[0])[1]}")
             continue
-        have = ", ".join(f"{k} {str(a.get('sha256') or 'no sha256')[:12]} ({a.get('status')})" for k, a in wanted.items()) or "none"
+        have = ", ".join(f"{k} {str(a.sha256 or 'no sha256')[:12]} ({a.status})" for k, a in wanted.items()) or "none"
         problems.append(f"{name} sha256 {sha[:12]}... matches no passed {'ONNX' if kind == 'onnx' else 'TensorRT'} artifact of the report (report: {have})")
     if any(" did not pass: " in p for p in problems):
         raise ReleaseError(
@@ -87,16 +87,16 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> P
             details={"report": path, "files": "\n    " + "\n    ".join(problems)},
         )
     if problems:
-        compared = sorted({o for k, a in arts.items() if not k.startswith(_TRT) for o in (a.get("outputs") or {})})
+        compared = sorted({o for k, a in arts.items() if not k.startswith(_TRT) for o in (a.outputs or {})})
         details: dict[str, object] = {"report": path, "files": "\n    " + "\n    ".join(problems)}
         if compared and outputs and compared != sorted(outputs):
             details["outputs"] = f"parity compared {compared}, the release serves {sorted(outputs)}"
-        if report.get("model"):
-            details["report's model"] = report["model"]
+        if report.model:
+            details["report's model"] = report.model
         raise ReleaseError(f"the parity report does not vouch for the files this release ships ({version_dir})", fix=_PARITY_FIX, details=details)
     shipped = {m.artifact for m in matched.values()}
     # Judged only on what it ships: every other artifact that did not pass is recorded with its reason, never fatal.
-    optional = {k: artifact_passed(report, k)[1] for k in arts if k not in shipped and not artifact_passed(report, k)[0]}
+    optional = {k: report.verdict(k)[1] for k in arts if k not in shipped and not report.verdict(k)[0]}
     return ParitySection(True, str(path), matched, optional, {k: _artifact_summary(a) for k, a in arts.items()})
 
 
@@ -106,7 +106,8 @@ def parity_samples(path: str | Path) -> tuple[Path | None, SamplesSection]:
     Returns the file (None when there is none to ship) and the manifest's ``samples`` section.
     """
     try:
-        named = (load_report(path).get("reference") or {}).get("inputs")
+        ref = read_report(path).reference
+        named = ref.inputs if ref else None
     except ParityError as e:
         return None, SamplesSection.absent(e.what)
     if not named:
@@ -117,15 +118,13 @@ def parity_samples(path: str | Path) -> tuple[Path | None, SamplesSection]:
     return p, SamplesSection("shipped", file=SAMPLES_FILE, from_=str(p), sha256=file_digest(p)[0])
 
 
-def _artifact_summary(entry: dict[str, Any]) -> dict[str, Any]:
+def _artifact_summary(entry: ArtifactResult) -> dict[str, Any]:
     """One artifact's verdict, status, sha256 and worst absolute error per output (what a reviewer wants)."""
-    out: dict[str, Any] = {"pass": entry.get("passed")}
-    for key in ("status", "sha256"):
-        if isinstance(entry.get(key), str):
-            out[key] = entry[key]
-    outputs = entry.get("outputs")
-    if isinstance(outputs, dict):
-        out["outputs"] = {k: {f: v[f] for f in ("max_abs", "atol") if f in v} for k, v in outputs.items() if isinstance(v, dict)}
+    out: dict[str, Any] = {"pass": entry.passed, "status": entry.status}
+    if entry.sha256 is not None:
+        out["sha256"] = entry.sha256
+    if entry.outputs is not None:
+        out["outputs"] = {k: {"max_abs": v.max_abs, "atol": v.atol} for k, v in entry.outputs.items()}
     return out
 
 
