@@ -71,7 +71,7 @@ def perf_run(pa: pa_mod.PerfAnalyzer, t: TsTarget, c: int, input_json: Path, wor
         csv_path,
         protocol="http",
         measurement_interval_ms=window_ms,
-        stability_percentage=b.paired_stability_percentage,
+        stability_percentage=b.rounds.stability_percentage,
         max_trials=b.max_trials,
         service_kind="torchserve",
     )

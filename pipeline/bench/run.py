@@ -1,6 +1,6 @@
 """The bench run end to end: perf_analyzer against a real Triton, with an in-process ONNX Runtime baseline.
 
-For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.concurrency with real
+For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.sweep.concurrency with real
 sample inputs, records client percentiles, throughput, the server's queue/compute split and
 the batch size actually formed; beside it, ORT timed in this process on the same ONNX file,
 inputs and thread counts. The headline ratios are measured in paired rounds (served runs
@@ -62,7 +62,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     ts_inst = peers_mod.check() if b.peers else None  # so do TorchServe and its Java (bench.peers)
-    shipped, configs = shipped_configs(repository / cfg.model.name, b.tune)
+    shipped, configs = shipped_configs(repository / cfg.model.name, b.tune.enabled)
     main_cfg = configs.get("latency") or next(iter(configs.values()))
     inp = inputs_mod.prepare(cfg.model, shipped.onnx, main_cfg, b.input_shapes)
     mach = machine(pa)
@@ -77,13 +77,14 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         files = lat_onnx.name if lat_onnx == thr_onnx else f"{lat_onnx.name} (latency) and {thr_onnx.name} (throughput)"
         progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
         base = Baseline(
-            baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs), baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds)
+            baseline_latency(lat_onnx, lat_s, inp.rows, b.baseline.warmup_runs, b.baseline.runs),
+            baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline.batch_sizes, b.baseline.seconds),
         )
         b = fit_windows(b, base, progress.log)
         cfg = replace(cfg, bench=b)
         progress.expect(expected_seconds(b, plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
         # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
-        gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs, b.paired_measurement_interval_ms / 1000)
+        gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.baseline.warmup_runs, b.baseline.runs, b.rounds.measurement_interval_ms / 1000)
 
         with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
             logs = Path(work_s) / "logs"
@@ -93,7 +94,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             prep = peers_mod.prepare(cfg, ts_inst, shipped, configs, inp, Path(work_s) / "peers", progress.log) if ts_inst else None
             sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
             mode: Mode = (
-                EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.memory_sample_ms / 1000)
+                EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.readiness.memory_sample_ms / 1000)
                 if b.server == BenchServer.embedded
                 else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol, b.metrics_url)  # bench.url: bench.protocol's endpoint
             )
@@ -111,10 +112,10 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 variants = {v: variants[v] if v in variants else from_rounds[v] for v in configs if v in variants or v in from_rounds}
                 # One variant without a valid point is a finding for the report; none at all is a failure.
                 check_readiness([p for s in variants.values() for p in s.points], "any variant")
-                # bench.tune=true composes only with bench.server=embedded (pipeline.core.config): mode is an EmbeddedMode.
-                if b.tune:
+                # bench.tune.enabled=true composes only with bench.server=embedded (pipeline.core.config): mode is an EmbeddedMode.
+                if b.tune.enabled:
                     progress.phase("tuning")
-                tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s) if b.tune else None  # type: ignore[arg-type]
+                tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s) if b.tune.enabled else None  # type: ignore[arg-type]
                 # bench.peers composes only with bench.server=embedded too.
                 side = peers_mod.measure(cfg, prep, mode, sweeper, configs, inp, prod.cold_start, peers_mod.tolerance(cfg), logs, progress) if prep else None  # type: ignore[arg-type]
             except PipelineError as e:
@@ -127,7 +128,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             mach.loadavg_end = loadavg()
             res = BenchResult(mach, model, inp.info, b, base, server, variants, pc1, pairs, tuning, production=prod, peers=side)
             res.ratios = ratios(res)
-            res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
+            res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue.share_threshold, b.queue.min_ms)
             write_outputs(res, shipped, configs, logs, out_dir, curves_dir, tuned_config)
     write_json(out_json, res.to_json())
     if prod.soak is not None and prod.soak.partial:
@@ -138,16 +139,16 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
 def fit_windows(b: BenchConfig, base: Baseline, log: Callable[[str], None]) -> BenchConfig:
     """``b`` with both measurement windows fitted to the model (:func:`fitted_window_ms`); the change is logged, and
     the report's config records the windows that were used."""
-    top = max([1, *b.concurrency, *b.paired_throughput_concurrency])
-    sweep, rounds = fitted_window_ms(base, b.measurement_interval_ms, top), fitted_window_ms(base, b.paired_measurement_interval_ms, top)
-    if (sweep, rounds) == (b.measurement_interval_ms, b.paired_measurement_interval_ms):
+    top = max([1, *b.sweep.concurrency, *b.rounds.throughput.concurrency])
+    sweep, rounds = fitted_window_ms(base, b.sweep.measurement_interval_ms, top), fitted_window_ms(base, b.rounds.measurement_interval_ms, top)
+    if (sweep, rounds) == (b.sweep.measurement_interval_ms, b.rounds.measurement_interval_ms):
         return b
     log(
         f"[bench] measurement windows fitted to the model (>= 4 of its request latencies at c={top}, from the in-process baseline): "
-        f"bench.measurement_interval_ms {b.measurement_interval_ms} -> {sweep} ms, "
-        f"bench.paired_measurement_interval_ms {b.paired_measurement_interval_ms} -> {rounds} ms"
+        f"bench.sweep.measurement_interval_ms {b.sweep.measurement_interval_ms} -> {sweep} ms, "
+        f"bench.rounds.measurement_interval_ms {b.rounds.measurement_interval_ms} -> {rounds} ms"
     )
-    return replace(b, measurement_interval_ms=sweep, paired_measurement_interval_ms=rounds)
+    return replace(b, sweep=replace(b.sweep, measurement_interval_ms=sweep), rounds=replace(b.rounds, measurement_interval_ms=rounds))
 
 
 @dataclass
@@ -155,7 +156,7 @@ class RoundsPlan:
     """What the rounds measure and which variants the sweep measures (the rest come from the rounds).
 
     ``c1``: c=1 rounds on the latency variant; ``c1_throughput``: the throughput variant beside it in them (the
-    batching tax; embedded, both variants, 1 in bench.paired_throughput_concurrency); ``concurrency``: where both
+    batching tax; embedded, both variants, 1 in bench.rounds.throughput.concurrency); ``concurrency``: where both
     variants are compared in rounds (embedded only: an external Triton serves one variant at a time).
     """
 
@@ -168,9 +169,9 @@ class RoundsPlan:
     def of(cls, b: BenchConfig, variants: list[str]) -> RoundsPlan:
         embedded = b.server == BenchServer.embedded
         both = embedded and {"latency", "throughput"} <= set(variants)
-        c1 = b.paired_rounds > 0 and "latency" in variants
-        c1_thr = c1 and both and 1 in b.paired_throughput_concurrency
-        conc = sorted({int(c) for c in b.paired_throughput_concurrency if c > 1}) if both and b.paired_throughput_rounds > 0 else []
+        c1 = b.rounds.c1.min > 0 and "latency" in variants
+        c1_thr = c1 and both and 1 in b.rounds.throughput.concurrency
+        conc = sorted({int(c) for c in b.rounds.throughput.concurrency if c > 1}) if both and b.rounds.throughput.min > 0 else []
         if b.profile == BenchProfile.full or not embedded:
             return cls(c1, c1_thr, conc, list(variants))
         covered = {v for v, measured in (("latency", c1 or conc), ("throughput", c1_thr or conc)) if measured}
@@ -181,21 +182,21 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
     """A guess of each phase's length for the ETA (the rounds refine theirs as they go); ``p50_ms``, the model's in-process
     batch-1 latency once the baseline measured it, prices what runs per request (bursts, warm-up runs, a run's tail)."""
     req = p50_ms / 1000
-    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.0 + 2 * req  # a round's perf_analyzer run: its start, three windows, its tail
-    burst = max(b.alternation_ms / 1000, (WARM_RUNS + 3) * req)  # at least WARM_RUNS untimed and 3 timed requests a side
-    c1 = (1 + plan.c1_throughput) * run + b.alternations * 2 * burst
-    tput = 2 * run + b.paired_measurement_interval_ms / 1000 + 3 * req
+    run = 3 * b.rounds.measurement_interval_ms / 1000 + 1.0 + 2 * req  # a round's perf_analyzer run: its start, three windows, its tail
+    burst = max(b.rounds.alternation_ms / 1000, (WARM_RUNS + 3) * req)  # at least WARM_RUNS untimed and 3 timed requests a side
+    c1 = (1 + plan.c1_throughput) * run + b.rounds.alternations * 2 * burst
+    tput = 2 * run + b.rounds.measurement_interval_ms / 1000 + 3 * req
     per_round = c1 * plan.c1 + tput * len(plan.concurrency)
-    most = max(b.paired_max_rounds, b.paired_throughput_max_rounds) * per_round
-    least = max(b.paired_rounds, b.paired_throughput_rounds) * per_round  # the budget stops rounds only after their minimum
-    rounds = most if b.profile == BenchProfile.full else min(most, max(least, b.rounds_budget_s + per_round))
+    most = max(b.rounds.c1.max, b.rounds.throughput.max) * per_round
+    least = max(b.rounds.c1.min, b.rounds.throughput.min) * per_round  # the budget stops rounds only after their minimum
+    rounds = most if b.profile == BenchProfile.full else min(most, max(least, b.rounds.budget_s + per_round))
     warmups = run * ((plan.c1 or bool(plan.concurrency)) + (plan.c1_throughput or bool(plan.concurrency)))
-    sweep = len(plan.swept) * (5.0 + len(b.concurrency) * (3 * b.measurement_interval_ms / 1000 + 1.0 + 2 * req))
-    tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.measurement_interval_ms / 1000 + 8.0)) if b.tune else 0.0
-    baseline = 5.0 + len(b.baseline_batch_sizes) * b.baseline_seconds
+    sweep = len(plan.swept) * (5.0 + len(b.sweep.concurrency) * (3 * b.sweep.measurement_interval_ms / 1000 + 1.0 + 2 * req))
+    tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.sweep.measurement_interval_ms / 1000 + 8.0)) if b.tune.enabled else 0.0
+    baseline = 5.0 + len(b.baseline.batch_sizes) * b.baseline.seconds
     embedded = b.server == BenchServer.embedded
-    cold = 4 * 5.0 * (embedded and b.cold_start)  # two variants, with and without warmup, a fresh server each
-    overload = (len(b.overload_levels) * (3 * b.overload_interval_ms / 1000 + 2) + 3 * (b.burst_s + 1.5) + 8) * (embedded and b.overload)
+    cold = 4 * 5.0 * (embedded and b.readiness.cold_start)  # two variants, with and without warmup, a fresh server each
+    overload = (len(b.overload.levels) * (3 * b.overload.interval_ms / 1000 + 2) + 3 * (b.overload.burst_s + 1.5) + 8) * (embedded and b.overload.enabled)
     peers = peers_mod.expected_seconds(b) if b.peers else 0.0
     return {
         "baseline": baseline,
@@ -203,10 +204,10 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
         "sweep": sweep,
         "rounds": rounds + warmups,
         "overload": overload,
-        "soak": b.soak_s * embedded,
+        "soak": b.soak.duration_s * embedded,
         "tuning": tuning,
         "peers": peers,
-        "report": 8.0 + (b.warmup_runs + b.baseline_runs) * req,
+        "report": 8.0 + (b.baseline.warmup_runs + b.baseline.runs) * req,
     }
 
 
@@ -220,14 +221,14 @@ def shipped_configs(model_dir: Path, tuning: bool) -> tuple[ShippedModel, dict[s
     """The shipped model and its variants' configs (latency first, then throughput, then any other).
 
     Raises:
-        ConfigError: bench.tune=true and the built repository has no throughput variant to tune.
+        ConfigError: bench.tune.enabled=true and the built repository has no throughput variant to tune.
     """
     shipped = find_shipped(model_dir)
     configs = {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
     if tuning and "throughput" not in configs:
         raise ConfigError(
-            f"bench.tune=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
-            fix="build the repository with a throughput variant, or set bench.tune=false",
+            f"bench.tune.enabled=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
+            fix="build the repository with a throughput variant, or set bench.tune.enabled=false",
         )
     return shipped, configs
 
@@ -252,7 +253,7 @@ def baseline_again(base: Baseline, onnx: Path, settings: OrtSettings, inp: Bench
     The ratio uses the faster of the two in-process p50s, so drift in machine load between baseline
     and sweep can only make the served numbers look worse, never better.
     """
-    again = baseline_latency(onnx, settings, inp.rows, b.warmup_runs, b.baseline_runs)
+    again = baseline_latency(onnx, settings, inp.rows, b.baseline.warmup_runs, b.baseline.runs)
     base.latency_after = again
     if again.p50_ms < base.latency.p50_ms:
         base.latency, base.latency_after = again, base.latency
@@ -267,7 +268,7 @@ def server_info(mode: Mode) -> ServerInfo:
 
 
 def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[str], server: ServerInfo, progress: Progress) -> dict[str, Sweep]:
-    """Each of ``variants`` in a server of its own, swept over bench.concurrency (the curves)."""
+    """Each of ``variants`` in a server of its own, swept over bench.sweep.concurrency (the curves)."""
     out: dict[str, Sweep] = {}
     if variants:
         progress.phase("sweep")
@@ -275,7 +276,7 @@ def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[
         with mode.serve(variant) as t:
             server.triton_version = t.version
             points = []
-            for c in b.concurrency:
+            for c in b.sweep.concurrency:
                 progress.at(f"{variant} c={c}")
                 points += sweeper.run(t, [c], variant)
             out[variant] = Sweep(points)
@@ -284,10 +285,10 @@ def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[
 
 def _rules(b: BenchConfig) -> tuple[StopRule, StopRule]:
     """When the c=1 rounds and the throughput rounds stop: the full profile runs every round."""
-    target, budget = (b.target_half_width, b.rounds_budget_s) if b.profile == BenchProfile.default else (None, None)
+    target, budget = (b.rounds.target_half_width, b.rounds.budget_s) if b.profile == BenchProfile.default else (None, None)
     return (
-        StopRule(b.paired_rounds, b.paired_max_rounds, target, budget),
-        StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget, "bench.paired_throughput_max_rounds"),
+        StopRule(b.rounds.c1.min, b.rounds.c1.max, target, budget),
+        StopRule(b.rounds.throughput.min, b.rounds.throughput.max, target, budget, "bench.rounds.throughput.max"),
     )
 
 
@@ -310,7 +311,7 @@ def measure_rounds(
         return None, {}  # no rounds' server: overload and soak are not measured (readiness notes it)
     progress.phase("rounds")
     c1_rule, tput_rule = _rules(b)
-    interval, stability = b.paired_measurement_interval_ms, b.paired_stability_percentage
+    interval, stability = b.rounds.measurement_interval_ms, b.rounds.stability_percentage
 
     def run(t: Target, c: int, tag: str) -> Point:
         return sweeper.run(t, [c], tag, interval, stability)[0]
@@ -321,7 +322,7 @@ def measure_rounds(
             run_rounds([group], progress)
         return group.record, {}  # type: ignore[return-value]
     served = ["latency"] * (plan.c1 or bool(plan.concurrency)) + ["throughput"] * (plan.c1_throughput or bool(plan.concurrency))
-    burst_s = b.alternation_ms / 1000
+    burst_s = b.rounds.alternation_ms / 1000
     with mode.serve_together(served) as ts:
         # A fresh server's first run per model pays first-request costs (allocations for each batch shape): discarded.
         for v in served:
@@ -332,7 +333,7 @@ def measure_rounds(
             key = mode.in_server_ort_key or ""
 
             def alternate(i: int) -> list[Alternation]:
-                return alternations(timer.burst, lambda: gauges.burst_p50_ms(burst_s, WARM_RUNS), b.alternations, i % 2 == 0)
+                return alternations(timer.burst, lambda: gauges.burst_p50_ms(burst_s, WARM_RUNS), b.rounds.alternations, i % 2 == 0)
 
             groups.append(c1_embedded(lambda v, i: run(ts[v], 1, f"c1_round{i}_{v}"), alternate, key, plan.c1_throughput, c1_rule))
         for c in plan.concurrency:
@@ -383,5 +384,5 @@ def _write_tuned(path: Path, tuning: Tuning, shipped_cfg: mc.ModelConfig, shippe
     assert tuning.chosen is not None  # the caller checked
     # Keep the shipped file's explanatory header (graph level meaning etc.) above ours.
     shipped_header = "".join(ln + "\n" for ln in shipped_file.read_text().splitlines() if ln.startswith("#"))
-    header = f"# Tuned by the bench stage (concurrency {b.tune_concurrency}, p99 budget {b.latency_budget_ms} ms): {asdict(tuning.chosen)}\n"
+    header = f"# Tuned by the bench stage (concurrency {b.tune.concurrency}, p99 budget {b.tune.latency_budget_ms} ms): {asdict(tuning.chosen)}\n"
     write_config(path, tune.apply(shipped_cfg, tuning.chosen), header + shipped_header)

@@ -146,16 +146,3 @@ class Problems:
 
 def _num(x: float | None) -> str:
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
-
-
-# Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
-LIMITS = {
-    "max_batch_size": 65536,
-    "instance_count": 64,
-    "threads": 256,
-    "instance_threads": 1024,
-    "max_queue_delay_us": 10_000_000,
-    "max_queue_size": 1_000_000,
-    "warmup_count": 1000,
-    "name_bytes": 255,
-}
