@@ -55,14 +55,14 @@ class RoundCounts:
 
 
 @dataclass
-class ThroughputRounds(RoundCounts):
+class ThroughputRoundsConfig(RoundCounts):
     """The throughput rounds: at each concurrency, both variants back to back and an in-process best-batch gauge."""
 
     concurrency: list[int] = knob([1, 8, 16], ge=1)  # 1: the batching tax (the throughput variant at c=1)
 
 
 @dataclass
-class PeerRounds:
+class PeerRoundsConfig:
     """The side by side's rounds (bench.peers): every deployment back to back in each round, at least ``min``, at most
     ``max``, none started after ``budget_s`` once the minimum ran."""
 
@@ -83,8 +83,8 @@ class RoundsConfig:
     """
 
     c1: RoundCounts = field(default_factory=RoundCounts)
-    throughput: ThroughputRounds = field(default_factory=ThroughputRounds)
-    peers: PeerRounds = field(default_factory=PeerRounds)
+    throughput: ThroughputRoundsConfig = field(default_factory=ThroughputRoundsConfig)
+    peers: PeerRoundsConfig = field(default_factory=PeerRoundsConfig)
     measurement_interval_ms: int = knob(500, gt=0)  # the rounds' perf_analyzer windows (also the best-batch gauge's time)
     # Loose: the interval over rounds, not each run, measures the noise.
     stability_percentage: int = knob(50, ge=1, le=100)
