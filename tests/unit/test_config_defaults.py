@@ -125,7 +125,7 @@ def test_the_check_finds_a_repeated_default() -> None:
 
 def test_the_composed_defaults_differ_from_the_schema_only_in_real_choices() -> None:
     drift = sorted(set(differences(load_config(ROOT / "params.yaml"), PipelineConfig())) - CHOICES)
-    assert not drift, f"the composed params.yaml and the schema's defaults differ on {drift}, which no choice explains: change the default in pipeline/core/config (not in conf/), then run `python -m pipeline.params`"
+    assert not drift, f"params.yaml and the schema's defaults differ on {drift}, which no choice explains: change defaults in pipeline/core/config, not in conf/"
 
 
 def test_the_walk_finds_a_drifted_knob() -> None:

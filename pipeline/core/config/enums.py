@@ -16,7 +16,9 @@ class ConfigEnum(str, Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    __format__ = str.__format__  # f"{x:>8}" pads the value, on every Python version
+    def __format__(self, format_spec: str) -> str:
+        """f"{x:>8}" pads the value, on every Python version."""
+        return format(str(self.value), format_spec)
 
     @classmethod
     def choices(cls) -> list[str]:

@@ -90,14 +90,6 @@ def knob(default: Any, **bounds: Any) -> Any:
     return dataclasses.field(default=default, metadata=meta)
 
 
-def bounds_of(cls: type, name: str) -> Bounds | None:
-    """The :class:`Bounds` of field ``name`` of dataclass ``cls``, or None for an unbounded field."""
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name == name:
-            return f.metadata.get(BOUNDS)
-    raise KeyError(f"{cls.__name__} has no field {name!r}")
-
-
 def default_of(f: dataclasses.Field[Any]) -> Any:
     """A field's default value (a fresh one for a default factory)."""
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default

@@ -33,6 +33,25 @@ def defaults_of(cls: type) -> dict[str, Any]:
     return {str(k): v for k, v in node.items()}
 
 
+def schema_keys(key: str = "") -> list[str]:
+    """Every dotted key of the schema (a section's too), for a did-you-mean; under ``target_specs.<name>``, the keys of a
+    target (named as in ``key``, the key looked up)."""
+    parts = key.split(".")
+    out = _dotted(defaults_of(PipelineConfig))
+    if len(parts) > 1 and parts[0] == "target_specs":
+        out += _dotted(defaults_of(TargetConfig), f"target_specs.{parts[1]}.")
+    return out
+
+
+def _dotted(node: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k, v in node.items():
+        out.append(prefix + k)
+        if isinstance(v, dict):
+            out += _dotted(v, f"{prefix}{k}.")
+    return out
+
+
 def register() -> None:
     """Store the schema's nodes in Hydra's ConfigStore (again on every call: the latest schema wins)."""
     from hydra.core.config_store import ConfigStore  # lazy: stages load params.yaml without Hydra
