@@ -92,14 +92,14 @@ def test_compared_concurrencies_come_from_the_config(tmp_path: Path) -> None:
     assert not [k for k in data["summary"]["ratios"] if "_c8" in k or "_c16" in k]
     md = render.markdown(res)
     assert "- throughput / latency variant: c=4 **1.30x** (unpaired: c=4 1.30x)" in md and "c=8" not in md
-    # No paired throughput rounds (paired_throughput_rounds=0, or an external server): the swept concurrencies above 1.
+    # No paired throughput rounds (bench.rounds.throughput.min=0, or an external server): the swept concurrencies above 1.
     for off in (
         BenchConfig(profile="full", rounds=RoundsConfig(throughput=ThroughputRoundsConfig(min=0)), sweep=SweepConfig(concurrency=[1, 2, 4])),
         BenchConfig(server="external", url="h:1", sweep=SweepConfig(concurrency=[1, 4, 32])),
     ):
         res.settings = off
         keys = [k for k in ratios(res).to_json() if k.removeprefix("throughput_vs_latency_c").isdigit()]
-        assert keys == [f"throughput_vs_latency_c{c}" for c in off.concurrency if c > 1]
+        assert keys == [f"throughput_vs_latency_c{c}" for c in off.sweep.concurrency if c > 1]
     # The default profile measures the variants only in rounds: without throughput rounds nothing is compared.
     res.settings = BenchConfig(rounds=RoundsConfig(throughput=ThroughputRoundsConfig(min=0)))
     assert ratios(res).compared == []
