@@ -135,3 +135,14 @@ def test_a_dvc_param_missing_from_the_composed_config_fails_at_composition(tmp_p
     dvc_yaml.write_text(dvc_yaml.read_text(encoding="utf-8").replace("      - model.seed\n", "      - model.sead\n", 1))
     with pytest.raises(ConfigError, match=r"model.sead.*dvc.yaml's stage 'export'"):
         compose(["model=mine"], conf)
+
+
+def test_a_stage_may_depend_on_a_whole_section(tmp_path: Path, tiny_onnx: Path) -> None:
+    """The bench stage lists `bench` (the section, every knob in it): present when the section is; a misspelt one fails."""
+    conf = _project_with_model(tmp_path, f"name: mine\nsource: onnx\npath: {tiny_onnx}\n")
+    dvc_yaml = tmp_path / "dvc.yaml"
+    assert "\n      - bench  " in dvc_yaml.read_text(encoding="utf-8")
+    compose(["model=mine"], conf)
+    dvc_yaml.write_text(dvc_yaml.read_text(encoding="utf-8").replace("\n      - bench  ", "\n      - bnch  ", 1))
+    with pytest.raises(ConfigError, match=r"bnch.*dvc.yaml's stage 'bench'"):
+        compose(["model=mine"], conf)

@@ -225,6 +225,23 @@ def test_bounds_messages_are_filled_in_and_valid() -> None:
     assert "at most 255 bytes" in one_problem("model.name=" + "a" * 256, "model.name")
 
 
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("bench.tune.preferred_batch_sizes=[]", "bench.tune.preferred_batch_sizes=[]: must list at least one set of sizes (default: [[4, 8], [8, 16]])"),
+        ("bench.tune.preferred_batch_sizes=[[4,8],[0,8]]", "bench.tune.preferred_batch_sizes[1]=[0, 8]: every value must be >= 1; [0] is not (closest valid: [1, 8])"),
+        ("+model.sample_dims.height=0", "model.sample_dims.height=0: must be in [1, 65536] (closest valid: 1)"),
+        ("export.batch_axis=''", "export.batch_axis='': must name the dynamic batch axis (default: 'batch')"),
+        ("bench.peers=[torchserve,torchserve]", "bench.peers=['torchserve', 'torchserve']: lists ['torchserve'] more than once"),
+        ("int8.op_types=[MatMul,MatMul]", "int8.op_types=['MatMul', 'MatMul']: lists ['MatMul'] more than once"),
+    ],
+)
+def test_every_form_of_knob_is_checked_by_the_one_walker(override: str, line: str) -> None:
+    """A list of lists (each inner list), a mapping of numbers (each value), a string that must not be empty, a list
+    without repeats: the schema declares them (knob()), the walker in knobs.py reports them like any range."""
+    assert problems(override) == [line]
+
+
 def test_problems_collector_numbers() -> None:
     p = Problems()
     assert p.number("a", 0.5, 0, 1, low_open=True) and not p.number("b", 0, 0, 1, low_open=True)

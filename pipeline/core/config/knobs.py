@@ -82,9 +82,11 @@ def knob(default: Any, **bounds: Any) -> Any:
     name: ``knob(8, ge=1)``, ``knob([1, 2], ge=1, nonempty=True)``, ``knob(1, one_of=(-1, 0, 1, 2), why="...")``.
 
     Raises:
-        TypeError: a bound name :class:`Bounds` does not have (at import, so a typo cannot ship).
+        TypeError: a bound name :class:`Bounds` does not have, or an open bound on a list (at import, so neither ships).
     """
     meta = {BOUNDS: Bounds(**bounds)}
+    if isinstance(default, list) and (bounds.get("gt") is not None or bounds.get("lt") is not None):
+        raise TypeError("a list's elements take inclusive bounds (ge, le), which Problems.each checks")
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

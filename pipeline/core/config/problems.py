@@ -134,7 +134,7 @@ class Problems:
             return True
         rng = f"in [{_num(low)}, {_num(high)}]" if low is not None and high is not None else (f">= {_num(low)}" if low is not None else f"<= {_num(high)}")
         nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        fixed = list(dict.fromkeys(min(max(v, low if low is not None else v), high if high is not None else v) for v in nums))
+        fixed = list(dict.fromkeys(_clamp(v, low, high) for v in nums))
         return self.add(key, list(values), f"every value must be {rng}; {show(bad)} {'is' if len(bad) == 1 else 'are'} not" + (f" (closest valid: {show(fixed)})" if fixed else ""))
 
     def unique(self, key: str, values: Sequence[Any]) -> bool:
@@ -142,6 +142,12 @@ class Problems:
         seen: list[Any] = []
         dup = [v for v in values if v in seen or seen.append(v)]  # type: ignore[func-returns-value]
         return True if not dup else self.add(key, list(values), f"lists {show(sorted(set(map(str, dup))))} more than once")
+
+
+def _clamp(v: float, low: float | None, high: float | None) -> float:
+    """``v`` moved into ``[low, high]`` (either bound optional)."""
+    v = v if low is None else max(v, low)
+    return v if high is None else min(v, high)
 
 
 def _num(x: float | None) -> str:
