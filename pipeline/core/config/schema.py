@@ -264,16 +264,16 @@ class ParityConfig:
 class PipelineConfig:
     """The whole composed config (params.yaml), its keys in this order."""
 
-    # Set by conf/config.yaml to ${pipeline_checked:}: resolving it runs every check of this package while Hydra
-    # composes params.yaml (pipeline/core/config/resolver.py), so it reads "passed (...)" in params.yaml. It comes first
-    # so that the checks run before any derived key (serving, engine_precision) is resolved: a broken fleet is reported
-    # by the checks, not by an interpolation.
-    config_check: str = ""
     model: ModelConfig = field(default_factory=ModelConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     simplify: SimplifyConfig = field(default_factory=SimplifyConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     int8: Int8Config = field(default_factory=Int8Config)
+    # Set by conf/config.yaml to ${pipeline_checked:}: resolving it runs every check of this package while Hydra
+    # composes params.yaml (pipeline/core/config/resolver.py), so it reads "passed (...)" in params.yaml. It comes before
+    # the fleet so that the checks run before any key derived from it (serving, engine_precision) is resolved: a broken
+    # fleet is reported by the checks, not by an interpolation.
+    config_check: str = ""
     # The fleet (conf/config.yaml chooses it). The ONNX Runtime model in the repository serves targets[0]'s kind and precision.
     targets: list[str] = field(default_factory=lambda: ["cpu"])
     # Every known target (conf/target/<name>.yaml, each listed in conf/config.yaml); `targets` picks the fleet.
