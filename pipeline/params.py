@@ -14,6 +14,7 @@ problem listed, and params.yaml keeps its old content.
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import tempfile
@@ -22,7 +23,9 @@ from pathlib import Path
 from pipeline import exit_with
 from pipeline.core.atomic import atomic_path
 from pipeline.core.config import load_config
+from pipeline.core.config.problems import did_you_mean
 from pipeline.core.config.resolver import composing_in, register
+from pipeline.core.config.store import schema_keys
 from pipeline.core.errors import ConfigError, PipelineError, print_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +41,12 @@ def _config_error(e: BaseException) -> ConfigError | None:
         seen.add(id(cur))
         cur = cur.__cause__ or cur.__context__
     return None
+
+
+def _unknown_override(e: BaseException) -> str | None:
+    """The key of Hydra's "Could not override 'k'" (an override of a key the composed config does not have), or None."""
+    m = re.match(r"Could not override '([^']+)'", str(e))
+    return m.group(1) if m and "To append to your config use +" in str(e) else None
 
 
 def _group_overrides(overrides: list[str], group: str) -> list[str]:
@@ -67,6 +76,13 @@ def compose(overrides: list[str], conf_dir: Path = ROOT / "conf", config_name: s
             checked = _config_error(e)
             if checked is not None:
                 raise checked from None
+            unknown = _unknown_override(e)
+            if unknown is not None:
+                raise ConfigError(
+                    f"unknown key '{unknown}'{did_you_mean(unknown, schema_keys(unknown))}",
+                    fix="use a key the schema has (pipeline/core/config/schema*.py holds every key, its default and its range)",
+                    details={"overrides": overrides},
+                ) from None
             variant = _group_overrides(overrides, "variant")
             raise ConfigError(
                 "Hydra could not compose conf/ with the given overrides",

@@ -11,7 +11,7 @@ can be rendered again from it.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -22,7 +22,7 @@ from pipeline.bench.measure.results import Baseline, Json, Point, Sweep, Tuning
 from pipeline.bench.peers.results import PeersResult
 from pipeline.bench.readiness.results import Production
 from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds
-from pipeline.core.config import BenchConfig
+from pipeline.core.config import BenchConfig, from_plain
 from pipeline.records.bench import SCHEMA, BenchRecord, MeasuredModel
 
 
@@ -169,13 +169,7 @@ def _plain(x: Any) -> Any:
 
 def _settings_from_json(d: Json) -> BenchConfig:
     """bench.json's settings as a BenchConfig (keys it no longer has are dropped, new ones take their defaults)."""
-    default = BenchConfig()
-    kw: Json = {}
-    for f in fields(BenchConfig):
-        if f.name in d:
-            kind = type(getattr(default, f.name))
-            kw[f.name] = kind(d[f.name]) if issubclass(kind, Enum) else d[f.name]
-    return BenchConfig(**kw)
+    return from_plain(BenchConfig, d)
 
 
 def _r4(x: Any) -> Any:

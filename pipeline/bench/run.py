@@ -1,6 +1,6 @@
 """The bench run end to end: perf_analyzer against a real Triton, with an in-process ONNX Runtime baseline.
 
-For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.concurrency with real
+For every shipped variant (configs/<variant>.pbtxt) it sweeps bench.sweep.concurrency with real
 sample inputs, records client percentiles, throughput, the server's queue/compute split and
 the batch size actually formed; beside it, ORT timed in this process on the same ONNX file,
 inputs and thread counts. The headline ratios are measured in paired rounds (served runs
@@ -65,7 +65,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     ts_inst = peers_mod.check() if b.peers else None  # so do TorchServe and its Java (bench.peers)
-    shipped, configs = shipped_configs(repository / cfg.model.name, b.tune)
+    shipped, configs = shipped_configs(repository / cfg.model.name, b.tune.enabled)
     main_cfg = main_config(configs)
     inp = inputs_mod.prepare(cfg.model, shipped.onnx, main_cfg, b.input_shapes)
     mach = machine(pa)
@@ -85,7 +85,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
                 mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, served.tuning, production=served.production, peers=served.peers
             )
             res.ratios = ratios(res)
-            res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue_share_threshold, b.queue_min_ms)
+            res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue.share_threshold, b.queue.min_ms)
             write_outputs(res, shipped, configs, served.logs, out_dir, curves_dir, tuned_config)
     write_json(out_json, res.to_json())
     if served.production.soak is not None and served.production.soak.partial:
@@ -131,13 +131,14 @@ def measure_baseline(run: Run) -> tuple[Run, Baseline, Gauges]:
     files = lat_onnx.name if lat_onnx == thr_onnx else f"{lat_onnx.name} (latency) and {thr_onnx.name} (throughput)"
     progress.log(f"[bench] in-process ONNX Runtime baseline on {files}; profile {b.profile}")
     base = Baseline(
-        baseline_latency(lat_onnx, lat_s, inp.rows, b.warmup_runs, b.baseline_runs), baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline_batch_sizes, b.baseline_seconds)
+        baseline_latency(lat_onnx, lat_s, inp.rows, b.baseline.warmup_runs, b.baseline.runs),
+        baseline_throughput(thr_onnx, thr_s, inp.rows, b.baseline.batch_sizes, b.baseline.seconds),
     )
     b = fit_windows(b, base, progress.log)
     run = replace(run, cfg=replace(run.cfg, bench=b))
     progress.expect(expected_seconds(b, run.plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
     # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
-    gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.warmup_runs, b.baseline_runs, b.paired_measurement_interval_ms / 1000)
+    gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.baseline.warmup_runs, b.baseline.runs, b.rounds.measurement_interval_ms / 1000)
     return run, base, gauges
 
 
@@ -157,7 +158,7 @@ def measure_served(run: Run, pa: pa_mod.PerfAnalyzer, ts_inst: TorchServeInstall
     sweeper = Sweeper(pa, b, input_json, inp.shapes, logs, inp.rows[0], progress.log)
     shipped = run.shipped
     mode: Mode = (
-        EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.memory_sample_ms / 1000)
+        EmbeddedMode(shipped.model_dir, b.protocol, b.server_timeout_s, logs, b.embedded_backend, b.readiness.memory_sample_ms / 1000)
         if b.server == BenchServer.embedded
         else ExternalMode(b.url or "", shipped.name, shipped.configs, b.protocol, b.metrics_url)  # bench.url: bench.protocol's endpoint
     )
@@ -187,7 +188,7 @@ def _serve(run: Run, mode: Mode, sweeper: Sweeper, gauges: Gauges, prep: peers_m
     # One variant without a valid point is a finding for the report; none at all is a failure.
     check_readiness([p for s in variants.values() for p in s.points], "any variant")
     tuning = side = None
-    # bench.tune=true and bench.peers compose only with bench.server=embedded (pipeline.core.config).
+    # bench.tune.enabled=true and bench.peers compose only with bench.server=embedded (pipeline.core.config).
     if b.tune:
         assert isinstance(mode, EmbeddedMode)
         progress.phase("tuning")
@@ -201,37 +202,37 @@ def _serve(run: Run, mode: Mode, sweeper: Sweeper, gauges: Gauges, prep: peers_m
 def fit_windows(b: BenchConfig, base: Baseline, log: Callable[[str], None]) -> BenchConfig:
     """``b`` with both measurement windows fitted to the model (:func:`fitted_window_ms`); the change is logged, and
     the report's config records the windows that were used."""
-    top = max([1, *b.concurrency, *b.paired_throughput_concurrency])
-    sweep, rounds = fitted_window_ms(base, b.measurement_interval_ms, top), fitted_window_ms(base, b.paired_measurement_interval_ms, top)
-    if (sweep, rounds) == (b.measurement_interval_ms, b.paired_measurement_interval_ms):
+    top = max([1, *b.sweep.concurrency, *b.rounds.throughput.concurrency])
+    sweep, rounds = fitted_window_ms(base, b.sweep.measurement_interval_ms, top), fitted_window_ms(base, b.rounds.measurement_interval_ms, top)
+    if (sweep, rounds) == (b.sweep.measurement_interval_ms, b.rounds.measurement_interval_ms):
         return b
     log(
         f"[bench] measurement windows fitted to the model (>= 4 of its request latencies at c={top}, from the in-process baseline): "
-        f"bench.measurement_interval_ms {b.measurement_interval_ms} -> {sweep} ms, "
-        f"bench.paired_measurement_interval_ms {b.paired_measurement_interval_ms} -> {rounds} ms"
+        f"bench.sweep.measurement_interval_ms {b.sweep.measurement_interval_ms} -> {sweep} ms, "
+        f"bench.rounds.measurement_interval_ms {b.rounds.measurement_interval_ms} -> {rounds} ms"
     )
-    return replace(b, measurement_interval_ms=sweep, paired_measurement_interval_ms=rounds)
+    return replace(b, sweep=replace(b.sweep, measurement_interval_ms=sweep), rounds=replace(b.rounds, measurement_interval_ms=rounds))
 
 
 def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> dict[str, float]:
     """A guess of each phase's length for the ETA (the rounds refine theirs as they go); ``p50_ms``, the model's in-process
     batch-1 latency once the baseline measured it, prices what runs per request (bursts, warm-up runs, a run's tail)."""
     req = p50_ms / 1000
-    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.0 + 2 * req  # a round's perf_analyzer run: its start, three windows, its tail
-    burst = max(b.alternation_ms / 1000, (WARM_RUNS + 3) * req)  # at least WARM_RUNS untimed and 3 timed requests a side
-    c1 = (1 + plan.c1_throughput) * run + b.alternations * 2 * burst
-    tput = 2 * run + b.paired_measurement_interval_ms / 1000 + 3 * req
+    run = 3 * b.rounds.measurement_interval_ms / 1000 + 1.0 + 2 * req  # a round's perf_analyzer run: its start, three windows, its tail
+    burst = max(b.rounds.alternation_ms / 1000, (WARM_RUNS + 3) * req)  # at least WARM_RUNS untimed and 3 timed requests a side
+    c1 = (1 + plan.c1_throughput) * run + b.rounds.alternations * 2 * burst
+    tput = 2 * run + b.rounds.measurement_interval_ms / 1000 + 3 * req
     per_round = c1 * plan.c1 + tput * len(plan.concurrency)
-    most = max(b.paired_max_rounds, b.paired_throughput_max_rounds) * per_round
-    least = max(b.paired_rounds, b.paired_throughput_rounds) * per_round  # the budget stops rounds only after their minimum
-    rounds = most if b.profile == BenchProfile.full else min(most, max(least, b.rounds_budget_s + per_round))
+    most = max(b.rounds.c1.max, b.rounds.throughput.max) * per_round
+    least = max(b.rounds.c1.min, b.rounds.throughput.min) * per_round  # the budget stops rounds only after their minimum
+    rounds = most if b.profile == BenchProfile.full else min(most, max(least, b.rounds.budget_s + per_round))
     warmups = run * ((plan.c1 or bool(plan.concurrency)) + (plan.c1_throughput or bool(plan.concurrency)))
-    sweep = len(plan.swept) * (5.0 + len(b.concurrency) * (3 * b.measurement_interval_ms / 1000 + 1.0 + 2 * req))
-    tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.measurement_interval_ms / 1000 + 8.0)) if b.tune else 0.0
-    baseline = 5.0 + len(b.baseline_batch_sizes) * b.baseline_seconds
+    sweep = len(plan.swept) * (5.0 + len(b.sweep.concurrency) * (3 * b.sweep.measurement_interval_ms / 1000 + 1.0 + 2 * req))
+    tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.sweep.measurement_interval_ms / 1000 + 8.0)) if b.tune.enabled else 0.0
+    baseline = 5.0 + len(b.baseline.batch_sizes) * b.baseline.seconds
     embedded = b.server == BenchServer.embedded
-    cold = 4 * 5.0 * (embedded and b.cold_start)  # two variants, with and without warmup, a fresh server each
-    overload = (len(b.overload_levels) * (3 * b.overload_interval_ms / 1000 + 2) + 3 * (b.burst_s + 1.5) + 8) * (embedded and b.overload)
+    cold = 4 * 5.0 * (embedded and b.readiness.cold_start)  # two variants, with and without warmup, a fresh server each
+    overload = (len(b.overload.levels) * (3 * b.overload.interval_ms / 1000 + 2) + 3 * (b.overload.burst_s + 1.5) + 8) * (embedded and b.overload.enabled)
     peers = peers_mod.expected_seconds(b) if b.peers else 0.0
     return {
         "baseline": baseline,
@@ -239,10 +240,10 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
         "sweep": sweep,
         "rounds": rounds + warmups,
         "overload": overload,
-        "soak": b.soak_s * embedded,
+        "soak": b.soak.duration_s * embedded,
         "tuning": tuning,
         "peers": peers,
-        "report": 8.0 + (b.warmup_runs + b.baseline_runs) * req,
+        "report": 8.0 + (b.baseline.warmup_runs + b.baseline.runs) * req,
     }
 
 
@@ -261,14 +262,14 @@ def shipped_configs(model_dir: Path, tuning: bool) -> tuple[ShippedModel, dict[s
     """The shipped model and its variants' configs (latency first, then throughput, then any other).
 
     Raises:
-        ConfigError: bench.tune=true and the built repository has no throughput variant to tune.
+        ConfigError: bench.tune.enabled=true and the built repository has no throughput variant to tune.
     """
     shipped = find_shipped(model_dir)
     configs = {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
     if tuning and "throughput" not in configs:
         raise ConfigError(
-            f"bench.tune=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
-            fix="build the repository with a throughput variant, or set bench.tune=false",
+            f"bench.tune.enabled=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
+            fix="build the repository with a throughput variant, or set bench.tune.enabled=false",
         )
     return shipped, configs
 
@@ -293,7 +294,7 @@ def baseline_again(base: Baseline, onnx: Path, settings: OrtSettings, inp: Bench
     The ratio uses the faster of the two in-process p50s, so drift in machine load between baseline
     and sweep can only make the served numbers look worse, never better.
     """
-    again = baseline_latency(onnx, settings, inp.rows, b.warmup_runs, b.baseline_runs)
+    again = baseline_latency(onnx, settings, inp.rows, b.baseline.warmup_runs, b.baseline.runs)
     base.latency_after = again
     if again.p50_ms < base.latency.p50_ms:
         base.latency, base.latency_after = again, base.latency
@@ -308,7 +309,7 @@ def server_info(mode: Mode) -> ServerInfo:
 
 
 def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[str], server: ServerInfo, progress: Progress) -> dict[str, Sweep]:
-    """Each of ``variants`` in a server of its own, swept over bench.concurrency (the curves)."""
+    """Each of ``variants`` in a server of its own, swept over bench.sweep.concurrency (the curves)."""
     out: dict[str, Sweep] = {}
     if variants:
         progress.phase("sweep")
@@ -316,7 +317,7 @@ def sweep_variants(mode: Mode, sweeper: Sweeper, b: BenchConfig, variants: list[
         with mode.serve(variant) as t:
             server.triton_version = t.version
             points = []
-            for c in b.concurrency:
+            for c in b.sweep.concurrency:
                 progress.at(f"{variant} c={c}")
                 points += sweeper.run(t, [c], variant)
             out[variant] = Sweep(points)
@@ -357,5 +358,5 @@ def _write_tuned(path: Path, tuning: Tuning, shipped_cfg: mc.ModelConfig, shippe
     assert tuning.chosen is not None  # the caller checked
     # Keep the shipped file's explanatory header (graph level meaning etc.) above ours.
     shipped_header = "".join(ln + "\n" for ln in shipped_file.read_text().splitlines() if ln.startswith("#"))
-    header = f"# Tuned by the bench stage (concurrency {b.tune_concurrency}, p99 budget {b.latency_budget_ms} ms): {asdict(tuning.chosen)}\n"
+    header = f"# Tuned by the bench stage (concurrency {b.tune.concurrency}, p99 budget {b.tune.latency_budget_ms} ms): {asdict(tuning.chosen)}\n"
     write_config(path, tune.apply(shipped_cfg, tuning.chosen), header + shipped_header)

@@ -1,13 +1,13 @@
 """Tune the throughput variant by measurement, like Model Analyzer but into the named variant.
 
 Each candidate (max queue delay x preferred batch sizes x instance count) is served and
-measured at ``bench.tune_concurrency``, between two timings of in-process ONNX Runtime at
+measured at ``bench.tune.concurrency``, between two timings of in-process ONNX Runtime at
 the baseline's best batch size (the gauge). Candidates are measured minutes apart on a
 machine whose speed drifts by tens of percent, so raw infer/s would rank the machine's
 moods: the rank is infer/s over the gauge of the same minute, and a candidate counts
-only when its two gauges agree within ``bench.paired_max_drift`` (it is measured again,
-up to ``bench.tune_max_rounds`` times, until they do). The best counted candidate whose p99
-fits ``bench.latency_budget_ms`` wins. The result is a full ``throughput.pbtxt`` written
+only when its two gauges agree within ``bench.tune.max_drift`` (it is measured again,
+up to ``bench.tune.max_rounds`` times, until they do). The best counted candidate whose p99
+fits ``bench.tune.latency_budget_ms`` wins. The result is a full ``throughput.pbtxt`` written
 as a bench output, plus the Hydra overrides that make the repository stage emit it.
 """
 
@@ -28,7 +28,7 @@ from pipeline.core.config import BenchConfig
 def candidates(bench: BenchConfig, max_batch_size: int) -> list[Scheduling]:
     """Every scheduling combination to try; preferred sizes above max_batch_size are dropped."""
     out = []
-    for delay, pref, inst in itertools.product(bench.tune_queue_delays_us, bench.tune_preferred_batch_sizes, bench.tune_instance_counts):
+    for delay, pref, inst in itertools.product(bench.tune.queue_delays_us, bench.tune.preferred_batch_sizes, bench.tune.instance_counts):
         pref = [b for b in pref if 0 < b <= max_batch_size]
         if pref:
             out.append(Scheduling(int(delay), pref, int(inst)))
@@ -102,19 +102,19 @@ def tune(mode: EmbeddedMode, sweeper: Sweeper, bench: BenchConfig, gauge: Callab
         with mode.serve(name) as t:
 
             def step(i: int, t: Target = t, name: str = name) -> Point:
-                return plain.run(t, [bench.tune_concurrency], f"{name}_r{i}")[0]
+                return plain.run(t, [bench.tune.concurrency], f"{name}_r{i}")[0]
 
             def ratio(done: Point, gauge_mean: float) -> float | None:
                 return done.metrics["throughput_infer_s"] / gauge_mean if done.valid else None
 
-            rounds = bracketed_rounds(step, ratio, gauge, bench.tune_max_rounds, bench.paired_max_drift)
-        measured.append(_candidate(cand, rounds, bench.latency_budget_ms))
-    record = Tuning(bench.tune_concurrency, bench.latency_budget_ms, bench.paired_max_drift, measured, None, "")
+            rounds = bracketed_rounds(step, ratio, gauge, bench.tune.max_rounds, bench.tune.max_drift)
+        measured.append(_candidate(cand, rounds, bench.tune.latency_budget_ms))
+    record = Tuning(bench.tune.concurrency, bench.tune.latency_budget_ms, bench.tune.max_drift, measured, None, "")
     won = choose(measured)
     if won is None:
         record.persist = (
-            "no candidate met the p99 budget with steady gauges: raise bench.latency_budget_ms, widen the "
-            "tune_* lists, or on a drifting machine raise bench.tune_max_rounds / bench.paired_max_drift"
+            "no candidate met the p99 budget with steady gauges: raise bench.tune.latency_budget_ms, widen the "
+            "bench.tune.* lists, or on a drifting machine raise bench.tune.max_rounds / bench.tune.max_drift"
         )
         return record
     record.chosen = s = measured[won].scheduling

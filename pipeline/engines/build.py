@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from pipeline.core import atomic
 from pipeline.core.config import TargetConfig
-from pipeline.core.config.precision_checks import engine_onnx_precision
+from pipeline.core.config.derived import engine_onnx_precision
 from pipeline.core.errors import EngineError
 from pipeline.core.onnx_tools import load_model
 from pipeline.core.specs import graph_io

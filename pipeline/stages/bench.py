@@ -21,7 +21,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", type=Path, help="the report's summary (dvc metrics)")
     p.add_argument("--out-dir", required=True, type=Path, help="report.md, bench.png, perf logs")
     p.add_argument("--curves-dir", required=True, type=Path, help="<variant>.csv plot data (dvc plots)")
-    p.add_argument("--tuned-config", type=Path, default=None, help="also write the tuned throughput.pbtxt here (bench.tune=true); it is always in <out-dir>/tuned/")
+    p.add_argument("--tuned-config", type=Path, default=None, help="also write the tuned throughput.pbtxt here (bench.tune.enabled=true); it is always in <out-dir>/tuned/")
 
 
 def _body(args: argparse.Namespace) -> None:

@@ -147,8 +147,8 @@ class StopRule:
     max_rounds: int
     target: float | None
     budget_s: float | None = None
-    max_key: str = "bench.paired_max_rounds"  # the setting that caps them, for the reason given
-    budget_key: str = "bench.rounds_budget_s"  # the setting that is their time budget
+    max_key: str = "bench.rounds.c1.max"  # the setting that caps them, for the reason given
+    budget_key: str = "bench.rounds.budget_s"  # the setting that is their time budget
     by_weight: bool = False  # count rounds by their summed weights (quiet-round equivalents), not one each
 
     def reason(self, ran: int, estimates: Sequence[Estimate], elapsed_s: float) -> str | None:

@@ -41,14 +41,14 @@ def tiny_cfg() -> PipelineConfig:
     cfg.model.name, cfg.model.data, cfg.model.source = "tiny", None, "onnx"
     cfg.model.inputs = [TensorSpec(name="x", dtype="float32", shape=["batch", 16])]
     b = cfg.bench
-    b.server, b.concurrency, b.measurement_interval_ms, b.max_trials, b.stability_percentage = "embedded", [1, 4], 500, 6, 50
-    b.warmup_runs, b.baseline_runs, b.baseline_seconds, b.baseline_batch_sizes = 5, 50, 0.2, [1, 4]
+    b.server, b.sweep.concurrency, b.sweep.measurement_interval_ms, b.max_trials, b.sweep.stability_percentage = "embedded", [1, 4], 500, 6, 50
+    b.baseline.warmup_runs, b.baseline.runs, b.baseline.seconds, b.baseline.batch_sizes = 5, 50, 0.2, [1, 4]
     # Behaviour, not speed: the fewest rounds that give an interval, short bursts.
-    b.paired_rounds, b.paired_max_rounds, b.paired_measurement_interval_ms, b.paired_stability_percentage = 2, 2, 500, 50
-    b.paired_throughput_concurrency, b.paired_throughput_rounds, b.paired_throughput_max_rounds = [1, 4], 2, 2
-    b.alternations, b.alternation_ms, b.rounds_budget_s = 4, 50.0, 20.0
+    b.rounds.c1.min, b.rounds.c1.max, b.rounds.measurement_interval_ms, b.rounds.stability_percentage = 2, 2, 500, 50
+    b.rounds.throughput.concurrency, b.rounds.throughput.min, b.rounds.throughput.max = [1, 4], 2, 2
+    b.rounds.alternations, b.rounds.alternation_ms, b.rounds.budget_s = 4, 50.0, 20.0
     # Production readiness has its own tests (test_bench_readiness.py); the end-to-end run turns it back on.
-    b.cold_start, b.overload = False, False
+    b.readiness.cold_start, b.overload.enabled = False, False
     return cfg
 
 
@@ -78,7 +78,14 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     cfg.bench.embedded_backend = backend
     b = cfg.bench
     readiness = backend == "native"  # cold start and overload do not depend on the stand-in: measured once
-    b.cold_start, b.cold_start_requests, b.overload, b.overload_levels, b.overload_interval_ms, b.burst_s = readiness, 5, readiness, [0.5, 1.5], 300, 0.3
+    b.readiness.cold_start, b.readiness.cold_start_requests, b.overload.enabled, b.overload.levels, b.overload.interval_ms, b.overload.burst_s = (
+        readiness,
+        5,
+        readiness,
+        [0.5, 1.5],
+        300,
+        0.3,
+    )
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
     data = json.loads((out / "bench.json").read_text())
     assert data["server"]["mode"] == "embedded" and data["server"]["backend"] == backend
@@ -133,10 +140,10 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
         assert [(c["variant"], c["warmup"]) for c in prod["cold_start"]] == [("latency", False), ("throughput", False)]  # the tiny configs ship no warmup
         assert all(c["load_s"] > 0 and c["first_ms"] > 0 and c["warm_p50_ms"] > 0 and not c["error"] for c in prod["cold_start"])
         assert [x["label"] for x in prod["overload"]["levels"]] == ["50%", "150%", "burst", "150% bounded"]
-        assert prod["overload"]["levels"][-1]["queue_size"] == cfg.bench.overload_queue_size and prod["metrics_limits"]
+        assert prod["overload"]["levels"][-1]["queue_size"] == cfg.bench.overload.queue_size and prod["metrics_limits"]
         assert "## Cold start" in report and "## Overload and bursts" in report and "## Triton's own metrics" in report
         assert "cold_start_s_latency" in data["summary"]["production"]  # as shipped: here without warmup
-    # The compared concurrencies are the config's (bench.paired_throughput_concurrency=[4]), not a fixed c=8/c=16.
+    # The compared concurrencies are the config's (bench.rounds.throughput.concurrency=[4]), not a fixed c=8/c=16.
     assert "throughput_vs_latency_c8" not in data["ratios"]
     assert "throughput_vs_latency_c4_ci90_low" in data["summary"]["ratios"] and "c=4 **" in report and "c=8" not in report
     assert not procs_mentioning(str(tmp_path))
@@ -162,7 +169,7 @@ def test_busy_machine_still_gives_every_headline_with_an_interval(tmp_path: Path
     try:
         t0 = time.monotonic()
         cfg = tiny_cfg()
-        cfg.bench.paired_max_rounds = cfg.bench.paired_throughput_max_rounds = 3  # room for a round the hog spoils
+        cfg.bench.rounds.c1.max = cfg.bench.rounds.throughput.max = 3  # room for a round the hog spoils
         res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
         busy = _cpu_s(hog.pid) / (time.monotonic() - t0)
     finally:
@@ -226,7 +233,7 @@ def test_missing_perf_analyzer_fails_before_any_server(tmp_path: Path, monkeypat
 def test_tuning_without_a_throughput_variant_fails_before_any_server(tmp_path: Path) -> None:
     shipped_repository(tmp_path / "repo", "tiny", {"latency": variant_config("tiny", "latency")})
     cfg = tiny_cfg()
-    cfg.bench.tune = True
+    cfg.bench.tune.enabled = True
     out = tmp_path / "out"
     with pytest.raises(ConfigError, match="no throughput variant") as e:
         run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
@@ -262,7 +269,7 @@ def _start_stage(tmp_path: Path, backend: str) -> subprocess.Popen:
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()
     cfg.bench.embedded_backend = backend
-    cfg.bench.concurrency, cfg.bench.measurement_interval_ms, cfg.bench.max_trials = [1, 2, 4], 2000, 10
+    cfg.bench.sweep.concurrency, cfg.bench.sweep.measurement_interval_ms, cfg.bench.max_trials = [1, 2, 4], 2000, 10
     proc = stage_process(tmp_path, cfg)
     deadline = time.monotonic() + 90
     # The server (and, for the python stand-in, its stub) is up once it shows; the stub comes with the model load.
@@ -318,16 +325,16 @@ def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()
     b = cfg.bench
-    b.concurrency, b.tune, b.tune_concurrency, b.latency_budget_ms = [4], True, 4, 1000.0
-    b.profile, b.paired_rounds, b.paired_throughput_rounds = "full", 0, 0  # the sweep's one point, then tuning
-    b.tune_queue_delays_us, b.tune_preferred_batch_sizes, b.tune_instance_counts = [0, 1000], [[4, 8]], [1]
+    b.sweep.concurrency, b.tune.enabled, b.tune.concurrency, b.tune.latency_budget_ms = [4], True, 4, 1000.0
+    b.profile, b.rounds.c1.min, b.rounds.throughput.min = "full", 0, 0  # the sweep's one point, then tuning
+    b.tune.queue_delays_us, b.tune.preferred_batch_sizes, b.tune.instance_counts = [0, 1000], [[4, 8]], [1]
     out = tmp_path / "out"
     res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves", tuned_config=out / "throughput.pbtxt")
     t = res.to_json()["tuning"]
     assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")} for c in t["candidates"]]
     # Each candidate sits between in-process gauges; the winner is the steady one with the best share of in-process.
     for c in t["candidates"]:
-        assert len(c["gauges"]) == 2 and 1 <= c["rounds"] <= cfg.bench.tune_max_rounds
+        assert len(c["gauges"]) == 2 and 1 <= c["rounds"] <= cfg.bench.tune.max_rounds
         if c["vs_ort_best"] is not None:
             assert c["vs_ort_best"] == pytest.approx(c["throughput_infer_s"] / np.mean(c["gauges"]), rel=0.01)
     won = t["candidates"][tune.choose(res.tuning.candidates)]

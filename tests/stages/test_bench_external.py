@@ -35,11 +35,11 @@ def test_external_bench_over_each_protocol(tmp_path: Path, protocol: str) -> Non
         shutil.copy(f, view / "configs" / f.name)
     cfg = tiny_cfg()
     b = cfg.bench
-    b.server, b.protocol, b.concurrency = "external", protocol, [1, 2]
-    b.paired_rounds = 0  # the in-server ORT gauge is an embedded-only measurement
+    b.server, b.protocol, b.sweep.concurrency = "external", protocol, [1, 2]
+    b.rounds.c1.min = 0  # the in-server ORT gauge is an embedded-only measurement
     # This checks the wiring over each protocol, not the machine: at ~0.3 ms a request, jitter on a busy CI runner
     # fails perf_analyzer's 10% stability check (seen once in CI); the rounds' own 50% applies here too.
-    b.stability_percentage = 50
+    b.sweep.stability_percentage = 50
     with EmbeddedServer(tmp_path / "served", "tiny", "latency") as srv:
         b.url = srv.grpc_url if protocol == "grpc" else srv.http_url
         out = tmp_path / "out"

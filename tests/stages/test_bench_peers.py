@@ -30,10 +30,10 @@ def peers_cfg() -> PipelineConfig:
     m.source, m.factory, m.outputs = "factory", {"_target_": "tests.helpers.tiny_models.build_tiny_tanh"}, ["y"]
     m.inputs = [TensorSpec(name="x", dtype="float32", shape=["batch", 16])]
     b = cfg.bench
-    b.peers, b.peer_rounds, b.peer_max_rounds, b.paired_throughput_concurrency = ["torchserve"], 2, 2, [1, 4]
-    b.paired_rounds = b.paired_max_rounds = b.paired_throughput_rounds = b.paired_throughput_max_rounds = 2
+    b.peers, b.rounds.peers.min, b.rounds.peers.max, b.rounds.throughput.concurrency = ["torchserve"], 2, 2, [1, 4]
+    b.rounds.c1.min = b.rounds.c1.max = b.rounds.throughput.min = b.rounds.throughput.max = 2
     # Triton's cold start has its own tests (test_bench_readiness.py); TorchServe's is always measured (its registration).
-    b.cold_start, b.cold_start_requests, b.paired_measurement_interval_ms = False, 5, 200
+    b.readiness.cold_start, b.readiness.cold_start_requests, b.rounds.measurement_interval_ms = False, 5, 200
     return cfg
 
 
@@ -87,7 +87,7 @@ def test_killed_stage_leaves_no_torchserve(tmp_path: Path) -> None:
     """SIGKILL of the stage while TorchServe serves: no handler runs, the watchdogs take the JVMs, workers and Triton down."""
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = peers_cfg()
-    cfg.bench.peer_rounds, cfg.bench.peer_max_rounds = 5, 5
+    cfg.bench.rounds.peers.min, cfg.bench.rounds.peers.max = 5, 5
     proc = stage_process(tmp_path, cfg)
     deadline = time.monotonic() + 120
     while not any("model_service_worker" in p for p in ts_procs(str(tmp_path))):

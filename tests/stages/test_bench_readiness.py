@@ -18,7 +18,7 @@ from pipeline.bench.analysis.readiness import memory_growth, metrics_disagree
 from pipeline.bench.measure.results import Point
 from pipeline.bench.measure.servers import EmbeddedMode, Target
 from pipeline.bench.measure.sweep import Sweeper
-from pipeline.core.config import BenchConfig, WarmupConfig
+from pipeline.core.config import BenchConfig, ReadinessConfig, SoakConfig, SweepConfig, WarmupConfig
 from pipeline.repository.warmup import add_warmup, write_files
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.loadgen import open_loop
@@ -69,7 +69,7 @@ def test_cold_start_with_and_without_warmup(tmp_path: Path) -> None:
 
 def _soak(tmp_path: Path, leak_bytes: int) -> SimpleNamespace:
     root = python_model(tmp_path / f"repo{leak_bytes}", "m", sleep_s=0.004, leak_bytes=leak_bytes)
-    b = BenchConfig(soak_s=12.0, soak_ramp_s=3.0, memory_growth_mb_per_h=500.0, memory_sample_ms=100.0, perf_timeout_s=60.0)
+    b = BenchConfig(soak=SoakConfig(duration_s=12.0, ramp_s=3.0, memory_growth_mb_per_h=500.0), readiness=ReadinessConfig(memory_sample_ms=100.0), perf_timeout_s=60.0)
     with EmbeddedServer(root, "m", timeout_s=60, log_dir=tmp_path / "logs") as srv, RssSampler(srv.proc.pid, 0.1) as mem:
         s = soak_mod.soak(_sweeper(tmp_path, b), _server_target(srv, "m", mem), 2, print)
     return SimpleNamespace(production=SimpleNamespace(soak=s), settings=b)
@@ -91,14 +91,14 @@ def test_leak_detector_flags_the_leaking_model_and_not_the_clean_one(tmp_path: P
 def test_triton_metrics_agree_with_perf_analyzer(tmp_path: Path) -> None:
     """One run, two channels: /metrics deltas and perf_analyzer's server split (statistics API) count the same requests."""
     root = python_model(tmp_path / "repo", "m", sleep_s=0.005)
-    b = BenchConfig(measurement_interval_ms=800, stability_percentage=50, max_trials=6)
+    b = BenchConfig(sweep=SweepConfig(measurement_interval_ms=800, stability_percentage=50), max_trials=6)
     with EmbeddedServer(root, "m", timeout_s=60, log_dir=tmp_path / "logs") as srv, RssSampler(srv.proc.pid, 0.1) as mem:
         sw = _sweeper(tmp_path, b)
         [p] = sw.run(_server_target(srv, "m", mem), [4], "xcheck")
     assert p.valid, p.reason
     assert p.triton["success"] > 50 and p.triton["failed"] == 0 and p.triton["avg_batch"] == pytest.approx(p.avg_batch, rel=1e-4)
     assert set(p.agree) == {"queue_ms", "compute_infer_ms", "server_ms", "avg_batch"} and p.agree["avg_batch"] == pytest.approx(0, abs=1e-4)
-    assert p.agree["server_ms"] <= b.metrics_tolerance and p.agree["compute_infer_ms"] <= b.metrics_tolerance, (p.triton, p.metrics)
+    assert p.agree["server_ms"] <= b.readiness.metrics_tolerance and p.agree["compute_infer_ms"] <= b.readiness.metrics_tolerance, (p.triton, p.metrics)
     assert p.memory["rss_peak_mb"] >= p.memory["rss_median_mb"] > 10
     # The rule fires on a disagreement over the tolerance, naming what and where.
     bad = Point(
@@ -120,7 +120,7 @@ def test_a_dead_server_of_our_own_stops_the_sweep_with_its_log(tmp_path: Path) -
     from pipeline.core.errors import ToolError
 
     root = python_model(tmp_path / "repo", "m", sleep_s=0.001)
-    b = BenchConfig(measurement_interval_ms=300, stability_percentage=50, max_trials=3)
+    b = BenchConfig(sweep=SweepConfig(measurement_interval_ms=300, stability_percentage=50), max_trials=3)
     with EmbeddedServer(root, "m", timeout_s=60, log_dir=tmp_path / "logs") as srv:
         t = _server_target(srv, "m")
         t.server = srv
@@ -163,7 +163,7 @@ def test_soak_interrupted_by_sigint_keeps_partial_data_and_no_server(tmp_path: P
 
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()
-    cfg.bench.soak_s, cfg.bench.soak_ramp_s = 60.0, 5.0
+    cfg.bench.soak.duration_s, cfg.bench.soak.ramp_s = 60.0, 5.0
     OmegaConf.save(OmegaConf.structured(cfg), tmp_path / "params.yaml")
     out = tmp_path / "out"
     cmd = [

@@ -6,10 +6,10 @@ inside tritonserver). The bench times the same file in process for its baseline 
 windows from that baseline, so both sides cost what they say; a sleeping python-backend model would leave the
 in-process side, and so the fitted windows, at a few microseconds.
 
-What the test cuts to stay near 90 s (about 10 perf_analyzer runs of three ~1.6 s windows), all through config overrides: the concurrencies (bench.concurrency
-and bench.paired_throughput_concurrency [1, 2]), the rounds (2 of each, 1 alternation per c=1 round), the
+What the test cuts to stay near 90 s (about 10 perf_analyzer runs of three ~1.6 s windows), all through config overrides: the concurrencies (bench.sweep.concurrency
+and bench.rounds.throughput.concurrency [1, 2]), the rounds (2 of each, 1 alternation per c=1 round), the
 baseline's runs and batch sizes, and the readiness parts (cold start, overload; soak, peers and tuning are off
-by default). The measurement windows (bench.measurement_interval_ms, bench.paired_measurement_interval_ms) and
+by default). The measurement windows (bench.sweep.measurement_interval_ms, bench.rounds.measurement_interval_ms) and
 the stability and trial settings stay as conf/ ships them: the bench itself must fit them to the model (here the
 rounds' 500 ms becomes ~1.6 s, 4 requests at c=2; the sweep's 3 s already holds 4).
 """
@@ -39,21 +39,21 @@ STEPS = 70  # ~2.9 ms a step at batch 1 on one thread here (AMD EPYC, AVX-512): 
 
 # Everything but the windows: fewer concurrencies, rounds and readiness parts (see the module docstring).
 SHORT = [
-    "bench.concurrency=[1,2]",
-    "bench.paired_throughput_concurrency=[1,2]",
-    "bench.paired_rounds=2",
-    "bench.paired_max_rounds=2",
-    "bench.paired_throughput_rounds=2",
-    "bench.paired_throughput_max_rounds=2",
-    "bench.alternations=1",
-    "bench.warmup_runs=2",
-    "bench.baseline_runs=6",
-    "bench.baseline_batch_sizes=[1,2]",
-    "bench.baseline_seconds=1.0",
-    "bench.cold_start=false",
-    "bench.overload=false",
+    "bench.sweep.concurrency=[1,2]",
+    "bench.rounds.throughput.concurrency=[1,2]",
+    "bench.rounds.c1.min=2",
+    "bench.rounds.c1.max=2",
+    "bench.rounds.throughput.min=2",
+    "bench.rounds.throughput.max=2",
+    "bench.rounds.alternations=1",
+    "bench.baseline.warmup_runs=2",
+    "bench.baseline.runs=6",
+    "bench.baseline.batch_sizes=[1,2]",
+    "bench.baseline.seconds=1.0",
+    "bench.readiness.cold_start=false",
+    "bench.overload.enabled=false",
 ]
-WINDOWS = ("measurement_interval_ms", "paired_measurement_interval_ms")
+WINDOWS = (("sweep", "measurement_interval_ms"), ("rounds", "measurement_interval_ms"))
 
 
 def slow_onnx(path: Path, steps: int = STEPS, width: int = WIDTH) -> Path:
@@ -127,10 +127,10 @@ def test_a_model_at_200_ms_per_batch_gets_every_headline_with_the_default_window
     # Both windows were fitted to it: >= 4 request latencies at the top concurrency, from the in-process baseline.
     top, best = 2, data["baseline"]["throughput"]["best_infer_s"]
     fitted = min(WINDOW_CAP_MS, WINDOW_LATENCIES * max(ort_p50, 1000 * top / best))
-    for key in WINDOWS:
-        assert data["settings"][key] >= min(fitted - 1, WINDOW_CAP_MS), (key, data["settings"][key], fitted)
-    assert data["settings"]["paired_measurement_interval_ms"] > shipped.paired_measurement_interval_ms  # 500 ms: under 4 requests
-    assert "measurement windows fitted to the model" in log and f"bench.paired_measurement_interval_ms {shipped.paired_measurement_interval_ms} -> " in log
+    for section, key in WINDOWS:
+        assert data["settings"][section][key] >= min(fitted - 1, WINDOW_CAP_MS), (section, key, data["settings"][section][key], fitted)
+    assert data["settings"]["rounds"]["measurement_interval_ms"] > shipped.rounds.measurement_interval_ms  # 500 ms: under 4 requests
+    assert "measurement windows fitted to the model" in log and f"bench.rounds.measurement_interval_ms {shipped.rounds.measurement_interval_ms} -> " in log
 
     # Every headline has a value with its interval, in bench.json, in the metrics and on the console line.
     ratios = data["ratios"]

@@ -28,7 +28,7 @@ def project_with_default_model(p: Path) -> None:
     two_io_onnx(str(p / "models" / "two.onnx"))
     (p / "conf" / "model" / "two.yaml").write_text(
         "name: two\nsource: onnx\npath: models/two.onnx\n",
-        encoding="utf-8",  # the rest from conf/model_base
+        encoding="utf-8",  # the rest from the schema's defaults
     )
     cfg = p / "conf" / "config.yaml"
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("  - model: minilm\n", "  - model: two\n"), encoding="utf-8")

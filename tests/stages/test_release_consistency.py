@@ -33,19 +33,19 @@ BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
 # The bench's default phases, shorter: two rounds of each headline, no cold-start or overload servers.
 SHORT_BENCH = [
-    "bench.paired_rounds=2",
-    "bench.paired_max_rounds=2",
-    "bench.paired_throughput_rounds=2",
-    "bench.paired_throughput_max_rounds=2",
-    "bench.paired_throughput_concurrency=[1,8]",
-    "bench.alternations=2",
-    "bench.rounds_budget_s=10",
-    "bench.cold_start=false",
-    "bench.overload=false",
-    "bench.warmup_runs=5",
-    "bench.baseline_runs=50",
-    "bench.baseline_seconds=0.2",
-    "bench.baseline_batch_sizes=[1,8]",
+    "bench.rounds.c1.min=2",
+    "bench.rounds.c1.max=2",
+    "bench.rounds.throughput.min=2",
+    "bench.rounds.throughput.max=2",
+    "bench.rounds.throughput.concurrency=[1,8]",
+    "bench.rounds.alternations=2",
+    "bench.rounds.budget_s=10",
+    "bench.readiness.cold_start=false",
+    "bench.overload.enabled=false",
+    "bench.baseline.warmup_runs=5",
+    "bench.baseline.runs=50",
+    "bench.baseline.seconds=0.2",
+    "bench.baseline.batch_sizes=[1,8]",
 ]
 
 

@@ -67,17 +67,17 @@ def test_retrained_checkpoint_and_edited_code_rerun_export(tmp_path: Path) -> No
 
 def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench_and_reruns_on_a_replaced_file(tmp_path: Path) -> None:
     fast_bench = [
-        "bench.concurrency=[1,2]",
-        "bench.measurement_interval_ms=500",
+        "bench.sweep.concurrency=[1,2]",
+        "bench.sweep.measurement_interval_ms=500",
         "bench.max_trials=6",
-        "bench.stability_percentage=50",
-        "bench.warmup_runs=5",
-        "bench.baseline_runs=50",
-        "bench.baseline_seconds=0.2",
-        "bench.baseline_batch_sizes=[1,2]",
+        "bench.sweep.stability_percentage=50",
+        "bench.baseline.warmup_runs=5",
+        "bench.baseline.runs=50",
+        "bench.baseline.seconds=0.2",
+        "bench.baseline.batch_sizes=[1,2]",
         "bench.profile=full",
-        "bench.paired_rounds=0",
-        "bench.paired_throughput_rounds=0",  # the sweep alone: no rounds
+        "bench.rounds.c1.min=0",
+        "bench.rounds.throughput.min=0",  # the sweep alone: no rounds
     ]
     base = ["model=onnx", "model.name=two", "model.path=models/two.onnx", *fast_bench]
     project = make_project(tmp_path / "proj", base, prepare=model_file)

@@ -1,7 +1,7 @@
 """Issue 28, without a server: the diagnosis names the window that was in play, and the ETA prices the model's latency.
 
 A ResNet-50 made every throughput round INVALID with 500 ms windows (perf_analyzer: "No valid requests recorded
-within time interval"); the report blamed machine_drift and pointed at bench.measurement_interval_ms, which the
+within time interval"); the report blamed machine_drift and pointed at bench.sweep.measurement_interval_ms, which the
 default profile never uses. The rounds' points are built here through rounds/pairing.py's own groups (no server).
 """
 
@@ -20,7 +20,7 @@ from pipeline.bench.results import BenchResult, Finding
 from pipeline.bench.rounds.results import ThroughputRounds, sweep_from_rounds
 from pipeline.bench.rounds.run import RoundsPlan
 from pipeline.bench.run import expected_seconds, fit_windows
-from pipeline.core.config import BenchConfig
+from pipeline.core.config import BenchConfig, RoundsConfig, SweepConfig
 from tests.unit.test_bench_report import _configs, _pt, _res
 from tests.unit.test_bench_rounds import c1_rounds
 
@@ -30,8 +30,8 @@ TOO_SHORT = (
     "No valid requests recorded within time interval. Please use a larger time window."
 )
 UNSTABLE = "exit 2: Failed to obtain stable measurement within 10 measurement windows for concurrency 8. Please try to increase the --measurement-interval."
-SETTINGS = BenchConfig(measurement_interval_ms=3000, paired_measurement_interval_ms=1441)  # as fitted: the report names these
-ROUNDS_KEY, SWEEP_KEY = "bench.paired_measurement_interval_ms", "bench.measurement_interval_ms"
+SETTINGS = BenchConfig(sweep=SweepConfig(measurement_interval_ms=3000), rounds=RoundsConfig(measurement_interval_ms=1441))  # as fitted: the report names these
+ROUNDS_KEY, SWEEP_KEY = "bench.rounds.measurement_interval_ms", "bench.sweep.measurement_interval_ms"
 
 
 def invalid_rounds(c: int, n: int, reason: str = TOO_SHORT) -> ThroughputRounds:
@@ -84,7 +84,7 @@ def test_invalid_sweep_points_name_the_sweeps_window() -> None:
     found = findings(res)
     for v in ("latency", "throughput"):
         (f,) = found[("invalid_measurement", v)]
-        assert SWEEP_KEY in f.fix and "3000 ms" in f.fix and ROUNDS_KEY not in f.fix and "bench.stability_percentage" in f.fix
+        assert SWEEP_KEY in f.fix and "3000 ms" in f.fix and ROUNDS_KEY not in f.fix and "bench.sweep.stability_percentage" in f.fix
     assert "no request inside a window" in found[("invalid_measurement", "latency")][0].message
     assert "no request inside a window" not in found[("invalid_measurement", "throughput")][0].message  # unstable, not empty
 
@@ -108,8 +108,8 @@ def test_unstable_rounds_without_a_value_may_be_drift_but_the_fix_is_the_rounds_
     res.ratios = ratios(res)
     (f,) = findings(res)[("machine_drift", "throughput")]
     assert "no round gave a value" in f.message
-    assert ROUNDS_KEY in f.fix and "bench.paired_stability_percentage" in f.fix and "more rounds cannot help" in f.fix
-    assert "bench.paired_max_rounds" not in f.fix
+    assert ROUNDS_KEY in f.fix and "bench.rounds.stability_percentage" in f.fix and "more rounds cannot help" in f.fix
+    assert "bench.rounds.c1.max" not in f.fix
 
 
 def test_the_eta_prices_the_fitted_windows_and_the_models_latency() -> None:
@@ -119,11 +119,11 @@ def test_the_eta_prices_the_fitted_windows_and_the_models_latency() -> None:
     slow = fit_windows(b, Baseline(Latency(200.0, 210.0, 220.0, 205.0, 200, s), Throughput({1: 5.0, 8: 4.0}, s)), lambda _: None)
     plan = RoundsPlan.of(slow, ["latency", "throughput"])
     guess, priced = expected_seconds(b, plan), expected_seconds(slow, plan, 200.0)
-    assert slow.paired_measurement_interval_ms == 12_800
+    assert slow.rounds.measurement_interval_ms == 12_800
     run = 3 * 12.8 + 1.0 + 0.4  # three windows, the start, the tail
-    per_round = (2 * run + b.alternations * 2 * 6 * 0.2) + 2 * (2 * run + 12.8 + 0.6)  # c=1 (both variants), c=8 and c=16
-    assert priced["rounds"] == pytest.approx(b.paired_rounds * per_round + 2 * run)  # the budget waits for 5 rounds; 2 warm-ups
-    assert priced["report"] == pytest.approx(8.0 + (b.warmup_runs + b.baseline_runs) * 0.2)  # the baseline again
+    per_round = (2 * run + b.rounds.alternations * 2 * 6 * 0.2) + 2 * (2 * run + 12.8 + 0.6)  # c=1 (both variants), c=8 and c=16
+    assert priced["rounds"] == pytest.approx(b.rounds.c1.min * per_round + 2 * run)  # the budget waits for 5 rounds; 2 warm-ups
+    assert priced["report"] == pytest.approx(8.0 + (b.baseline.warmup_runs + b.baseline.runs) * 0.2)  # the baseline again
     assert priced["rounds"] > 10 * guess["rounds"]
     # A fast model keeps the configured windows and the old guess, give or take its requests' own time.
     fast = Baseline(Latency(10.0, 11.0, 12.0, 10.5, 200, s), Throughput({1: 100.0, 8: 143.0}, s))

@@ -108,11 +108,11 @@ def test_readiness_rules() -> None:
 @pytest.mark.parametrize(
     ("override", "key"),
     [
-        ("bench.soak_s=100", "bench.soak_ramp_s"),  # 60 s of ramp leaves too little of 100 s
-        ("bench.overload_levels=[0.5,0]", "bench.overload_levels"),
-        ("bench.first_request_max_ratio=0.5", "bench.first_request_max_ratio"),
+        ("bench.soak.duration_s=100", "bench.soak.ramp_s"),  # 60 s of ramp leaves too little of 100 s
+        ("bench.overload.levels=[0.5,0]", "bench.overload.levels"),
+        ("bench.readiness.first_request_max_ratio=0.5", "bench.readiness.first_request_max_ratio"),
         ("bench.metrics_url=nohost", "bench.metrics_url"),
-        ("bench.memory_growth_mb_per_h=0", "bench.memory_growth_mb_per_h"),
+        ("bench.soak.memory_growth_mb_per_h=0", "bench.soak.memory_growth_mb_per_h"),
     ],
 )
 def test_readiness_keys_are_checked_at_composition(make_params, override: str, key: str) -> None:

@@ -22,7 +22,7 @@ from pipeline.bench.measure.inputs import InputsInfo
 from pipeline.bench.measure.machine import Machine
 from pipeline.bench.results import BenchResult, ServerInfo
 from pipeline.records.bench import MeasuredModel
-from pipeline.core.config import BenchConfig
+from pipeline.core.config import BenchConfig, RoundsConfig, SweepConfig, ThroughputRoundsConfig, TuneConfig
 from tests.tiny_triton import variant_config
 
 
@@ -84,9 +84,9 @@ def test_ratios_are_the_headline_numbers() -> None:
 
 
 def test_compared_concurrencies_come_from_the_config(tmp_path: Path) -> None:
-    """bench.paired_throughput_concurrency names the compared concurrencies; without paired rounds, bench.concurrency does."""
+    """bench.rounds.throughput.concurrency names the compared concurrencies; without paired rounds, bench.sweep.concurrency does."""
     lat, thr = [_pt(1, 4.4, 200, 0.03, 4.3), _pt(4, 25, 200, 20, 5)], [_pt(1, 6.5, 140, 2.1, 4.3), _pt(4, 26, 260, 5, 20, 3.7)]
-    res = _res(lat, thr, settings=BenchConfig(paired_throughput_concurrency=[1, 4]))
+    res = _res(lat, thr, settings=BenchConfig(rounds=RoundsConfig(throughput=ThroughputRoundsConfig(concurrency=[1, 4]))))
     res.ratios = ratios(res)
     res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
     data = res.to_json()
@@ -96,13 +96,16 @@ def test_compared_concurrencies_come_from_the_config(tmp_path: Path) -> None:
     assert not [k for k in data["summary"]["ratios"] if "_c8" in k or "_c16" in k]
     md = render.markdown(res)
     assert "- throughput / latency variant: c=4 **1.30x** (unpaired: c=4 1.30x)" in md and "c=8" not in md
-    # No paired throughput rounds (paired_throughput_rounds=0, or an external server): the swept concurrencies above 1.
-    for off in (BenchConfig(profile="full", paired_throughput_rounds=0, concurrency=[1, 2, 4]), BenchConfig(server="external", url="h:1", concurrency=[1, 4, 32])):
+    # No paired throughput rounds (bench.rounds.throughput.min=0, or an external server): the swept concurrencies above 1.
+    for off in (
+        BenchConfig(profile="full", rounds=RoundsConfig(throughput=ThroughputRoundsConfig(min=0)), sweep=SweepConfig(concurrency=[1, 2, 4])),
+        BenchConfig(server="external", url="h:1", sweep=SweepConfig(concurrency=[1, 4, 32])),
+    ):
         res.settings = off
         keys = [k for k in ratios(res).to_json() if k.removeprefix("throughput_vs_latency_c").isdigit()]
-        assert keys == [f"throughput_vs_latency_c{c}" for c in off.concurrency if c > 1]
+        assert keys == [f"throughput_vs_latency_c{c}" for c in off.sweep.concurrency if c > 1]
     # The default profile measures the variants only in rounds: without throughput rounds nothing is compared.
-    res.settings = BenchConfig(paired_throughput_rounds=0)
+    res.settings = BenchConfig(rounds=RoundsConfig(throughput=ThroughputRoundsConfig(min=0)))
     assert ratios(res).compared == []
     # The default config still compares at c=8 and c=16.
     res.settings = BenchConfig()
@@ -130,7 +133,7 @@ def test_rules_fire_with_their_evidence() -> None:
 
 
 def test_tiny_queue_is_not_a_tax() -> None:
-    """20 us of queue on a 0.2 ms model is above 2% but below bench.queue_min_ms: no finding."""
+    """20 us of queue on a 0.2 ms model is above 2% but below bench.queue.min_ms: no finding."""
     res = _res([_pt(1, 0.3, 3000, 0.02, 0.17)], [_pt(1, 0.9, 1000, 0.6, 0.2)])
     rules = [(d.rule, d.variant) for d in diagnose(res, _configs(), {}, 2, 0.02, min_ms=0.1)]
     assert ("batching_tax", "latency") not in rules and ("batching_tax", "throughput") in rules
@@ -288,7 +291,7 @@ def test_tuning_chooses_with_the_tested_rule(monkeypatch: pytest.MonkeyPatch) ->
     calls = []
     real = tune.choose
     monkeypatch.setattr(tune, "choose", lambda rows: calls.append(len(rows)) or real(rows))
-    b = BenchConfig(tune=True, tune_queue_delays_us=[0, 500, 2000], tune_preferred_batch_sizes=[[4, 8]], tune_instance_counts=[1])
+    b = BenchConfig(tune=TuneConfig(enabled=True, queue_delays_us=[0, 500, 2000], preferred_batch_sizes=[[4, 8]], instance_counts=[1]))
     mode = Mode()
     t = tune.tune(mode, FakeSweeper(mode), b, lambda: 1000.0)
     assert calls == [3]
@@ -318,7 +321,7 @@ def test_the_measurement_window_fits_a_slow_model_and_leaves_a_fast_one_alone() 
     glacial = Baseline(Latency(5000.0, 5100.0, 5200.0, 5050.0, 5, s), Throughput({1: 0.2}, s))
     assert fitted_window_ms(glacial, 500, 16) == WINDOW_CAP_MS
     logged: list[str] = []
-    b = fit_windows(BenchConfig(measurement_interval_ms=1000, paired_measurement_interval_ms=500), resnet, logged.append)
-    assert (b.measurement_interval_ms, b.paired_measurement_interval_ms) == (1441, 1441)
-    assert "bench.paired_measurement_interval_ms 500 -> 1441 ms" in logged[0]
+    b = fit_windows(BenchConfig(sweep=SweepConfig(measurement_interval_ms=1000), rounds=RoundsConfig(measurement_interval_ms=500)), resnet, logged.append)
+    assert (b.sweep.measurement_interval_ms, b.rounds.measurement_interval_ms) == (1441, 1441)
+    assert "bench.rounds.measurement_interval_ms 500 -> 1441 ms" in logged[0]
     assert fit_windows(BenchConfig(), minilm, logged.append) == BenchConfig() and len(logged) == 1

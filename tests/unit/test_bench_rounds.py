@@ -17,7 +17,7 @@ from pipeline.bench.progress import Progress
 from pipeline.bench.analysis.ratios import ratios
 from pipeline.bench.results import BenchResult
 from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds, sweep_from_rounds
-from pipeline.core.config import BenchConfig
+from pipeline.core.config import BenchConfig, RoundsConfig, ThroughputRoundsConfig
 from tests.unit.test_bench_report import _configs, _pt, _res
 
 KEY = "server_compute_infer_ms"
@@ -118,9 +118,9 @@ def test_machine_drift_only_when_an_interval_is_too_wide() -> None:
     res.ratios = ratios(res)
     found = {(d.rule, d.variant): d.message for d in diagnose(res, _configs(), {}, 2, 0.02)}
     msg = found[("machine_drift", "latency")]
-    assert "wide, over the +-10% that can mean anything (bench.max_half_width)" in msg and res.ratios.latency_c1.value is not None
+    assert "wide, over the +-10% that can mean anything (bench.rounds.max_half_width)" in msg and res.ratios.latency_c1.value is not None
     # A wider limit accepts it; no valid round at all says so.
-    res.settings = BenchConfig(max_half_width=0.5)
+    res.settings = BenchConfig(rounds=RoundsConfig(max_half_width=0.5))
     assert ("machine_drift", "latency") not in {(d.rule, d.variant) for d in diagnose(res, _configs(), {}, 2, 0.02)}
     res.paired_c1 = c1_rounds([None, None], [[(4.6, 4.4)]] * 2)
     res.ratios = ratios(res)
@@ -141,7 +141,7 @@ def test_default_profile_points_are_the_median_rounds() -> None:
 
 def test_throughput_rounds_outrank_the_sweep_and_show_in_the_report() -> None:
     # The sweep's points (minutes apart, separate servers) say 1.05x at c=16; the rounds say 1.4x.
-    res = _res([_pt(16, 90, 200, 80, 6)], [_pt(16, 60, 210, 30, 20, 8)], settings=BenchConfig(paired_throughput_concurrency=[16]))
+    res = _res([_pt(16, 90, 200, 80, 6)], [_pt(16, 60, 210, 30, 20, 8)], settings=BenchConfig(rounds=RoundsConfig(throughput=ThroughputRoundsConfig(concurrency=[16]))))
     res.paired_throughput = {16: throughput_rounds(16, [(200, 280), (210, 290), (190, 270)], [300, 310, 290])}
     res.ratios = ratios(res)
     r = res.ratios.to_json()

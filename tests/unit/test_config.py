@@ -96,18 +96,20 @@ def test_dvc_hydra_integration_enabled() -> None:
     assert "[hydra]" in text and "enabled = true" in text
 
 
-def test_model_base_holds_the_schema_defaults_of_every_optional_key() -> None:
-    """conf/model_base/defaults.yaml fills what a model file leaves out, with exactly ModelConfig's defaults."""
+def test_a_model_file_gets_every_key_it_leaves_out_from_the_schema(tmp_path: Path, tiny_onnx: Path) -> None:
+    """The schema's defaults are composed under every conf/ file (store.py): what a model file leaves out is ModelConfig's
+    default, exactly, in params.yaml (replaces the check that conf/model_base/defaults.yaml repeated them)."""
     import dataclasses
 
     import yaml
 
     from pipeline.core.config.schema import ModelConfig
 
-    base = yaml.safe_load((ROOT / "conf" / "model_base" / "defaults.yaml").read_text(encoding="utf-8"))
+    conf = _project_with_model(tmp_path, f"name: mine\nsource: onnx\npath: {tiny_onnx}\n")
+    model = yaml.safe_load(compose(["model=mine"], conf))["model"]
     schema = {f.name: (f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default) for f in dataclasses.fields(ModelConfig)}
-    assert set(base) == set(schema) - {"name", "source"}  # the two every model file must say
-    assert base == {k: schema[k] for k in base}
+    assert set(model) == set(schema)
+    assert {k: v for k, v in model.items() if k not in ("name", "source", "path")} == {k: v for k, v in schema.items() if k not in ("name", "source", "path")}
 
 
 def _project_with_model(tmp_path: Path, model_yaml: str) -> Path:
@@ -131,4 +133,15 @@ def test_a_dvc_param_missing_from_the_composed_config_fails_at_composition(tmp_p
     dvc_yaml = tmp_path / "dvc.yaml"
     dvc_yaml.write_text(dvc_yaml.read_text(encoding="utf-8").replace("      - model.seed\n", "      - model.sead\n", 1))
     with pytest.raises(ConfigError, match=r"model.sead.*dvc.yaml's stage 'export'"):
+        compose(["model=mine"], conf)
+
+
+def test_a_stage_may_depend_on_a_whole_section(tmp_path: Path, tiny_onnx: Path) -> None:
+    """The bench stage lists `bench` (the section, every knob in it): present when the section is; a misspelt one fails."""
+    conf = _project_with_model(tmp_path, f"name: mine\nsource: onnx\npath: {tiny_onnx}\n")
+    dvc_yaml = tmp_path / "dvc.yaml"
+    assert "\n      - bench  " in dvc_yaml.read_text(encoding="utf-8")
+    compose(["model=mine"], conf)
+    dvc_yaml.write_text(dvc_yaml.read_text(encoding="utf-8").replace("\n      - bench  ", "\n      - bnch  ", 1))
+    with pytest.raises(ConfigError, match=r"bnch.*dvc.yaml's stage 'bench'"):
         compose(["model=mine"], conf)

@@ -172,19 +172,19 @@ def test_enum_values_read_as_plain_strings(make_params) -> None:
         ("export.opset=6", "export.opset"),
         ("export.opset=99", "export.opset"),
         ("export.sample_batch=0", "export.sample_batch"),
-        ("bench.concurrency=[0,4]", "bench.concurrency"),
-        ("bench.concurrency=[]", "bench.concurrency"),
-        ("bench.measurement_interval_ms=0", "bench.measurement_interval_ms"),
-        ("bench.stability_percentage=101", "bench.stability_percentage"),
+        ("bench.sweep.concurrency=[0,4]", "bench.sweep.concurrency"),
+        ("bench.sweep.concurrency=[]", "bench.sweep.concurrency"),
+        ("bench.sweep.measurement_interval_ms=0", "bench.sweep.measurement_interval_ms"),
+        ("bench.sweep.stability_percentage=101", "bench.sweep.stability_percentage"),
         ("bench.max_trials=0", "bench.max_trials"),
-        ("bench.paired_rounds=-1", "bench.paired_rounds"),
-        ("bench.paired_max_rounds=2", "bench.paired_max_rounds"),
-        ("bench.paired_max_drift=0", "bench.paired_max_drift"),
-        ("bench.paired_throughput_max_rounds=1", "bench.paired_throughput_max_rounds"),
-        ("bench.paired_throughput_concurrency=[0,8]", "bench.paired_throughput_concurrency"),
-        ("bench.tune_concurrency=0", "bench.tune_concurrency"),
-        ("bench.tune_max_rounds=0", "bench.tune_max_rounds"),
-        ("bench.tune_instance_counts=[0]", "bench.tune_instance_counts"),
+        ("bench.rounds.c1.min=-1", "bench.rounds.c1.min"),
+        ("bench.rounds.c1.max=2", "bench.rounds.c1.max"),
+        ("bench.tune.max_drift=0", "bench.tune.max_drift"),
+        ("bench.rounds.throughput.max=1", "bench.rounds.throughput.max"),
+        ("bench.rounds.throughput.concurrency=[0,8]", "bench.rounds.throughput.concurrency"),
+        ("bench.tune.concurrency=0", "bench.tune.concurrency"),
+        ("bench.tune.max_rounds=0", "bench.tune.max_rounds"),
+        ("bench.tune.instance_counts=[0]", "bench.tune.instance_counts"),
         ("bench.server_timeout_s=0", "bench.server_timeout_s"),
         ("bench.perf_timeout_s=-1", "bench.perf_timeout_s"),
         ("target_specs.a100.builder.optimization_level=7", "target_specs.a100.builder.optimization_level"),
@@ -225,6 +225,23 @@ def test_bounds_messages_are_filled_in_and_valid() -> None:
     assert "at most 255 bytes" in one_problem("model.name=" + "a" * 256, "model.name")
 
 
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("bench.tune.preferred_batch_sizes=[]", "bench.tune.preferred_batch_sizes=[]: must list at least one set of sizes (default: [[4, 8], [8, 16]])"),
+        ("bench.tune.preferred_batch_sizes=[[4,8],[0,8]]", "bench.tune.preferred_batch_sizes[1]=[0, 8]: every value must be >= 1; [0] is not (closest valid: [1, 8])"),
+        ("+model.sample_dims.height=0", "model.sample_dims.height=0: must be in [1, 65536] (closest valid: 1)"),
+        ("export.batch_axis=''", "export.batch_axis='': must name the dynamic batch axis (default: 'batch')"),
+        ("bench.peers=[torchserve,torchserve]", "bench.peers=['torchserve', 'torchserve']: lists ['torchserve'] more than once"),
+        ("int8.op_types=[MatMul,MatMul]", "int8.op_types=['MatMul', 'MatMul']: lists ['MatMul'] more than once"),
+    ],
+)
+def test_every_form_of_knob_is_checked_by_the_one_walker(override: str, line: str) -> None:
+    """A list of lists (each inner list), a mapping of numbers (each value), a string that must not be empty, a list
+    without repeats: the schema declares them (knob()), the walker in knobs.py reports them like any range."""
+    assert problems(override) == [line]
+
+
 def test_problems_collector_numbers() -> None:
     p = Problems()
     assert p.number("a", 0.5, 0, 1, low_open=True) and not p.number("b", 0, 0, 1, low_open=True)
@@ -245,7 +262,7 @@ def test_serving_is_derived_and_an_override_fails() -> None:
     ("overrides", "key", "needle"),
     [
         (["bench.server=external"], "bench.url", "bench.url="),
-        (["bench.tune=true", "bench.server=external", "bench.url=127.0.0.1:8000"], "bench.tune", "bench.server=embedded"),
+        (["bench.tune.enabled=true", "bench.server=external", "bench.url=127.0.0.1:8000"], "bench.tune.enabled", "bench.server=embedded"),
         (["targets=[cpu,a100,a100]"], "targets", "more than once"),
         (["targets=[cpu,v100]"], "targets", "no definition"),
         (["targets=[a100,a10]", "target_specs.a10.compute_capability='8.0'"], "targets", "share compute capability 8.0"),

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from pipeline.core.config import ModelConfig, TensorSpec
-from pipeline.core.config.data_checks import check_data
+from pipeline.core.config.rules import check_data
 from pipeline.core.config.problems import Problems
 from pipeline.core.errors import ConfigError
 from pipeline.core.images import load_folder

@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from pipeline.core.config import ConfigProblems
-from pipeline.core.config.checks import s3_store_parts
+from pipeline.core.config.rules import s3_store_parts
 from pipeline.core.errors import ConfigError, ReleaseError
 from pipeline.params import compose
 from pipeline.release.store import s3

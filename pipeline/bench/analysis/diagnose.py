@@ -16,7 +16,7 @@ from pipeline.bench.analysis.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding
 
 SERVED_VS_ORT_LIMIT = 1.15  # issue 4: latency variant c=1 p50 at most this times in-process ORT p50
-_BETTER_FIX = "tune it (bench.tune=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
+_BETTER_FIX = "tune it (bench.tune.enabled=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
 
 
 def batching_tax(res: BenchResult, name: str, cfg: mc.ModelConfig, threshold: float, min_ms: float) -> Finding | None:
@@ -138,8 +138,7 @@ def throughput_not_better(res: BenchResult, c: int) -> Finding | None:
 
 
 _WIDE_FIX = (
-    "re-run when the machine is quieter, or give the rounds more time (bench.paired_max_rounds, "
-    "bench.paired_throughput_max_rounds, bench.rounds_budget_s): more rounds narrow the interval"
+    "re-run when the machine is quieter, or give the rounds more time (bench.rounds.c1.max, bench.rounds.throughput.max, bench.rounds.budget_s): more rounds narrow the interval"
 )
 _TOO_SHORT = "No valid requests recorded"  # perf_analyzer: no request ended inside a window, which is shorter than a request
 
@@ -150,10 +149,13 @@ def window_keys(res: BenchResult, source: str) -> str:
     s = res.settings
     if source == "rounds":
         return (
-            f"bench.paired_measurement_interval_ms (the rounds' window: {s.paired_measurement_interval_ms} ms in this run) "
-            f"or bench.paired_stability_percentage ({s.paired_stability_percentage}%)"
+            f"bench.rounds.measurement_interval_ms (the rounds' window: {s.rounds.measurement_interval_ms} ms in this run) "
+            f"or bench.rounds.stability_percentage ({s.rounds.stability_percentage}%)"
         )
-    return f"bench.measurement_interval_ms (the sweep's window: {s.measurement_interval_ms} ms in this run) or bench.stability_percentage ({s.stability_percentage}%)"
+    return (
+        f"bench.sweep.measurement_interval_ms (the sweep's window: {s.sweep.measurement_interval_ms} ms in this run) "
+        f"or bench.sweep.stability_percentage ({s.sweep.stability_percentage}%)"
+    )
 
 
 def _too_short(points: list[Point]) -> bool:
@@ -189,7 +191,7 @@ def _no_value_fix(res: BenchResult) -> str:
 def too_wide(e: Estimate, limit: float) -> str | None:
     """Why estimate ``e`` says nothing (no value, no interval, or an interval wider than +-``limit``), else None.
 
-    "Too wide" is a half-width above bench.max_half_width (+-10% by default): wider, a 1.05x served/in-process ratio
+    "Too wide" is a half-width above bench.rounds.max_half_width (+-10% by default): wider, a 1.05x served/in-process ratio
     cannot be told from the 1.15x serving_overhead limit, nor a 10% throughput gain from none.
     """
     if e.value is None:
@@ -197,7 +199,7 @@ def too_wide(e: Estimate, limit: float) -> str | None:
     if not e.has_interval:
         return f"{e.text()}: too few rounds for an interval"
     w = e.half_width or 0.0
-    return f"{e.text()} is +-{w:.1%} wide, over the +-{limit:.0%} that can mean anything (bench.max_half_width)" if w > limit else None
+    return f"{e.text()} is +-{w:.1%} wide, over the +-{limit:.0%} that can mean anything (bench.rounds.max_half_width)" if w > limit else None
 
 
 def throughput_drift(res: BenchResult, c: int) -> Finding | None:
@@ -208,7 +210,7 @@ def throughput_drift(res: BenchResult, c: int) -> Finding | None:
     served = [p for r in pair.rounds for p in (r.latency, r.throughput)]
     if pair.vs_latency().value is None and _too_short(served):
         return rounds_invalid(res, served, "throughput", f"at concurrency {c}")
-    limit = res.settings.max_half_width
+    limit = res.settings.rounds.max_half_width
     estimates = (("throughput / latency", pair.vs_latency()), ("throughput / in-process best batch", pair.vs_ort_best()))
     why = [f"{name} {w}" for name, e in estimates if (w := too_wide(e, limit))]
     if not why:
@@ -231,7 +233,7 @@ def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding |
         "warning",
         name,
         f"at concurrency {top} the dynamic batcher formed batches of {pt.avg_batch:.2f} on average.{why}",
-        "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), or raise max_queue_delay (bench.tune=true)",
+        "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), or raise max_queue_delay (bench.tune.enabled=true)",
     )
 
 
@@ -243,7 +245,7 @@ def latency_drift(res: BenchResult) -> Finding | None:
     served = [p for r in pc.rounds for p in (r.latency, r.throughput) if p is not None]
     if pc.ratio().value is None and _too_short(served):
         return rounds_invalid(res, served, "latency", "served c=1 p50 / in-process ORT p50")
-    why = too_wide(pc.ratio(), res.settings.max_half_width)
+    why = too_wide(pc.ratio(), res.settings.rounds.max_half_width)
     if not why:
         return None
     fix = _no_value_fix(res) if pc.ratio().value is None and any(not p.valid for p in served) else _WIDE_FIX

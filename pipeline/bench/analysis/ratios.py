@@ -18,14 +18,14 @@ from pipeline.core.config import BenchConfig, BenchProfile, BenchServer
 def compared_concurrencies(b: BenchConfig) -> list[int]:
     """Where the throughput variant is compared with the latency variant (c=1 is the batching tax, not a comparison).
 
-    The rounds' concurrencies (bench.paired_throughput_concurrency) when throughput rounds run
-    (embedded server, bench.paired_throughput_rounds > 0), else the swept ones (bench.concurrency).
+    The rounds' concurrencies (bench.rounds.throughput.concurrency) when throughput rounds run
+    (embedded server, bench.rounds.throughput.min > 0), else the swept ones (bench.sweep.concurrency).
     """
     embedded = b.server == BenchServer.embedded
-    if embedded and b.profile == BenchProfile.default and b.paired_throughput_rounds == 0:
+    if embedded and b.profile == BenchProfile.default and b.rounds.throughput.min == 0:
         return []  # the default profile measures the variants only in rounds: no rounds, no comparison
-    paired = embedded and b.paired_throughput_rounds > 0
-    for source in [b.paired_throughput_concurrency] * paired + [b.concurrency]:
+    paired = embedded and b.rounds.throughput.min > 0
+    for source in [b.rounds.throughput.concurrency] * paired + [b.sweep.concurrency]:
         cs = sorted({int(c) for c in source if int(c) > 1})
         if cs:
             return cs

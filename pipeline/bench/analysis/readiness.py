@@ -7,15 +7,15 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.bench.results import BenchResult, Finding
 
 # The top load level past capacity grows the queue without limit when the latency of its last window is this many
-# times the first's (three windows of bench.overload_interval_ms), or requests are still pending after it.
+# times the first's (three windows of bench.overload.interval_ms), or requests are still pending after it.
 GROWTH_LIMIT = 2.0
 # A bounded queue past capacity should still serve about its capacity; under this share of it, the queue starves the model.
 STARVED = 0.5
 
 
 def slow_first_request(res: BenchResult) -> list[Finding]:
-    """The first request after a load slower than bench.first_request_max_ratio x the warm p50 (the config as shipped)."""
-    prod, limit, out = res.production, res.settings.first_request_max_ratio, []
+    """The first request after a load slower than bench.readiness.first_request_max_ratio x the warm p50 (the config as shipped)."""
+    prod, limit, out = res.production, res.settings.readiness.first_request_max_ratio, []
     for c in prod.cold_start if prod else []:
         # The shipped setting: with warmup when the variant has one (its no-warmup run shows what warmup buys).
         if c.error or c.first_vs_warm is None or (not c.warmup and prod and prod.cold(c.variant, True)) or c.first_vs_warm <= limit:
@@ -28,7 +28,7 @@ def slow_first_request(res: BenchResult) -> list[Finding]:
                 "warning",
                 c.variant,
                 f"the first request after the load took {c.first_ms:.1f} ms, {c.first_vs_warm:.1f}x the warm p50 of "
-                f"{c.warm_p50_ms:.2f} ms (limit {limit:g}x, bench.first_request_max_ratio){bought}",
+                f"{c.warm_p50_ms:.2f} ms (limit {limit:g}x, bench.readiness.first_request_max_ratio){bought}",
                 f"warm up more batch sizes or iterations (variants.{c.variant}.warmup)"
                 if c.warmup
                 else f"add a model_warmup: variants.{c.variant}.warmup={{batch_sizes: [1], count: 1}}",
@@ -38,10 +38,10 @@ def slow_first_request(res: BenchResult) -> list[Finding]:
 
 
 def memory_growth(res: BenchResult) -> Finding | None:
-    """The soak's RSS slope: its 90% interval's lower end above bench.memory_growth_mb_per_h (so noise alone cannot fire it)."""
+    """The soak's RSS slope: its 90% interval's lower end above bench.soak.memory_growth_mb_per_h (so noise alone cannot fire it)."""
     soak = res.production.soak if res.production else None
     e = soak.slope_mb_per_h if soak else None
-    limit = res.settings.memory_growth_mb_per_h
+    limit = res.settings.soak.memory_growth_mb_per_h
     if soak is None or e is None or e.value is None or e.low is None or e.low <= limit:
         return None
     part = f" (partial: {soak.reason})" if soak.partial else ""
@@ -51,14 +51,15 @@ def memory_growth(res: BenchResult) -> Finding | None:
         soak.variant,
         f"RSS grew {e.value:.1f} MB/h (90% CI {e.low:.1f}-{e.high:.1f}) over a {soak.seconds:.0f} s soak at c={soak.concurrency} "
         f"after the first {soak.ramp_s:.0f} s, {soak.rss_start_mb or 0:.1f} -> {soak.rss_end_mb or 0:.1f} MB{part}; limit {limit:g} MB/h "
-        "(bench.memory_growth_mb_per_h)",
-        "look for a leak under dynamic batching: per-batch-shape allocations (ORT arena, session per shape), growing caches; rerun a longer soak (bench.soak_s) to confirm",
+        "(bench.soak.memory_growth_mb_per_h)",
+        "look for a leak under dynamic batching: per-batch-shape allocations (ORT arena, session per shape), growing caches; "
+        "rerun a longer soak (bench.soak.duration_s) to confirm",
     )
 
 
 def metrics_disagree(res: BenchResult) -> Finding | None:
-    """Triton's /metrics and perf_analyzer's server split (or the statistics API's batch) apart by more than bench.metrics_tolerance."""
-    tol, worst = res.settings.metrics_tolerance, []
+    """Triton's /metrics and perf_analyzer's server split (or the statistics API's batch) apart by more than bench.readiness.metrics_tolerance."""
+    tol, worst = res.settings.readiness.metrics_tolerance, []
     for v in dict.fromkeys([*res.variants, "latency", "throughput"]):
         for p in res.points_of(v):
             worst += [(share, key, v, p) for key, share in p.agree.items() if share > tol]
@@ -145,7 +146,7 @@ def rejections_not_clean(res: BenchResult) -> Finding | None:
             "info",
             "throughput",
             f"bounded queue (max_queue_size {x.queue_size}) at {x.offered_rate:.0f}/s offered: no request was rejected (achieved {x.achieved_rate} ok/s): the queue never filled",
-            "offer more load (bench.overload_levels) to see rejections",
+            "offer more load (bench.overload.levels) to see rejections",
         )
     return None
 

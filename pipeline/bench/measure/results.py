@@ -60,7 +60,7 @@ _EXTRA = ("triton", "agree", "memory")  # Point's nested records, in field order
 class Sweep:
     """One variant's points, in the order measured.
 
-    ``source``: ``sweep`` (perf_analyzer at each bench.concurrency in a server of its own) or ``rounds``
+    ``source``: ``sweep`` (perf_analyzer at each bench.sweep.concurrency in a server of its own) or ``rounds``
     (each concurrency's median-throughput measurement from the headline rounds, see rounds.median_point).
     """
 

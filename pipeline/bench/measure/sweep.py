@@ -115,7 +115,7 @@ class Sweeper:
     def run(self, t: Target, concurrency: list[int], tag: str, interval_ms: int | None = None, stability: int | None = None) -> list[Point]:
         """perf_analyzer on ``t`` at each concurrency; unstable or failed runs are kept as invalid points.
 
-        ``interval_ms`` and ``stability`` override bench.measurement_interval_ms and bench.stability_percentage
+        ``interval_ms`` and ``stability`` override bench.sweep.measurement_interval_ms and bench.sweep.stability_percentage
         (the rounds use short windows and a looser check: their interval measures the noise).
         With a ``probe_row`` and a target that publishes metrics (the python stand-in), each point also
         gets the stand-in's split of compute time, its counters lined up with the run by :func:`flush_standin`.
@@ -130,8 +130,8 @@ class Sweeper:
                 opts = pa_mod.PerfOptions(
                     c,
                     protocol=b.protocol,
-                    measurement_interval_ms=interval_ms or b.measurement_interval_ms,
-                    stability_percentage=stability or b.stability_percentage,
+                    measurement_interval_ms=interval_ms or b.sweep.measurement_interval_ms,
+                    stability_percentage=stability or b.sweep.stability_percentage,
                     max_trials=b.max_trials,
                     shapes=self.shapes,
                 )
@@ -149,7 +149,7 @@ class Sweeper:
                 p = points[-1]
                 if not p.valid:
                     t.check_alive()  # a dead server of our own is the reason, not the address
-                observe(p, tm.delta(m_before, m_after), t.memory.window(t0, t1) if t.memory else None, b.queue_min_ms)
+                observe(p, tm.delta(m_before, m_after), t.memory.window(t0, t1) if t.memory else None, b.queue.min_ms)
                 status = f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"
                 self.log(f"[bench] {tag} c={c}: {status}")
         return points
@@ -182,8 +182,8 @@ def check_readiness(points: list[Point], tag: str) -> None:
         unstable = all("stable" in p.reason for p in points)
         raise BenchError(
             f"no valid perf_analyzer measurement for {tag}",
-            fix="raise bench.measurement_interval_ms / bench.paired_measurement_interval_ms (the rounds') or "
-            "bench.stability_percentage / bench.paired_stability_percentage, or stop other load on the machine"
+            fix="raise bench.sweep.measurement_interval_ms / bench.rounds.measurement_interval_ms (the rounds') or "
+            "bench.sweep.stability_percentage / bench.rounds.stability_percentage, or stop other load on the machine"
             if unstable
             else "read perf_analyzer's errors below (e.g. input names, dtypes or shapes that do not match the model config)",
             details={f"c={p.concurrency}": p.reason for p in points},

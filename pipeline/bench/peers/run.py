@@ -69,13 +69,13 @@ def tolerance(cfg: PipelineConfig) -> ToleranceConfig:
 
 def expected_seconds(b: BenchConfig) -> float:
     """A first guess of the side by side's length for the ETA: archives and registrations, then the minimum rounds."""
-    run = 3 * b.paired_measurement_interval_ms / 1000 + 1.5
-    return 60.0 + b.peer_rounds * len(levels(b)) * 6 * run
+    run = 3 * b.rounds.measurement_interval_ms / 1000 + 1.5
+    return 60.0 + b.rounds.peers.min * len(levels(b)) * 6 * run
 
 
 def levels(b: BenchConfig) -> list[int]:
-    """The bench's concurrency levels: the rounds' (1 and bench.paired_throughput_concurrency), or the full profile's sweep."""
-    return sorted(set(b.concurrency)) if b.profile == BenchProfile.full else sorted({1, *b.paired_throughput_concurrency})
+    """The bench's concurrency levels: the rounds' (1 and bench.rounds.throughput.concurrency), or the full profile's sweep."""
+    return sorted(set(b.sweep.concurrency)) if b.profile == BenchProfile.full else sorted({1, *b.rounds.throughput.concurrency})
 
 
 def _triton(variant: str, model: str, cold: list[ColdStart], cfg: mc.ModelConfig, backend: str) -> Deployment:
@@ -261,7 +261,7 @@ def _serve_kind(side: _Side, stack: contextlib.ExitStack, kind: str, archives: l
     paths = sorted({p for a in archives for p in a.pythonpath})
     srv = stack.enter_context(TorchServeServer(inst, side.prep.work / "store", side.logs, b.server_timeout_s, label=label, pythonpath=paths, env=WORKER_ENV))
     pid = srv.java_pid()
-    mem = stack.enter_context(RssSampler(pid, b.memory_sample_ms / 1000)) if pid else None
+    mem = stack.enter_context(RssSampler(pid, b.readiness.memory_sample_ms / 1000)) if pid else None
     if mem is not None:
         side.samplers[label] = mem
     for a in archives:
@@ -273,7 +273,9 @@ def _serve_kind(side: _Side, stack: contextlib.ExitStack, kind: str, archives: l
         progress.at(f"{key} registration")
         dep.cold_source = serve.COLD_SOURCE
         try:
-            dep.cold = serve.cold_start(t, f"{a.name}.mar", sched.batch_size, sched.max_batch_delay_ms, sched.workers, inp.rows[0], b.cold_start_requests, b.server_timeout_s)
+            dep.cold = serve.cold_start(
+                t, f"{a.name}.mar", sched.batch_size, sched.max_batch_delay_ms, sched.workers, inp.rows[0], b.readiness.cold_start_requests, b.server_timeout_s
+            )
         except PipelineError as e:
             dep.error, dep.log_excerpt = e.what, srv.log_excerpt()
             continue
@@ -291,10 +293,10 @@ def _serve_kind(side: _Side, stack: contextlib.ExitStack, kind: str, archives: l
 
 
 def window_ms(res: PeersResult, b: BenchConfig) -> int:
-    """One perf_analyzer window for every deployment: bench.paired_measurement_interval_ms, longer when the slowest
+    """One perf_analyzer window for every deployment: bench.rounds.measurement_interval_ms, longer when the slowest
     warm request (its cold start's warm p50) would leave fewer than 20 requests in it (at most 5 s)."""
     slowest = max((d.cold.warm_p50_ms for d in res.deployments.values() if d.cold and d.cold.warm_p50_ms), default=0.0)
-    return int(min(max(b.paired_measurement_interval_ms, 20 * slowest), max(5000, b.paired_measurement_interval_ms)))
+    return int(min(max(b.rounds.measurement_interval_ms, 20 * slowest), max(5000, b.rounds.measurement_interval_ms)))
 
 
 def _rounds(side: _Side, sweeper: Sweeper) -> None:
@@ -309,17 +311,17 @@ def _rounds(side: _Side, sweeper: Sweeper) -> None:
             p = serve.perf_run(sweeper.pa, t, c, side.prep.input_json, side.logs, tag, b, res.window_ms)
             progress.log(f"[bench] {tag} c={c}: " + (f"p50 {p.metrics['p50_ms']:.2f} ms, {p.metrics['throughput_infer_s']:.1f} infer/s" if p.valid else f"INVALID ({p.reason})"))
             return p
-        return sweeper.run(t, [c], tag, res.window_ms, b.paired_stability_percentage)[0]
+        return sweeper.run(t, [c], tag, res.window_ms, b.rounds.stability_percentage)[0]
 
     for k in keys:  # a fresh model's first run pays first-request costs (allocations for each batch shape): discarded
         run(k, max(res.concurrency), f"peers_warmup_{k}")
     rule = StopRule(
-        b.peer_rounds,
-        b.peer_max_rounds,
-        b.target_half_width if b.profile == BenchProfile.default else None,
-        b.peer_budget_s if b.profile == BenchProfile.default else None,
-        "bench.peer_max_rounds",
-        "bench.peer_budget_s",
+        b.rounds.peers.min,
+        b.rounds.peers.max,
+        b.rounds.target_half_width if b.profile == BenchProfile.default else None,
+        b.rounds.peers.budget_s if b.profile == BenchProfile.default else None,
+        "bench.rounds.peers.max",
+        "bench.rounds.peers.budget_s",
     )
     t0, i = time.monotonic(), 0
     while True:
@@ -329,7 +331,7 @@ def _rounds(side: _Side, sweeper: Sweeper) -> None:
             res.stopped = why
             return
         for c in res.concurrency:
-            progress.at(f"peers c={c}", f"round {i + 1}/<={b.peer_max_rounds}")
+            progress.at(f"peers c={c}", f"round {i + 1}/<={b.rounds.peers.max}")
             seq = order(keys, c, i)
             res.rounds.append(PeerRound(i, c, seq, {k: run(k, c, f"peers_round{i}_{k}") for k in seq}))
         i += 1

@@ -62,7 +62,7 @@ def split(before: dict[str, float], after: dict[str, float], model: str) -> dict
 def perf_run(pa: pa_mod.PerfAnalyzer, t: TsTarget, c: int, input_json: Path, work_dir: Path, tag: str, b: BenchConfig, window_ms: int) -> Point:
     """perf_analyzer against ``t`` at concurrency ``c`` in ``window_ms`` windows; a failed answer makes the point invalid."""
     csv_path = work_dir / f"{tag}_c{c}.csv"
-    opts = pa_mod.PerfOptions(c, measurement_interval_ms=window_ms, stability_percentage=b.paired_stability_percentage, max_trials=b.max_trials, service_kind="torchserve")
+    opts = pa_mod.PerfOptions(c, measurement_interval_ms=window_ms, stability_percentage=b.rounds.stability_percentage, max_trials=b.max_trials, service_kind="torchserve")
     cmd = pa_mod.build_command(pa, t.model, t.server.inference_url, input_json, csv_path, opts)
     before, t0 = t.server.metrics(), time.monotonic()
     run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=b.perf_timeout_s, required=pa_mod.CLIENT_REQUIRED)

@@ -58,7 +58,7 @@ def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, qu
         request_rate=None if intervals else rate,
         request_intervals=intervals,
         protocol=b.protocol,
-        measurement_interval_ms=interval_ms or b.overload_interval_ms,
+        measurement_interval_ms=interval_ms or b.overload.interval_ms,
         stability_percentage=1000,  # past capacity nothing is stable: report what happened
         max_trials=3,
         shapes=sw.shapes,
@@ -66,7 +66,7 @@ def perf_level(sw: Sweeper, t: Target, label: str, share: float, rate: float, qu
     cmd = pa_mod.build_command(sw.pa, t.model, t.perf_url, sw.input_json, csv_path, opts)
     before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()
     # Three windows; one that cannot end (a schedule the client cannot keep) must not hold the bench for perf_timeout_s.
-    run = pa_mod.run(sw.pa, cmd, 1, csv_path, timeout_s=min(b.perf_timeout_s, 30 * (interval_ms or b.overload_interval_ms) / 1000 + 30))
+    run = pa_mod.run(sw.pa, cmd, 1, csv_path, timeout_s=min(b.perf_timeout_s, 30 * (interval_ms or b.overload.interval_ms) / 1000 + 30))
     t1 = time.monotonic()
     drain(t)
     (sw.work_dir / f"overload_{tag}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
@@ -112,8 +112,8 @@ def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float,
     cfg = read_config(mode.repo / t.model / "config.pbtxt")
     queue = cfg.dynamic_batching.default_queue_policy.max_queue_size
     model = t.model
-    if not queue:  # it ships unbounded: measure the same config with bench.overload_queue_size
-        queue, model = b.overload_queue_size, f"{t.model}_bounded"
+    if not queue:  # it ships unbounded: measure the same config with bench.overload.queue_size
+        queue, model = b.overload.queue_size, f"{t.model}_bounded"
         dest = mode.repo / model
         if dest.exists():
             shutil.rmtree(dest)
@@ -166,13 +166,13 @@ def bounded_check(mode: EmbeddedMode, t: Target, rows: list[Feed], share: float,
 
 
 def overload(mode: EmbeddedMode, sw: Sweeper, t: Target, rows: list[Feed], capacity: float, capacity_from: str) -> Overload:
-    """Every bench.overload_levels share by perf_analyzer, the burst, then the bounded-queue check at the top share."""
+    """Every bench.overload.levels share by perf_analyzer, the burst, then the bounded-queue check at the top share."""
     b = sw.bench
     queue = read_config(mode.repo / t.model / "config.pbtxt").dynamic_batching.default_queue_policy.max_queue_size
     out = Overload(round(capacity, 1), capacity_from)
-    for share in b.overload_levels:
+    for share in b.overload.levels:
         out.levels.append(perf_level(sw, t, f"{share:.0%}", share, share * capacity, queue))
-    path, period, rate = burst_intervals(sw.work_dir / "burst_intervals.txt", capacity, b.burst_factor, b.burst_s)
+    path, period, rate = burst_intervals(sw.work_dir / "burst_intervals.txt", capacity, b.overload.burst_factor, b.overload.burst_s)
     out.levels.append(perf_level(sw, t, "burst", rate / capacity, rate, queue, path, round(period * 1000)))
-    out.levels.append(bounded_check(mode, t, rows, max(b.overload_levels), capacity, b, sw.log))
+    out.levels.append(bounded_check(mode, t, rows, max(b.overload.levels), capacity, b, sw.log))
     return out

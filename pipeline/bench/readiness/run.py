@@ -35,14 +35,14 @@ def record(mode: Mode) -> Production:
 
 
 def cold(prod: Production, mode: Mode, b: BenchConfig, inp: BenchInputs, variants: list[str], logs: Path, progress: Progress) -> None:
-    """Cold starts, first (embedded, bench.cold_start): fresh servers, before any other server ran on the machine."""
+    """Cold starts, first (embedded, bench.readiness.cold_start): fresh servers, before any other server ran on the machine."""
     if isinstance(mode, ExternalMode):
         return
-    if not b.cold_start:
-        prod.notes.append("cold start not measured (bench.cold_start=false)")
+    if not b.readiness.cold_start:
+        prod.notes.append("cold start not measured (bench.readiness.cold_start=false)")
         return
     progress.phase("cold start")
-    prod.cold_start = coldstart.cold_starts(mode, variants, inp.rows[0], b.cold_start_requests, logs, progress.log)
+    prod.cold_start = coldstart.cold_starts(mode, variants, inp.rows[0], b.readiness.cold_start_requests, logs, progress.log)
 
 
 def capacity(pairs: dict[int, ThroughputRounds], sweeps: dict[str, Sweep]) -> tuple[float, int, str] | None:
@@ -66,13 +66,13 @@ def after_rounds(prod: Production, mode: EmbeddedMode, sw: Sweeper, ts: dict[str
         prod.notes.append("overload and soak not measured: no throughput variant with a measured capacity")
         return
     infer_s, c, source = cap
-    if b.overload and b.overload_levels:
+    if b.overload.enabled and b.overload.levels:
         progress.phase("overload")
         prod.overload = overload_mod.overload(mode, sw, t, inp.rows, infer_s, source)
-    elif not b.overload:
-        prod.notes.append("overload not measured (bench.overload=false)")
-    if b.soak_s > 0:
-        progress.phase("soak", b.soak_s)
+    elif not b.overload.enabled:
+        prod.notes.append("overload not measured (bench.overload.enabled=false)")
+    if b.soak.duration_s > 0:
+        progress.phase("soak", b.soak.duration_s)
         prod.soak = soak_mod.soak(sw, t, c, progress.log)
 
 

@@ -3,7 +3,7 @@
 A slow leak (the ONNX-under-dynamic-batching kind) shows as RSS climbing at a steady rate once the warmup ramp
 (allocator arenas, first batches of each shape) is over. The slope is a Theil-Sen line (scipy.stats.theilslopes:
 the median of pairwise slopes, robust to the spikes a batch allocation makes) through block medians of the RSS
-samples after ``bench.soak_ramp_s``; block medians, not the raw samples, because neighbouring samples are not
+samples after ``bench.soak.ramp_s``; block medians, not the raw samples, because neighbouring samples are not
 independent and would make the interval look narrower than it is. The interval is theilslopes' 90% one.
 A SIGINT or SIGTERM during the soak ends it early: what was sampled is kept, marked partial.
 """
@@ -52,31 +52,31 @@ def rss_slope(series: list[tuple[float, float]], ramp_s: float) -> Estimate:
 
 
 def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -> Soak:
-    """perf_analyzer at ``concurrency`` for bench.soak_s (three windows, no stability demand) while RSS is sampled."""
+    """perf_analyzer at ``concurrency`` for bench.soak.duration_s (three windows, no stability demand) while RSS is sampled."""
     b = sw.bench
     csv_path = sw.work_dir / f"soak_c{concurrency}.csv"
     opts = pa_mod.PerfOptions(
-        concurrency, protocol=b.protocol, measurement_interval_ms=max(1000, round(b.soak_s * 1000 / 3)), stability_percentage=1000, max_trials=3, shapes=sw.shapes
+        concurrency, protocol=b.protocol, measurement_interval_ms=max(1000, round(b.soak.duration_s * 1000 / 3)), stability_percentage=1000, max_trials=3, shapes=sw.shapes
     )
     cmd = pa_mod.build_command(sw.pa, t.model, t.perf_url, sw.input_json, csv_path, opts)
-    log(f"[bench] soak: {t.variant} at c={concurrency} for {b.soak_s:.0f} s (RSS every {b.memory_sample_ms:.0f} ms)")
+    log(f"[bench] soak: {t.variant} at c={concurrency} for {b.soak.duration_s:.0f} s (RSS every {b.readiness.memory_sample_ms:.0f} ms)")
     t0, run, reason = time.monotonic(), None, ""
     try:
-        run = pa_mod.run(sw.pa, cmd, concurrency, csv_path, timeout_s=b.soak_s + b.perf_timeout_s)
+        run = pa_mod.run(sw.pa, cmd, concurrency, csv_path, timeout_s=b.soak.duration_s + b.perf_timeout_s)
         (sw.work_dir / f"soak_c{concurrency}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
         if run.returncode in (-2, 130):
             raise KeyboardInterrupt  # perf_analyzer took the same Ctrl-C (one process group) and ended first
         reason = "" if run.valid else run.reason()
     except KeyboardInterrupt:  # subprocess.run has killed perf_analyzer; the caller writes what was sampled, then stops
-        run, reason = None, f"interrupted after {time.monotonic() - t0:.0f} s of {b.soak_s:.0f} s"
+        run, reason = None, f"interrupted after {time.monotonic() - t0:.0f} s of {b.soak.duration_s:.0f} s"
     t1 = time.monotonic()
     series = t.memory.series(t0, t1) if t.memory else []
-    ramp = min(b.soak_ramp_s, (t1 - t0) / 3)  # an interrupted soak keeps two thirds of what it has for the fit
+    ramp = min(b.soak.ramp_s, (t1 - t0) / 3)  # an interrupted soak keeps two thirds of what it has for the fit
     row = run.row if run is not None else {}
     out = Soak(
         t.variant,
         concurrency,
-        b.soak_s,
+        b.soak.duration_s,
         round(t1 - t0, 1),
         run is None,
         round(ramp, 1),

@@ -98,7 +98,7 @@ def section(res: PeersResult) -> list[str]:
     for d in deps:
         c = d.cold
         if c is None:
-            lines.append(f"| {d.label} | - | - | - | - | - | - | {d.error or 'not measured (bench.cold_start=false)'} |")
+            lines.append(f"| {d.label} | - | - | - | - | - | - | {d.error or 'not measured (bench.readiness.cold_start=false)'} |")
             continue
         lines.append(
             f"| {d.label} | {_f(c.server_start_s)} | {_f(c.load_s)} | {_f(c.start_to_ready_s)} | {_f(c.first_ms)} | "

@@ -17,7 +17,7 @@ def cold_start(res: BenchResult) -> list[str]:
         "## Cold start (each variant in a fresh server, explicit model control)",
         "",
         "Server start: spawn to server ready with no model; load: the load request to model ready (warmup included); "
-        f"first request against the p50 of the next {res.settings.cold_start_requests} requests, sent the same way (HTTP, "
+        f"first request against the p50 of the next {res.settings.readiness.cold_start_requests} requests, sent the same way (HTTP, "
         "one at a time, the same row; the connection opened first); Triton's statistics give the inferences it ran while loading "
         "(the warmup) and the requests' time inside the server. RSS after the load and its peak in that server.",
         "",
@@ -51,7 +51,7 @@ def memory(res: BenchResult) -> list[str]:
         "",
         "## Memory (RSS of tritonserver and its stubs, psutil)",
         "",
-        f"Sampled every {res.settings.memory_sample_ms:.0f} ms during every measured point; steady state is the median of the points' "
+        f"Sampled every {res.settings.readiness.memory_sample_ms:.0f} ms during every measured point; steady state is the median of the points' "
         f"median RSS.{shared} A variant alone: its cold start's RSS above.",
         "",
         "| variant | peak MB | steady MB | points |",
@@ -70,8 +70,8 @@ def metrics(res: BenchResult) -> list[str]:
         return lines + ["No measurement with /metrics deltas."]
     lines += [
         f"Per run, Triton's counters read before and after (the whole run) against perf_analyzer's server split (its last windows) "
-        f"and the statistics API's batch; a share is |a - b| / max(a, b), 0 below {res.settings.queue_min_ms} ms. Tolerance "
-        f"{res.settings.metrics_tolerance:.0%} (bench.metrics_tolerance).",
+        f"and the statistics API's batch; a share is |a - b| / max(a, b), 0 below {res.settings.queue.min_ms} ms. Tolerance "
+        f"{res.settings.readiness.metrics_tolerance:.0%} (bench.readiness.metrics_tolerance).",
         "",
         "| | median share | worst share | runs |",
         "|---|---|---|---|",
@@ -93,7 +93,7 @@ def overload(res: BenchResult) -> list[str]:
         "## Overload and bursts (throughput variant, open loop)",
         "",
         f"Capacity {over.capacity_infer_s:.1f} infer/s ({over.capacity_from}). perf_analyzer's request-rate mode at each share, and "
-        f"one burst (idle, {res.settings.burst_factor:g}x capacity for {res.settings.burst_s:g} s, idle) by --request-intervals; "
+        f"one burst (idle, {res.settings.overload.burst_factor:g}x capacity for {res.settings.overload.burst_s:g} s, idle) by --request-intervals; "
         "perf_analyzer stops at the first failed request, so the bounded-queue check is the open-loop client, which keeps "
         "sending and counts rejections. Successes are Triton's count (/metrics); rejections the client's (Triton does not count "
         "what its full queue turns away); latency per window shows a queue that grows. The bounded check loads a copy of the "
@@ -127,7 +127,7 @@ def soak(res: BenchResult) -> list[str]:
         f"- {s.variant} at c={s.concurrency} for {s.seconds:.0f} s of {s.planned_s:.0f} s{'; ' + s.reason if s.reason else ''}: "
         f"{_f(s.throughput_infer_s, '.1f')} infer/s, p99 {_f(s.p99_ms)} ms",
         f"- RSS {_f(s.rss_start_mb, '.1f')} -> {_f(s.rss_end_mb, '.1f')} MB; slope after the first {s.ramp_s:.0f} s: "
-        f"**{_f(e.value, '.1f')} MB/h**{ci}; limit {res.settings.memory_growth_mb_per_h:g} MB/h on the interval's lower end",
+        f"**{_f(e.value, '.1f')} MB/h**{ci}; limit {res.settings.soak.memory_growth_mb_per_h:g} MB/h on the interval's lower end",
     ]
 
 

@@ -67,7 +67,7 @@ def headline(res: BenchResult) -> list[str]:
     lines = [_c1(res)]
     cmp = r.compared
     if not cmp:
-        lines.append("- throughput / latency variant: not compared (no concurrency above 1 in bench.paired_throughput_concurrency or bench.concurrency)")
+        lines.append("- throughput / latency variant: not compared (no concurrency above 1 in bench.rounds.throughput.concurrency or bench.sweep.concurrency)")
     else:
         lines += [
             "- throughput / latency variant: "
@@ -103,15 +103,15 @@ def method(res: BenchResult) -> list[str]:
         "speed that slows both sides of a pair by the same factor cancels in that round's ratio: the estimate cannot move "
         "with it. A change that splits a pair unevenly makes an outlier, which the median resists and the interval shows; "
         "no round is dropped for drift, only rounds whose perf_analyzer window was invalid. Rounds stop once every "
-        f"interval of their group is within +-{s.target_half_width:.0%} (bench.target_half_width, default profile), after "
-        "bench.rounds_budget_s, or at their maximum; the rule reads widths, never values.",
+        f"interval of their group is within +-{s.rounds.target_half_width:.0%} (bench.rounds.target_half_width, default profile), after "
+        "bench.rounds.budget_s, or at their maximum; the rule reads widths, never values.",
         "",
     ]
     if pc and pc.in_server_key:
         lines.append(
             f"c=1 (embedded): served p50 / the server's own time inside ORT ({pc.in_server_key}) in the same perf_analyzer "
-            f"window, times the server's ORT time / in-process ORT p50 from {s.alternations} alternating bursts of about "
-            f"{s.alternation_ms:.0f} ms each. Rounds: {pc.stopped}."
+            f"window, times the server's ORT time / in-process ORT p50 from {s.rounds.alternations} alternating bursts of about "
+            f"{s.rounds.alternation_ms:.0f} ms each. Rounds: {pc.stopped}."
         )
     elif pc:
         lines.append(f"c=1 (external: no in-server ORT timer): served p50 / the mean of in-process ORT p50 timed right before and after the run. Rounds: {pc.stopped}.")

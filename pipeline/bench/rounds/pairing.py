@@ -13,8 +13,8 @@ served run between in-process gauges (which miss a speed change that starts and 
 - served p50 / the server's own time inside ORT, both from the same perf_analyzer window (the
   stand-in backend times its ORT call per request): the serving path's share, immune to drift
   because numerator and denominator are the same requests;
-- the server's time inside ORT / in-process ORT p50, from ``bench.alternations`` short bursts (about
-  ``bench.alternation_ms`` each) alternating between the server and this process, first one then the
+- the server's time inside ORT / in-process ORT p50, from ``bench.rounds.alternations`` short bursts (about
+  ``bench.rounds.alternation_ms`` each) alternating between the server and this process, first one then the
   other, a fraction of a second apart: a drift of seconds moves both sides of each pair alike.
 
 Their product is served / in-process at one machine speed. An external Triton has no in-server ORT

@@ -27,7 +27,7 @@ class RoundsPlan:
     """What the rounds measure and which variants the sweep measures (the rest come from the rounds).
 
     ``c1``: c=1 rounds on the latency variant; ``c1_throughput``: the throughput variant beside it in them (the
-    batching tax; embedded, both variants, 1 in bench.paired_throughput_concurrency); ``concurrency``: where both
+    batching tax; embedded, both variants, 1 in bench.rounds.throughput.concurrency); ``concurrency``: where both
     variants are compared in rounds (embedded only: an external Triton serves one variant at a time).
     """
 
@@ -40,9 +40,9 @@ class RoundsPlan:
     def of(cls, b: BenchConfig, variants: list[str]) -> RoundsPlan:
         embedded = b.server == BenchServer.embedded
         both = embedded and {"latency", "throughput"} <= set(variants)
-        c1 = b.paired_rounds > 0 and "latency" in variants
-        c1_thr = c1 and both and 1 in b.paired_throughput_concurrency
-        conc = sorted({int(c) for c in b.paired_throughput_concurrency if c > 1}) if both and b.paired_throughput_rounds > 0 else []
+        c1 = b.rounds.c1.min > 0 and "latency" in variants
+        c1_thr = c1 and both and 1 in b.rounds.throughput.concurrency
+        conc = sorted({int(c) for c in b.rounds.throughput.concurrency if c > 1}) if both and b.rounds.throughput.min > 0 else []
         if b.profile == BenchProfile.full or not embedded:
             return cls(c1, c1_thr, conc, list(variants))
         covered = {v for v, measured in (("latency", c1 or conc), ("throughput", c1_thr or conc)) if measured}
@@ -51,10 +51,10 @@ class RoundsPlan:
 
 def stop_rules(b: BenchConfig) -> tuple[StopRule, StopRule]:
     """When the c=1 rounds and the throughput rounds stop: the full profile runs every round."""
-    target, budget = (b.target_half_width, b.rounds_budget_s) if b.profile == BenchProfile.default else (None, None)
+    target, budget = (b.rounds.target_half_width, b.rounds.budget_s) if b.profile == BenchProfile.default else (None, None)
     return (
-        StopRule(b.paired_rounds, b.paired_max_rounds, target, budget),
-        StopRule(b.paired_throughput_rounds, b.paired_throughput_max_rounds, target, budget, "bench.paired_throughput_max_rounds"),
+        StopRule(b.rounds.c1.min, b.rounds.c1.max, target, budget),
+        StopRule(b.rounds.throughput.min, b.rounds.throughput.max, target, budget, "bench.rounds.throughput.max"),
     )
 
 
@@ -77,7 +77,7 @@ def measure_rounds(
         return None, {}  # no rounds' server: overload and soak are not measured (readiness notes it)
     progress.phase("rounds")
     c1_rule, tput_rule = stop_rules(b)
-    interval, stability = b.paired_measurement_interval_ms, b.paired_stability_percentage
+    interval, stability = b.rounds.measurement_interval_ms, b.rounds.stability_percentage
 
     def run(t: Target, c: int, tag: str) -> Point:
         return sweeper.run(t, [c], tag, interval, stability)[0]
@@ -88,7 +88,7 @@ def measure_rounds(
             run_rounds([group], progress)
         return (group.record if isinstance(group.record, C1Rounds) else None), {}
     served = ["latency"] * (plan.c1 or bool(plan.concurrency)) + ["throughput"] * (plan.c1_throughput or bool(plan.concurrency))
-    burst_s = b.alternation_ms / 1000
+    burst_s = b.rounds.alternation_ms / 1000
     with mode.serve_together(served) as ts:
         # A fresh server's first run per model pays first-request costs (allocations for each batch shape): discarded.
         for v in served:
@@ -99,7 +99,7 @@ def measure_rounds(
             key = mode.in_server_ort_key or ""
 
             def alternate(i: int) -> list[Alternation]:
-                return alternations(timer.burst, lambda: gauges.burst_p50_ms(burst_s, WARM_RUNS), b.alternations, i % 2 == 0)
+                return alternations(timer.burst, lambda: gauges.burst_p50_ms(burst_s, WARM_RUNS), b.rounds.alternations, i % 2 == 0)
 
             groups.append(c1_embedded(lambda v, i: run(ts[v], 1, f"c1_round{i}_{v}"), alternate, key, plan.c1_throughput, c1_rule))
         for c in plan.concurrency:

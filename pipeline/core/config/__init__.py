@@ -1,16 +1,24 @@
-"""The config package: schemas, Enums for closed sets, and every check of a config value, in one place.
+"""The config package: the schema (every default and range), Enums for closed sets, every check of a config value.
 
-The YAML under conf/ is composed by Hydra (by `dvc exp run`, or by ``python -m pipeline.params``) into
-params.yaml; resolving its ``config_check`` key runs every check at composition (resolver.py). Every stage
-loads params.yaml through :func:`load_config`, which runs the same checks (all but the model-source ones), so an
-unknown key, a wrong type or a value out of range fails with all problems listed, naming each key.
+The schema's defaults are registered with Hydra (store.py), and the YAML under conf/ (choices, and values that
+differ from the defaults) is composed over them by `dvc exp run` or ``python -m pipeline.params`` into params.yaml;
+resolving its ``config_check`` key runs every check at composition (resolver.py). Every stage loads params.yaml
+through :func:`load_config`, which runs the same checks (all but the model-source ones), so an unknown key, a wrong
+type or a value out of range fails with all problems listed, naming each key.
 
-    schema.py    dataclasses: types and defaults
-    enums.py     the closed sets (str Enums that print as their value)
-    checks.py    ranges and cross-field rules
-    files.py     the model source: its fields, the files it names; the fixed-batch decision (:func:`fixed_batch`)
-    load.py      validate / load_config: collect every problem, raise one ConfigError
-    resolver.py  the ``pipeline_checked`` OmegaConf resolver used at composition
+    schema.py            dataclasses: types, defaults, ranges (the root, model, export, targets, variants, parity)
+    schema_precision.py  fp16, int8, quality thresholds, the `auto` choice
+    schema_bench.py      the bench, one section per concern
+    schema_release.py    the release store and the canary
+    schema_data.py       model.data's file form
+    enums.py             the closed sets (str Enums that print as their value)
+    knobs.py             knob(): a field's default with its range; the one walker that checks every range
+    rules.py             the rules one field cannot state alone (bounds from other fields, the fleet, formats)
+    derived.py           the keys derived from the fleet (serving, engine_precision, <precision>_in_fleet)
+    files.py             the model source: its fields, the files it names; the fixed-batch decision (:func:`fixed_batch`)
+    load.py              validate / load_config: collect every problem, raise one ConfigError
+    store.py             the schema's defaults as Hydra configs (what composition fills params.yaml from)
+    resolver.py          the OmegaConf resolvers used at composition (``pipeline_checked`` and the derived keys)
 """
 
 from pipeline.core.config.enums import (
@@ -35,19 +43,39 @@ from pipeline.core.config.enums import (
     VariantName,
 )
 from pipeline.core.config.files import fixed_batch
-from pipeline.core.config.load import load_config, validate
+from pipeline.core.config.load import from_plain, load_config, validate
 from pipeline.core.config.problems import ConfigProblems, Problem
-from pipeline.core.config.schema_int8 import CalibrationConfig, ChooseConfig, Int8Config, Int8FallbackConfig, QualityConfig
-from pipeline.core.config.schema import (
+from pipeline.core.config.schema_bench import (
+    BaselineConfig,
     BenchConfig,
+    OverloadConfig,
+    PeerRoundsConfig,
+    QueueConfig,
+    ReadinessConfig,
+    RoundCounts,
+    RoundsConfig,
+    SoakConfig,
+    SweepConfig,
+    ThroughputRoundsConfig,
+    TuneConfig,
+)
+from pipeline.core.config.schema_precision import (
+    CalibrationConfig,
+    ChooseConfig,
+    Fp16FallbackConfig,
+    Int8Config,
+    Int8FallbackConfig,
+    PrecisionConfig,
+    QualityConfig,
+)
+from pipeline.core.config.schema_release import CanaryConfig
+from pipeline.core.config.schema import (
     DynamicBatchingConfig,
     ExportConfig,
-    Fp16FallbackConfig,
     ModelConfig,
     OutputToleranceConfig,
     ParityConfig,
     PipelineConfig,
-    PrecisionConfig,
     ProfileConfig,
     ReleaseConfig,
     RepositoryConfig,
@@ -63,6 +91,18 @@ from pipeline.core.config.schema import (
 )
 
 __all__ = [
+    "BaselineConfig",
+    "CanaryConfig",
+    "OverloadConfig",
+    "PeerRoundsConfig",
+    "QueueConfig",
+    "ReadinessConfig",
+    "RoundCounts",
+    "RoundsConfig",
+    "SoakConfig",
+    "SweepConfig",
+    "ThroughputRoundsConfig",
+    "TuneConfig",
     "CalibrationConfig",
     "CalibrationMethod",
     "ChooseConfig",
@@ -111,6 +151,7 @@ __all__ = [
     "VariantsConfig",
     "WarmupConfig",
     "fixed_batch",
+    "from_plain",
     "load_config",
     "validate",
 ]

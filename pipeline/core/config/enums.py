@@ -16,7 +16,9 @@ class ConfigEnum(str, Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    __format__ = str.__format__  # f"{x:>8}" pads the value, on every Python version
+    def __format__(self, format_spec: str) -> str:
+        """f"{x:>8}" pads the value, on every Python version."""
+        return format(str(self.value), format_spec)
 
     @classmethod
     def choices(cls) -> list[str]:
@@ -113,7 +115,7 @@ class BenchPeer(ConfigEnum):
 
 class BenchProfile(ConfigEnum):
     """default: every point measured inside interleaved rounds that stop once the headline intervals are narrow;
-    full: also the whole sweep (bench.concurrency, each variant in its own server) and every round up to the max."""
+    full: also the whole sweep (bench.sweep.concurrency, each variant in its own server) and every round up to the max."""
 
     default = "default"
     full = "full"

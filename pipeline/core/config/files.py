@@ -73,30 +73,13 @@ def fixed_batch(cfg: PipelineConfig, graph: GraphIO | None = None, base: Path | 
     return None
 
 
-def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: Path | None = None) -> None:  # noqa: C901, PLR0912
+def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: Path | None = None) -> None:
     """The model source is usable: its fields are set, the files it names exist, pinned input names match the graph.
 
     Run at composition only: the export stage is the one stage that needs these, and checks them again itself.
     """
     m = cfg.model
-    if m.source == Source.onnx:
-        if not m.path:
-            p.add("model.path", m.path, "model.source=onnx needs the .onnx file: set model.path=<file.onnx>")
-        if m.checkpoint:
-            p.add("model.checkpoint", m.checkpoint, "applies to model.source=factory only: set model.checkpoint=null")
-    else:
-        target = (m.factory or {}).get("_target_")
-        if not isinstance(target, str) or not target:
-            p.add(
-                "model.factory._target_",
-                target,
-                "model.source=factory needs an importable function returning an "
-                "nn.Module, e.g. model.factory._target_=pipeline.models.cnn.build (or use model=onnx model.path=<file>)",
-            )
-        if not m.inputs:
-            p.add("model.inputs", [], "model.source=factory needs the input specs (name, dtype, shape) to export with")
-        if not m.outputs:
-            p.add("model.outputs", [], "model.source=factory needs the output names to export with")
+    _check_source_fields(m, p)
     data_path = (m.data or {}).get("path") if "_target_" not in (m.data or {}) else None
     named = [
         ("model.path", m.path if m.source == Source.onnx else None, "set model.path to an existing .onnx file"),
@@ -104,16 +87,8 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
         ("model.data.path", data_path, "set model.data.path to an existing .json, .npz or .npy file, or a folder of images"),
     ]
     for key, value, fix in named:
-        if not value or p.has(key):
-            continue
-        where = resolve(str(value), base)
-        if key == "model.data.path" and where.is_dir():
-            from pipeline.core.images import no_images_reason  # lazy: it imports onnx (via specs), as read_graph does
-
-            if (reason := no_images_reason(where)) is not None:
-                p.add(key, value, f"{reason} ({where.absolute()}): put the sample images there, or point {key} at the folder that holds them")
-        elif not where.is_file():
-            p.add(key, value, f"no such file ({where.absolute()}): {fix}")
+        if value and not p.has(key):
+            _check_named_file(key, str(value), fix, p, base)
     if graph is not None and m.inputs:
         pinned, real = [i.name for i in m.inputs], [i.name for i in graph.inputs]
         if sorted(pinned) != sorted(real):
@@ -122,6 +97,39 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
                 pinned,
                 f"input names differ from the graph's in {m.path}: graph has {real}; fix the names in model.inputs, or set model.inputs=[] to read them from the graph",
             )
+
+
+def _check_source_fields(m: ModelConfig, p: Problems) -> None:
+    """What each source needs: the .onnx file, or a factory with the input and output specs to export with."""
+    if m.source == Source.onnx:
+        if not m.path:
+            p.add("model.path", m.path, "model.source=onnx needs the .onnx file: set model.path=<file.onnx>")
+        if m.checkpoint:
+            p.add("model.checkpoint", m.checkpoint, "applies to model.source=factory only: set model.checkpoint=null")
+        return
+    target = (m.factory or {}).get("_target_")
+    if not isinstance(target, str) or not target:
+        p.add(
+            "model.factory._target_",
+            target,
+            "model.source=factory needs an importable function returning an nn.Module, e.g. model.factory._target_=pipeline.models.cnn.build (or use model=onnx model.path=<file>)",
+        )
+    if not m.inputs:
+        p.add("model.inputs", [], "model.source=factory needs the input specs (name, dtype, shape) to export with")
+    if not m.outputs:
+        p.add("model.outputs", [], "model.source=factory needs the output names to export with")
+
+
+def _check_named_file(key: str, value: str, fix: str, p: Problems, base: Path | None) -> None:
+    """A file the model config names exists (model.data.path: or is a folder holding images)."""
+    where = resolve(value, base)
+    if key == "model.data.path" and where.is_dir():
+        from pipeline.core.images import no_images_reason  # lazy: it imports onnx (via specs), as read_graph does
+
+        if (reason := no_images_reason(where)) is not None:
+            p.add(key, value, f"{reason} ({where.absolute()}): put the sample images there, or point {key} at the folder that holds them")
+    elif not where.is_file():
+        p.add(key, value, f"no such file ({where.absolute()}): {fix}")
 
 
 def notes(cfg: PipelineConfig, graph: GraphIO | None = None, base: Path | None = None) -> list[str]:

@@ -2,8 +2,8 @@
 
 Order: the params must be a mapping; a walk over the raw values against the schema finds missing values,
 unknown keys, wrong types and values outside an Enum (each replaced by its default so the walk goes on);
-then the typed config gets the range and cross-field rules (checks.py) and, at composition, the model
-source checks (files.py).
+then the typed config gets the ranges its schema declares (knobs.py), the rules across fields (rules.py) and,
+at composition, the model source checks (files.py).
 """
 
 from __future__ import annotations
@@ -11,27 +11,33 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, TypeVar, Union
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
 
-from pipeline.core.config import checks, files, precision_checks
-from pipeline.core.config.problems import Problems, did_you_mean
+from pipeline.core.config import files
+from pipeline.core.config.derived import IN_FLEET, derived_engine_precision, derived_in_fleet
 from pipeline.core.config.enums import Precision
+from pipeline.core.config.knobs import check_knobs
+from pipeline.core.config.problems import Problems, did_you_mean
+from pipeline.core.config.rules import check_rules
 from pipeline.core.config.schema import PipelineConfig, ServingConfig
 from pipeline.core.errors import ConfigError
 
-_SCALAR_NODES = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
+# OmegaConf's own node types, so a value passes here exactly when it would pass the merge onto the schema.
+_SCALAR_NODES: dict[type, Callable[..., object]] = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
 _VARIANTS = ("latency", "throughput")
+T = TypeVar("T")
 
 
-def validate(raw: DictConfig | dict[str, Any], origin: str = "params.yaml", *, check_source: bool = False) -> PipelineConfig:
-    """Check ``raw`` against the schema and every rule; return the typed :class:`PipelineConfig`.
+def validate(raw: Any, origin: str = "params.yaml", *, check_source: bool = False) -> PipelineConfig:
+    """Check ``raw`` (a mapping: a DictConfig or a dict) against the schema and every rule; return the typed :class:`PipelineConfig`.
 
     ``check_source`` (at composition) also checks the model source: the fields it needs and the files it names.
     Raises one :class:`ConfigError` (a ``ConfigProblems``) listing every problem found.
@@ -67,7 +73,7 @@ def collect(raw: Any, origin: str, p: Problems, *, check_source: bool = False, b
         serving = None
     # The same for `engine_precision` (what each engine stage reads) and `<precision>_in_fleet`, all derived from the fleet.
     engine_precision = raw.pop("engine_precision", None)
-    in_fleet = {f"{k}_in_fleet": raw.pop(f"{k}_in_fleet", None) for k in precision_checks.IN_FLEET}
+    in_fleet = {f"{k}_in_fleet": raw.pop(f"{k}_in_fleet", None) for k in IN_FLEET}
     _walk(PipelineConfig, raw, "", p)
     try:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(PipelineConfig), raw))
@@ -78,15 +84,16 @@ def collect(raw: Any, origin: str, p: Problems, *, check_source: bool = False, b
     assert isinstance(cfg, PipelineConfig)
     graph = files.read_graph(cfg.model, base)
     outputs = list(cfg.model.outputs) or ([o.name for o in graph.outputs] if graph else None)
-    checks.check_config(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs, engine_precision=engine_precision, in_fleet=in_fleet)
+    check_knobs(cfg, p)
+    check_rules(cfg, p, fixed_batch=files.fixed_batch(cfg, graph, base), serving=serving, outputs=outputs, engine_precision=engine_precision, in_fleet=in_fleet)
     if check_source:
         files.check_source(cfg, graph, p, base)
     p.raise_if_any(origin)
     first = cfg.target_specs[cfg.targets[0]]  # the checks passed: the fleet is non-empty and defined
     cfg.serving = ServingConfig(target=cfg.targets[0], kind=first.kind, precision=first.precision)
-    cfg.engine_precision = {t: Precision(v) for t, v in precision_checks.derived_engine_precision(cfg).items()}
-    cfg.int8_in_fleet = precision_checks.derived_int8_in_fleet(cfg)
-    cfg.fp16_in_fleet = precision_checks.derived_in_fleet(cfg, "fp16")
+    cfg.engine_precision = {t: Precision(v) for t, v in derived_engine_precision(cfg).items()}
+    cfg.int8_in_fleet = derived_in_fleet(cfg, "int8")
+    cfg.fp16_in_fleet = derived_in_fleet(cfg, "fp16")
     return cfg, graph
 
 
@@ -101,6 +108,24 @@ def load_config(params_path: str | Path, origin: str | None = None) -> PipelineC
     except Exception as e:  # noqa: BLE001 - yaml errors come in several types
         raise ConfigError(f"cannot parse {path}", fix="fix the YAML syntax", details={"error": e}) from None
     return validate(raw, origin=origin or str(path))
+
+
+def from_plain(cls: type[T], data: dict[str, Any]) -> T:
+    """A config section ``cls`` from its plain copy in a report (e.g. bench.json's ``settings``): known keys typed
+    (nested sections and Enums), unknown ones dropped (a key since renamed), missing ones at their defaults. No checks:
+    the values were checked when the config was loaded."""
+    hints = typing.get_type_hints(cls)
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in data:
+            continue
+        typ, value = hints[f.name], data[f.name]
+        if dataclasses.is_dataclass(typ) and isinstance(value, dict):
+            value = from_plain(typ, value)  # type: ignore[arg-type]
+        elif isinstance(typ, type) and issubclass(typ, Enum):
+            value = typ(value)
+        kw[f.name] = value
+    return cls(**kw)
 
 
 def _catch_variant_choice(raw: dict[str, Any], p: Problems) -> None:
@@ -133,41 +158,51 @@ def _walk(cls: type, raw: dict[str, Any], prefix: str, p: Problems) -> None:
             del raw[key]
 
 
-def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:  # noqa: C901, PLR0912
+def _value_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
     """Whether ``value`` fits type ``typ``; records the problem if not. Recurses into dataclasses and containers."""
     if isinstance(value, str) and value == "???":
         return p.add(key, value, f"has no value: set it, e.g. `python -m pipeline.params ... {key}=<value>` or `dvc exp run -S {key}=<value>`")
-    origin, args = typing.get_origin(typ), typing.get_args(typ)
-    if origin in (Union, types.UnionType) and type(None) in args:
+    if typing.get_origin(typ) in (Union, types.UnionType) and type(None) in typing.get_args(typ):
         if value is None:
             return True
-        typ = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(typ), typing.get_args(typ)
+        typ = next(a for a in typing.get_args(typ) if a is not type(None))  # Optional[X]: X
     if typ is Any:
         return True
     if value is None:
         return p.add(key, value, "must not be null")
-    if dataclasses.is_dataclass(typ):
-        if not isinstance(value, dict):
-            return p.add(key, value, "must be a mapping")
-        _walk(typ, value, key + ".", p)  # type: ignore[arg-type]
-        return True
-    if origin is dict:
-        if not isinstance(value, dict):
-            return p.add(key, value, "must be a mapping")
-        for k in list(value):
-            if not _value_ok(args[1], value[k], f"{key}.{k}", p):
-                del value[k]
-        return True
-    if origin is list:
+    if dataclasses.is_dataclass(typ) or typing.get_origin(typ) in (dict, list):
+        return _container_ok(typ, value, key, p)
+    if isinstance(typ, type) and issubclass(typ, Enum):
+        return _enum_ok(typ, value, key, p)
+    return _scalar_ok(typ, value, key, p)
+
+
+def _container_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
+    """A dataclass or a dict (each checked, a bad entry dropped), or a list (every element checked)."""
+    if typing.get_origin(typ) is list:
         if not isinstance(value, list):
             return p.add(key, value, "must be a list")
-        return all([_value_ok(args[0], v, f"{key}[{i}]", p) for i, v in enumerate(value)])  # noqa: C419 - report every element
-    if isinstance(typ, type) and issubclass(typ, Enum):
-        choices = [m.value for m in typ]
-        if (isinstance(value, typ) or value in choices) and not isinstance(value, bool):
-            return True
-        return p.add(key, value, f"not one of [{', '.join(map(str, choices))}]" + did_you_mean(str(value), map(str, choices)))
+        return all([_value_ok(typing.get_args(typ)[0], v, f"{key}[{i}]", p) for i, v in enumerate(value)])  # noqa: C419 - report every element
+    if not isinstance(value, dict):
+        return p.add(key, value, "must be a mapping")
+    if dataclasses.is_dataclass(typ):
+        _walk(typ, value, key + ".", p)  # type: ignore[arg-type]
+        return True
+    for k in list(value):
+        if not _value_ok(typing.get_args(typ)[1], value[k], f"{key}.{k}", p):
+            del value[k]
+    return True
+
+
+def _enum_ok(typ: type[Enum], value: Any, key: str, p: Problems) -> bool:
+    choices = [m.value for m in typ]
+    if (isinstance(value, typ) or value in choices) and not isinstance(value, bool):
+        return True
+    return p.add(key, value, f"not one of [{', '.join(map(str, choices))}]" + did_you_mean(str(value), map(str, choices)))
+
+
+def _scalar_ok(typ: Any, value: Any, key: str, p: Problems) -> bool:
+    """An int, float, bool or str as OmegaConf would convert it (its own node types decide, as at merge)."""
     node_type = _SCALAR_NODES.get(typ)
     if node_type is None:
         return True  # a type OmegaConf itself checks at merge

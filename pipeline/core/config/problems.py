@@ -134,7 +134,7 @@ class Problems:
             return True
         rng = f"in [{_num(low)}, {_num(high)}]" if low is not None and high is not None else (f">= {_num(low)}" if low is not None else f"<= {_num(high)}")
         nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        fixed = list(dict.fromkeys(min(max(v, low if low is not None else v), high if high is not None else v) for v in nums))
+        fixed = list(dict.fromkeys(_clamp(v, low, high) for v in nums))
         return self.add(key, list(values), f"every value must be {rng}; {show(bad)} {'is' if len(bad) == 1 else 'are'} not" + (f" (closest valid: {show(fixed)})" if fixed else ""))
 
     def unique(self, key: str, values: Sequence[Any]) -> bool:
@@ -144,18 +144,11 @@ class Problems:
         return True if not dup else self.add(key, list(values), f"lists {show(sorted(set(map(str, dup))))} more than once")
 
 
+def _clamp(v: float, low: float | None, high: float | None) -> float:
+    """``v`` moved into ``[low, high]`` (either bound optional)."""
+    v = v if low is None else max(v, low)
+    return v if high is None else min(v, high)
+
+
 def _num(x: float | None) -> str:
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
-
-
-# Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
-LIMITS = {
-    "max_batch_size": 65536,
-    "instance_count": 64,
-    "threads": 256,
-    "instance_threads": 1024,
-    "max_queue_delay_us": 10_000_000,
-    "max_queue_size": 1_000_000,
-    "warmup_count": 1000,
-    "name_bytes": 255,
-}

@@ -20,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.core.config import files, precision_checks
+from pipeline.core.config import derived, files, store
 from pipeline.core.config.load import collect
 from pipeline.core.config.problems import Problems
 
@@ -80,8 +80,9 @@ def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, unresolved: set[str
     """Every key a dvc.yaml stage lists under ``params`` must be in the composed config (``unresolved`` sections,
     derived ones that failed to resolve, are reported by the checks that explain why).
 
-    DVC refuses to run a stage whose parameter is missing from params.yaml, which a user's own group file (say
-    conf/model/mine.yaml without ``output_kinds``) would otherwise meet only when ``dvc repro`` reaches that stage.
+    Composition fills every schema key, so a key is missing only when dvc.yaml names one the schema does not have (a
+    typo, or a field since renamed): DVC would refuse to run that stage, and would say so only when ``dvc repro``
+    reaches it. A section (``bench``) counts as present when its key is.
     """
     if not dvc_yaml.is_file():
         return
@@ -102,8 +103,8 @@ def _dvc_params_present(raw: dict[str, Any], dvc_yaml: Path, unresolved: set[str
                         key,
                         None,
                         f"is missing, and dvc.yaml's stage '{name}' depends on it (DVC would refuse to "
-                        f"run that stage): set it in the conf/ file that defines '{parts[0]}' "
-                        "(conf/model_base/defaults.yaml holds every optional model key's default)",
+                        f"run that stage): it is no key of the schema (pipeline/core/config/schema*.py, which fills every "
+                        f"key of '{parts[0]}'); fix the name in dvc.yaml, or add the field to the schema",
                     )
                     break
                 node = node[part]
@@ -121,7 +122,7 @@ def engine_precision(*, _root_: DictConfig) -> DictConfig:
     for t in _root_.get("targets") or []:
         spec = specs.get(t) if isinstance(specs, DictConfig) else None
         if spec is not None:
-            out[str(t)] = precision_checks.engine_onnx_precision(str(spec.get("kind")), str(spec.get("precision")))
+            out[str(t)] = derived.engine_onnx_precision(str(spec.get("kind")), str(spec.get("precision")))
     return OmegaConf.create(out)  # a container: OmegaConf.resolve (DVC's compose) cannot put a plain dict in place
 
 
@@ -133,18 +134,20 @@ def int8_in_fleet(*, _root_: DictConfig) -> bool:
     """
     specs = _root_.get("target_specs") or {}
     found = [specs.get(t) for t in _root_.get("targets") or []] if isinstance(specs, DictConfig) else []
-    return precision_checks.int8_in_fleet([str(s.get("precision")) for s in found if s is not None])
+    return derived.int8_in_fleet([str(s.get("precision")) for s in found if s is not None])
 
 
 def in_fleet(precision: str, *, _root_: DictConfig) -> bool:
     """``fp16_in_fleet: ${pipeline_in_fleet:fp16}``: whether some fleet target serves ``precision``, or auto."""
     specs = _root_.get("target_specs") or {}
     found = [specs.get(t) for t in _root_.get("targets") or []] if isinstance(specs, DictConfig) else []
-    return precision_checks.in_fleet([str(s.get("precision")) for s in found if s is not None], precision)
+    return derived.in_fleet([str(s.get("precision")) for s in found if s is not None], precision)
 
 
 def register() -> None:
-    """Register the resolvers once per process (Hydra's plugin scan may execute the plugin module again)."""
+    """Register the resolvers once per process (Hydra's plugin scan may execute the plugin module again), and the
+    schema's defaults with Hydra (store.py), which composition fills params.yaml from."""
+    store.register()
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, check_composed)
     if not OmegaConf.has_resolver(ENGINE_RESOLVER):

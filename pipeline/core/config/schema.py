@@ -1,7 +1,9 @@
-"""Structured-config schemas: one dataclass per section of conf/ and params.yaml.
+"""Structured-config schemas: one dataclass per section of params.yaml, the only place a default or a range lives.
 
-Types and defaults live here; OmegaConf rejects an unknown key or a wrong type when params are merged
-onto these classes. Closed sets are Enums (enums.py); ranges and cross-field rules are in checks.py.
+Every field's default is composed into params.yaml (store.py registers these classes' defaults with Hydra, under the
+YAML of conf/, which holds only choices and values that differ). A bounded field is declared with
+:func:`~pipeline.core.config.knobs.knob`, checked by one walker; closed sets are Enums (enums.py); rules across fields
+are in rules.py. Sections with schemas of their own: schema_precision.py, schema_bench.py, schema_release.py.
 """
 
 from __future__ import annotations
@@ -9,25 +11,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pipeline.core.config.enums import (
-    BenchPeer,
-    BenchProfile,
-    BenchServer,
-    DType,
-    EmbeddedBackend,
-    ErrorStat,
-    HardwareCompatibility,
-    InputShapes,
-    OutputKind,
-    Precision,
-    Protocol,
-    Source,
-    TargetKind,
-    VariantName,
-)
-
-from pipeline.core.config.schema_int8 import ChooseConfig, Int8Config, QualityConfig
+from pipeline.core.config.enums import GRAPH_LEVELS, DType, ErrorStat, HardwareCompatibility, OutputKind, Precision, Source, TargetKind, VariantName
+from pipeline.core.config.knobs import knob
+from pipeline.core.config.schema_bench import BenchConfig
+from pipeline.core.config.schema_precision import ChooseConfig, Int8Config, PrecisionConfig, QualityConfig
 from pipeline.core.config.schema_release import ReleaseConfig
+
+# Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
+LIMITS = {
+    "max_batch_size": 65536,
+    "instance_count": 64,
+    "threads": 256,
+    "instance_threads": 1024,  # instance_count x intra_op_threads
+    "max_queue_delay_us": 10_000_000,
+    "max_queue_size": 1_000_000,
+    "warmup_count": 1000,
+    "name_bytes": 255,
+}
+OPSETS = (7, 23)  # what onnx 1.23 / ONNX Runtime 1.31 accept for the default domain
 
 
 # ---------------------------------------------------------------- model
@@ -38,7 +39,7 @@ class TensorSpec:
     name: str = "input"
     dtype: DType = DType.float32
     shape: list[Any] = field(default_factory=lambda: ["batch", 3, 32, 32])
-    # Value range for synthetic samples (token ids need high = vocabulary size).
+    # Value range for synthetic samples (token ids need high = vocabulary size); low <= high.
     low: float = 0.0
     high: float = 1.0
 
@@ -51,9 +52,11 @@ class ModelConfig:
     source: Source = Source.factory  # a torch nn.Module from `factory`, or an existing ONNX file at `path`
     factory: Optional[dict[str, Any]] = None  # {_target_: pkg.module.fn, **kwargs} -> nn.Module
     checkpoint: Optional[str] = None  # state_dict: .safetensors, or .pt loaded with weights_only=True
-    path: Optional[str] = None  # the .onnx file when source == "onnx"
+    path: Optional[str] = None  # the .onnx file when source == "onnx" (model=onnx: `???`, a value you must set)
+    # source=onnx: read from the graph; list them here to pin names and sample ranges. source=factory: the input specs
+    # to export with.
     inputs: list[TensorSpec] = field(default_factory=list)
-    outputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)  # source=factory: the output names to export with
     # What each output means, so the parity gate judges it by what matters ({embedding: embedding}, {logits: classifier});
     # an output not listed is judged by the elementwise tolerances alone.
     output_kinds: dict[str, OutputKind] = field(default_factory=dict)
@@ -63,26 +66,26 @@ class ModelConfig:
     # Real sample inputs: {_target_: fn, **kwargs} returning a list of feed dicts (name -> numpy array), or the file
     # form {path: file or folder of images, mean, std} (schema_data.DataPathConfig); null: synthetic inputs from `inputs`.
     data: Optional[dict[str, Any]] = None
-    seq_len: int = 128  # used by text models' interpolations
-    seed: int = 0
+    seq_len: int = knob(128, ge=1)  # used by text models' interpolations (their inputs, the targets' profiles)
+    seed: int = knob(0, ge=0)
     # The size synthetic samples give each dynamic axis, by the axis name (the graph's, or model.inputs'), where the
     # default (16) does not fit the model: {height: 32, width: 32} for a detector that needs multiples of 32. The batch
     # axis takes the samples' batch sizes. (The export stage tries a few sizes and names this key when 16 fails.)
-    sample_dims: dict[str, int] = field(default_factory=dict)
+    sample_dims: dict[str, int] = knob({}, ge=1, le=65536)
 
 
-# ---------------------------------------------------------------- export / simplify / precision
+# ---------------------------------------------------------------- export / simplify
 @dataclass
 class ExportConfig:
     """torch.onnx.export settings."""
 
-    opset: int = 17
+    opset: int = knob(17, ge=OPSETS[0], le=OPSETS[1])
     dynamo: bool = False  # the TorchScript exporter needs no onnxscript and handles MiniLM
     do_constant_folding: bool = True
-    batch_axis: str = "batch"
-    sample_batch: int = 2
-    check_atol: float = 1e-4
-    check_rtol: float = 1e-3
+    batch_axis: str = knob("batch", nonempty=True, empty="must name the dynamic batch axis")  # on every input and output
+    sample_batch: int = knob(2, ge=1)  # batch of the sanity sample compared against torch
+    check_atol: float = knob(1e-4, ge=0)
+    check_rtol: float = knob(1e-3, ge=0)
 
 
 @dataclass
@@ -90,44 +93,8 @@ class SimplifyConfig:
     """onnxsim settings; `enabled: false` copies the exported graph unchanged."""
 
     enabled: bool = True
-    check_n: int = 3  # random-input comparisons onnxsim runs on its own result
+    check_n: int = knob(3, ge=0)  # random-input comparisons onnxsim runs on its own result
     skip_shape_inference: bool = False
-
-
-@dataclass
-class Fp16FallbackConfig:
-    """Data-driven FP32 fallback for nodes whose values leave FP16's range."""
-
-    enabled: bool = True
-    max_attempts: int = 3
-    # |x| above this is an overflow risk (65504 is FP16's largest finite value).
-    max_abs: float = 65504.0
-    # Values whose magnitude is below FP16's smallest normal but above `tiny_ignore` lose precision.
-    min_normal: float = 6.104e-05
-    tiny_ignore: float = 1e-30
-    # Share of an output's meaningful values that must be subnormal before the node is blocked.
-    subnormal_share: float = 0.01
-    # A value is meaningful only above this fraction of its tensor's own max |x| (softmax tails are not).
-    subnormal_relative: float = 1e-3
-    # |x| >= this is a masking sentinel (e.g. torch.finfo(float32).min in attention masks), not an
-    # overflow: the converter clips constants to precision.max_finite_val, so it stays finite in FP16.
-    # Set to .inf to treat sentinels as overflow too.
-    sentinel_abs: float = 1e30
-    reference_check: bool = True  # cross-check with onnx.reference's true float16 evaluation
-    # onnx.reference runs float16 in numpy (slow): cross-check on this many of the smallest samples.
-    reference_check_samples: int = 1
-
-
-@dataclass
-class PrecisionConfig:
-    """FP16 conversion settings (onnxconverter-common)."""
-
-    keep_io_types: bool = True
-    op_block_list: list[str] = field(default_factory=list)  # extra op types kept in FP32
-    node_block_list: list[str] = field(default_factory=list)  # node names kept in FP32
-    min_positive_val: float = 1e-7
-    max_finite_val: float = 1e4
-    fallback: Fp16FallbackConfig = field(default_factory=Fp16FallbackConfig)
 
 
 # ---------------------------------------------------------------- targets
@@ -135,9 +102,9 @@ class PrecisionConfig:
 class TrtBuilderConfig:
     """TensorRT builder settings for one GPU target."""
 
-    workspace_mb: int = 4096
-    optimization_level: int = 3  # builder optimization level 0..5
-    hardware_compatibility: HardwareCompatibility = HardwareCompatibility.none
+    workspace_mb: int = knob(4096, gt=0)
+    optimization_level: int = knob(3, ge=0, le=5)  # builder optimization level
+    hardware_compatibility: HardwareCompatibility = HardwareCompatibility.none  # ampere_plus: portable across sm80+, can be slower
     version_compatible: bool = False
     # TensorRT 10 only (11 is always strongly typed): true = strongly typed network, precision from the
     # FP16 ONNX as in 11; false = weakly typed with BuilderFlag.FP16 (TensorRT may pick FP32 kernels).
@@ -149,22 +116,25 @@ class TrtBuilderConfig:
 class ProfileConfig:
     """Optimization-profile ranges: batch, and named dynamic axes (e.g. sequence)."""
 
-    batch: list[int] = field(default_factory=lambda: [1, 8, 32])  # min, opt, max
-    dims: dict[str, list[int]] = field(default_factory=dict)  # axis name -> [min, opt, max]
+    batch: list[int] = field(default_factory=lambda: [1, 8, 32])  # [min, opt, max], 1 <= min <= opt <= max
+    # axis name -> [min, opt, max], e.g. {sequence: [1, "${model.seq_len}", 256]} for a text model's GPU target
+    dims: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
 class TargetConfig:
-    """One deployment target: the CPU, or a GPU family of a given compute capability."""
+    """One deployment target: the CPU, or a GPU family of a given compute capability (conf/target/<name>.yaml)."""
 
-    name: str = "cpu"
+    name: str = "cpu"  # the key it is defined under in target_specs
     kind: TargetKind = TargetKind.cpu
     gpu_family: Optional[str] = None
     compute_capability: Optional[str] = None  # e.g. "8.0"
     # Case-insensitive substrings of the GPU name (nvidia-smi) this target accepts, e.g. ["A10"] for
     # A10 and A10G; empty = any GPU of the right compute capability.
     gpu_names: list[str] = field(default_factory=list)
-    precision: Precision = Precision.fp32  # which ONNX the ONNX Runtime model serves
+    # Which ONNX the ONNX Runtime model serves (and a GPU target's engine is built from): fp32 | fp16 | int8 | auto (the
+    # fastest that passed parity, timed here: ChooseConfig; cpu targets only).
+    precision: Precision = Precision.fp32
     builder: TrtBuilderConfig = field(default_factory=TrtBuilderConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
 
@@ -174,9 +144,12 @@ class TargetConfig:
 class DynamicBatchingConfig:
     """Triton dynamic_batching block."""
 
-    preferred_batch_sizes: list[int] = field(default_factory=lambda: [4, 8])
-    max_queue_delay_us: int = 1000
-    max_queue_size: int = 0  # 0 = unbounded
+    preferred_batch_sizes: list[int] = knob([4, 8], ge=1)  # each <= the variant's max_batch_size
+    max_queue_delay_us: int = knob(1000, ge=0, le=LIMITS["max_queue_delay_us"])
+    # 0 = unbounded. A bounded queue makes this Triton build's dynamic batcher stall, on both stand-ins (the native one
+    # too: docs/benchmarking.md, bounded queues); set a bound on a full Triton after the bench's bounded-queue check
+    # passes there. Unbounded, past capacity the queue only grows (the unbounded_queue finding).
+    max_queue_size: int = knob(0, ge=0, le=LIMITS["max_queue_size"])
     preserve_ordering: bool = False
 
 
@@ -188,22 +161,25 @@ class WarmupConfig:
     ``<model>/warmup/``), run ``count`` times; null in a variant: no warmup, its first request pays the first-run cost.
     """
 
-    batch_sizes: list[int] = field(default_factory=lambda: [1])
-    count: int = 1
+    batch_sizes: list[int] = knob([1], ge=1, nonempty=True, unique=True)  # each <= the variant's max_batch_size
+    count: int = knob(1, ge=1, le=LIMITS["warmup_count"])
 
 
 @dataclass
 class VariantConfig:
     """The scheduling part of a Triton config: what makes it a latency or throughput config."""
 
-    name: str = "latency"
-    max_batch_size: int = 8
-    instance_count: int = 1
-    intra_op_threads: int = 2
-    inter_op_threads: int = 1
-    # Triton's ORT graph level: -1 basic, 1 extended, 2 = OFF (not "more"), 0 = all (same as absent).
-    graph_optimization_level: int = 1
+    name: str = "latency"  # the variant it configures (latency | throughput)
+    max_batch_size: int = knob(8, ge=0, le=LIMITS["max_batch_size"])
+    instance_count: int = knob(1, ge=1, le=LIMITS["instance_count"])
+    intra_op_threads: int = knob(2, ge=0, le=LIMITS["threads"])  # 2 cores on our CI machines: 1 instance x 2 threads
+    inter_op_threads: int = knob(1, ge=0, le=LIMITS["threads"])
+    # Triton's ORT graph level: 1 = extended fusions, 0 = all (+layout, same as absent), -1 = basic, 2 = OFF (not "more").
+    graph_optimization_level: int = knob(1, one_of=GRAPH_LEVELS, why="not a Triton ORT level: use 1 (extended), 0 (all, incl. layout), -1 (basic) or 2 (off)")
+    # null: no dynamic batching, so a request never waits in a queue for company (the latency variant).
     dynamic_batching: Optional[DynamicBatchingConfig] = None
+    # Triton runs these requests (a real sample row, under <model>/warmup/) while it loads the model, so a "ready"
+    # server is a warm one; null: no warmup, the first request pays ONNX Runtime's first-run cost.
     warmup: Optional[WarmupConfig] = field(default_factory=WarmupConfig)
 
 
@@ -228,9 +204,9 @@ class ServingConfig:
 class RepositoryConfig:
     """Model repository layout."""
 
-    version: int = 1
-    default_variant: VariantName = VariantName.latency  # copied to config.pbtxt
-    trt_model_suffix: str = "_trt"
+    version: int = knob(1, ge=1)
+    default_variant: VariantName = VariantName.latency  # copied to config.pbtxt: the variant a plain load serves
+    trt_model_suffix: str = "_trt"  # a GPU fleet's TensorRT model is <model.name><suffix>
 
 
 # ---------------------------------------------------------------- parity / bench / release
@@ -238,148 +214,83 @@ class RepositoryConfig:
 class OutputToleranceConfig:
     """Per-output override; a null field inherits the artifact kind's value."""
 
-    atol: Optional[float] = None
-    rtol: Optional[float] = None
+    atol: Optional[float] = knob(None, ge=0)
+    rtol: Optional[float] = knob(None, ge=0)
     check_error_stat: Optional[ErrorStat] = None
-    error_quantile: Optional[float] = None
+    error_quantile: Optional[float] = knob(None, gt=0, le=1)
 
 
 @dataclass
 class ToleranceConfig:
-    """Tolerance for one artifact kind (fp32, fp16, trt), with optional per-output overrides.
+    """Tolerance for one artifact kind (fp32, fp16, trt, int8), with optional per-output overrides.
 
-    Polygraphy semantics: an output fails only when its statistic exceeds BOTH atol and rtol.
+    Polygraphy semantics: an output fails only when its statistic exceeds BOTH atol and rtol (rtol is relative to the
+    reference value). NaN/Inf in any artifact output always fails.
     """
 
-    atol: float = 1e-4
-    rtol: float = 1e-3
-    check_error_stat: ErrorStat = ErrorStat.max
-    error_quantile: float = 0.99
+    atol: float = knob(1e-4, ge=0)
+    rtol: float = knob(1e-3, ge=0)
+    check_error_stat: ErrorStat = ErrorStat.max  # elemwise | max | mean | median | quantile (uses error_quantile)
+    error_quantile: float = knob(0.99, gt=0, le=1)
+    # Per-output overrides (unset fields inherit), e.g. `dvc exp run -S '+parity.fp16.per_output.embedding.atol=5e-2'`.
     per_output: dict[str, OutputToleranceConfig] = field(default_factory=dict)
+    # Quality by output kind (model.output_kinds); any kind takes one, e.g. `dvc exp run -S parity.fp16.quality.cosine_min=0.999`.
     quality: QualityConfig = field(default_factory=QualityConfig)
 
 
 @dataclass
 class ParityConfig:
-    """Numerical parity gate settings."""
+    """Numerical parity gate: every artifact against the reference (the original PyTorch model on CPU, or the given ONNX
+    file for model=onnx) on real inputs, with Polygraphy's Comparator."""
 
     fp32: ToleranceConfig = field(default_factory=ToleranceConfig)
     fp16: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
+    # TensorRT engines (strongly typed, FP16 from the fp16 ONNX): the same budget as the FP16 ONNX.
     trt: ToleranceConfig = field(default_factory=lambda: ToleranceConfig(atol=2e-2, rtol=2e-2))
+    # INT8 (the ONNX file, and TensorRT engines built from it): elementwise tolerances only catch a broken model (mean
+    # error); what decides is quality by output kind, each an "at least" bound (QualityConfig).
     int8: ToleranceConfig = field(
         default_factory=lambda: ToleranceConfig(
             atol=0.1, rtol=0.1, check_error_stat=ErrorStat.mean, quality=QualityConfig(cosine_min=0.98, cosine_mean=0.99, rank_agreement=0.98, top1_agreement=0.98)
         )
     )
-    max_samples: int = 64  # samples compared (and saved as goldens), at most: of real ones, the rows held out of calibration
-    # Batch sizes of the synthetic samples used when model.data is null (e.g. cnn).
-    synthetic_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-
-
-@dataclass
-class BenchConfig:
-    """Benchmark settings (perf_analyzer against Triton, ORT baseline)."""
-
-    server: BenchServer = BenchServer.embedded
-    # embedded only: the stand-in for Triton's onnxruntime backend. native = pipeline_ort (C++, ORT inside
-    # tritonserver); python = a python-backend model (ORT in the stub process; adds IPC and Python per batch).
-    embedded_backend: EmbeddedBackend = EmbeddedBackend.native
-    url: Optional[str] = None  # for server=external
-    # The sweep (curves): the full profile, an external server, and any variant the rounds do not measure.
-    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    measurement_interval_ms: int = 3000
-    stability_percentage: int = 10
-    max_trials: int = 10
-    warmup_runs: int = 20
-    baseline_runs: int = 200
-    baseline_batch_sizes: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    queue_share_threshold: float = 0.02
-    # ...and above this absolute wait: a 20 us queue on a 0.2 ms model is scheduling noise, not a tax.
-    queue_min_ms: float = 0.1
-    # How thorough (BenchProfile). default: both variants in one server, every point measured inside interleaved
-    # rounds that stop once each headline's 90% interval is within +-target_half_width (or rounds_budget_s is spent);
-    # full: also the sweep over bench.concurrency (each variant in its own server) and every round up to the max.
-    profile: BenchProfile = BenchProfile.default
-    # The headline rounds (pipeline/bench/pairing.py). Each round gives one ratio from measurements taken next to each
-    # other; a headline is the median over rounds with a 90% bootstrap interval. c=1: perf_analyzer on the latency
-    # variant (and the throughput one: the batching tax) plus `alternations` short bursts alternating between the
-    # server and in-process ORT; at each paired_throughput_concurrency: both variants and an in-process gauge.
-    # *_rounds: at least this many rounds with a value before an interval may stop them (0 = none: the sweep's
-    # unpaired number, full profile only); *_max_rounds: at most this many.
-    paired_rounds: int = 5
-    paired_max_rounds: int = 12
-    paired_throughput_concurrency: list[int] = field(default_factory=lambda: [1, 8, 16])  # 1: the batching tax
-    paired_throughput_rounds: int = 5
-    paired_throughput_max_rounds: int = 12
-    paired_measurement_interval_ms: int = 500  # the rounds' perf_analyzer windows (also the best-batch gauge's time)
-    # perf_analyzer's stability check in the rounds: the interval over rounds, not each run, measures the noise.
-    paired_stability_percentage: int = 50
-    target_half_width: float = 0.03  # default profile: stop a headline's rounds once its interval is within +-3%
-    max_half_width: float = 0.10  # a wider interval says nothing (the machine_drift finding)
-    rounds_budget_s: float = 75.0  # default profile: no new round after this long, once the minimum rounds ran
-    alternations: int = 8  # per c=1 round: server / in-process burst pairs (in-server vs in-process ORT)
-    alternation_ms: float = 150.0  # each burst's length
-    # Tuning only: a candidate is measured again while its in-process gauges drift more than this.
-    paired_max_drift: float = 0.10
-    tune: bool = False
-    latency_budget_ms: float = 100.0
-    protocol: Protocol = Protocol.http  # perf_analyzer -i
-    # uniform: the largest group of same-shape sample rows (a client padding to one length, which is what
-    # lets Triton batch: it batches only equal shapes); as_sampled: every sample row, mixed lengths.
-    input_shapes: InputShapes = InputShapes.uniform
-    baseline_seconds: float = 2.0  # per batch size, in-process best-batch throughput
-    server_timeout_s: float = 180.0  # start + model load
-    perf_timeout_s: float = 600.0  # one perf_analyzer run
-    # Throughput-variant tuning (bench.tune=true): every combination is measured at tune_concurrency, between two
-    # in-process best-batch gauges; a candidate whose gauges drift more than paired_max_drift is measured again,
-    # at most tune_max_rounds times, and is not chosen if they never agree.
-    tune_concurrency: int = 8
-    tune_max_rounds: int = 3
-    tune_queue_delays_us: list[int] = field(default_factory=lambda: [0, 500, 2000, 5000])
-    tune_preferred_batch_sizes: list[list[int]] = field(default_factory=lambda: [[4, 8], [8, 16]])
-    tune_instance_counts: list[int] = field(default_factory=lambda: [1, 2])
-    # Production readiness (docs/benchmarking.md; conf/bench/default.yaml says what each key does).
-    cold_start: bool = True  # each variant in fresh servers, with and without its model_warmup
-    cold_start_requests: int = 30  # the warm p50 the first request is held against
-    first_request_max_ratio: float = 3.0
-    memory_sample_ms: float = 200.0  # RSS of tritonserver + its stubs
-    metrics_tolerance: float = 0.25  # Triton's /metrics against perf_analyzer's server split, per request
-    metrics_url: Optional[str] = None  # external: /metrics host:port (null: bench.url's host, port 8002)
-    overload: bool = True
-    overload_levels: list[float] = field(default_factory=lambda: [0.5, 1.0, 1.5])  # shares of the throughput capacity
-    overload_interval_ms: int = 1000
-    burst_factor: float = 4.0
-    burst_s: float = 1.0
-    overload_queue_size: int = 16  # the bounded-queue check's max_queue_size when the variant ships unbounded
-    soak_s: float = 0.0  # 0: no soak
-    soak_ramp_s: float = 60.0
-    memory_growth_mb_per_h: float = 50.0
-    # The side by side (pipeline/bench/peers.py): [] or [torchserve]; its rounds as the headline's (conf/bench/default.yaml).
-    peers: list[BenchPeer] = field(default_factory=list)
-    peer_rounds: int = 3
-    peer_max_rounds: int = 6
-    peer_budget_s: float = 150.0
+    max_samples: int = knob(64, ge=1)  # samples compared (and saved as goldens), at most: of real ones, the rows held out of calibration
+    # Batch sizes of the synthetic samples used when model.data is null (e.g. cnn): one synthetic sample per size.
+    synthetic_batch_sizes: list[int] = knob([1, 2, 4, 8], ge=1, nonempty=True)
 
 
 # ---------------------------------------------------------------- root
 @dataclass
 class PipelineConfig:
-    """The whole composed config (params.yaml)."""
+    """The whole composed config (params.yaml), its keys in this order."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
     simplify: SimplifyConfig = field(default_factory=SimplifyConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     int8: Int8Config = field(default_factory=Int8Config)
+    # Set by conf/config.yaml to ${pipeline_checked:}: resolving it runs every check of this package while Hydra
+    # composes params.yaml (pipeline/core/config/resolver.py), so it reads "passed (...)" in params.yaml. It comes before
+    # the fleet so that the checks run before any key derived from it (serving, engine_precision) is resolved: a broken
+    # fleet is reported by the checks, not by an interpolation.
+    config_check: str = ""
+    # The fleet (conf/config.yaml chooses it). The ONNX Runtime model in the repository serves targets[0]'s kind and precision.
     targets: list[str] = field(default_factory=lambda: ["cpu"])
+    # Every known target (conf/target/<name>.yaml, each listed in conf/config.yaml); `targets` picks the fleet.
     target_specs: dict[str, TargetConfig] = field(default_factory=dict)
+    # Derived in conf/config.yaml from targets[0]; never set. dvc.yaml names the one ONNX file the repository stage
+    # serves with it (artifacts/onnx/model.<precision>.onnx), so that stage depends on exactly what it reads.
     serving: ServingConfig = field(default_factory=ServingConfig)
     # Derived in conf/config.yaml from the fleet ({target: precision of the ONNX its engine stage reads}); never set.
+    # dvc.yaml runs one engine stage per entry (a GPU target reads model.<precision>.onnx; a cpu target builds nothing).
     engine_precision: dict[str, Precision] = field(default_factory=dict)
-    # Derived in conf/config.yaml from the fleet (some target serves int8 or auto); never set. The int8 stage runs its
-    # automatic fallback search only when it is true.
+    # Derived in conf/config.yaml from the fleet (some target serves int8 or auto, which may choose it); never set. The
+    # int8 stage depends on this key alone: it runs its automatic fallback search (up to int8.fallback.max_attempts
+    # quantizations) only when true; otherwise it quantizes once, for parity to report the INT8 model's quality.
     int8_in_fleet: bool = False
-    # Derived likewise for fp16; never set. When false, the fp16 stage is best effort: a failure is recorded, not fatal.
+    # Derived likewise for fp16; never set. Where a precision is not in the fleet, its stages are best effort: a
+    # conversion that fails is recorded as "not available: <reason>" (its file says so), and nothing downstream is
+    # blocked by it.
     fp16_in_fleet: bool = False
     choose: ChooseConfig = field(default_factory=ChooseConfig)
     variants: VariantsConfig = field(default_factory=VariantsConfig)
@@ -387,6 +298,3 @@ class PipelineConfig:
     parity: ParityConfig = field(default_factory=ParityConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)
     release: ReleaseConfig = field(default_factory=ReleaseConfig)
-    # Set by conf/config.yaml to ${pipeline_checked:}: resolving it runs every check of this package while
-    # Hydra composes params.yaml (pipeline/core/config/resolver.py), so it reads "passed (...)" in params.yaml.
-    config_check: str = ""

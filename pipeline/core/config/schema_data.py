@@ -2,7 +2,7 @@
 
 ``model.data`` stays a free mapping in :class:`~pipeline.core.config.schema.ModelConfig`, since a sample-data
 hook (``{_target_: pkg.fn, **kwargs}``) takes whatever arguments its function does. The file form has a fixed
-set of keys, typed and defaulted here and checked (unknown keys included) by data_checks.py.
+set of keys, typed and defaulted here and checked (unknown keys included) by rules.check_data.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.core.config import ParityConfig, ToleranceConfig
 from pipeline.core.config.enums import CanaryTraffic
 from pipeline.core.config.problems import ConfigProblems, Problems
-from pipeline.core.config.release_checks import check_canary
+from pipeline.core.config.rules import check_canary
 from pipeline.core.config.schema_release import CanaryConfig
 from pipeline.core.errors import ConfigError, ReleaseError
 from pipeline.core.samples import load_feed_file, request_rows

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.core.config.checks import s3_store_parts
+from pipeline.core.config.rules import s3_store_parts
 from pipeline.core.errors import ReleaseError
 
 _CREDENTIAL_CODES = {
