@@ -9,6 +9,7 @@ import pytest
 from pipeline.core.config import load_config
 from pipeline.core.errors import ConfigError
 from pipeline.params import compose, write_params
+from tests.helpers.project import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,11 +112,7 @@ def test_model_base_holds_the_schema_defaults_of_every_optional_key() -> None:
 
 
 def _project_with_model(tmp_path: Path, model_yaml: str) -> Path:
-    import shutil
-
-    conf = tmp_path / "conf"
-    shutil.copytree(ROOT / "conf", conf)
-    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    conf = copy_checkout(tmp_path, "conf", "dvc.yaml") / "conf"
     (conf / "model" / "mine.yaml").write_text(model_yaml, encoding="utf-8")
     return conf
 
