@@ -1,4 +1,5 @@
-"""Shared fixtures: project root, composed configs for tiny models, tiny ONNX files."""
+"""Shared fixtures (project root, composed configs for tiny models, tiny ONNX files, built projects, an S3 server)
+and the markers: what a test starts, added from its fixtures and checked against what it did start."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import pytest
 
 from pipeline.core.config import PipelineConfig, load_config
 from pipeline.params import compose
+from tests.helpers.markers import PROCESS_MARKERS, STARTED, starts
+from tests.helpers.project import Builds, Built, Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]  # tests/unit/test_markers.py runs pytest on a conftest of its own
 
 # A runner started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and so would
 # every child: Python started that way installs no KeyboardInterrupt handler, and the tests that press Ctrl-C on a
@@ -34,49 +38,64 @@ TINY_MLP = [
 ]
 
 
-# ---------------------------------------------------------------- `-m "not slow"` stays hermetic
-# What makes a test slow: a server or a DVC subprocess. Every process a test starts raises the "subprocess.Popen"
-# audit event (subprocess.run and check_output go through it too); a test that starts one of these without the
-# `slow` marker fails, naming the command, so the marker stays true as tests are added.
-HEAVY = {
-    "tritonserver": "tritonserver",
-    "perf_analyzer": "perf_analyzer",
-    "moto.server": "an S3 server (moto)",
-    "torchserve": "TorchServe",
-    "java": "a JVM",
-    "dvc": "a DVC subprocess",
-}
-_started: list[str] = []
+# ---------------------------------------------------------------- markers that are true
+# A test carries `dvc`, `triton`, `torchserve` or `s3` when it starts that program: added here from the fixtures it
+# uses (fixtures say what they start with `starts(...)`), or written on the test that starts one in its own body.
+# Any of them, or `timing`, makes it `slow`, so `-m "not slow"` starts no server and no DVC subprocess. What a test
+# really started is recorded (tests/helpers/markers.py); one without the marker of what it started fails.
+# `timing` tests judge time (speedups, latency under load, intervals): they run alone, in a pass of their own.
+def _fixture_markers(item: pytest.Item) -> set[str]:
+    """The process markers of the fixtures ``item`` uses, directly or through other fixtures."""
+    info = getattr(item, "_fixtureinfo", None)
+    found: set[str] = set()
+    for name in getattr(item, "fixturenames", ()):
+        for fixturedef in info.name2fixturedefs.get(name, ()) if info else ():
+            found.update(getattr(fixturedef.func, "starts", ()))
+    return found
 
 
-def _heavy(args: object) -> str | None:
-    """What ``args`` starts, when it is a server or DVC: the program run, or the module of ``python -m``
-    (``ldd perf_analyzer`` or ``java -version`` only look at a tool)."""
-    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
-    if not argv or {"-version", "--version"} & set(argv):
-        return None
-    python_m = len(argv) > 2 and argv[1] == "-m" and Path(argv[0]).name.startswith("python")
-    prog = argv[2] if python_m else Path(argv[0]).name
-    return HEAVY.get(prog)
+# Cost of a test by what it starts, to send the long files first to xdist's workers (a long file begun last is
+# the pass's tail): a built DVC project costs tens of seconds, a server a few, anything else less than one.
+COST = {"dvc": 20.0, "torchserve": 10.0, "triton": 4.0, "s3": 3.0, "slow": 2.0}
 
 
-def _audit(event: str, args: tuple) -> None:
-    if event == "subprocess.Popen" and len(args) > 1 and (what := _heavy(args[1])):
-        _started.append(f"{what}: {' '.join(str(a) for a in args[1])[:160]}")
+def _cost(item: pytest.Item) -> float:
+    return max((c for m, c in COST.items() if item.get_closest_marker(m)), default=0.1)
 
 
-sys.addaudithook(_audit)
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on them
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in sorted(_fixture_markers(item) - {m.name for m in item.iter_markers()}):
+            item.add_marker(marker)
+        if item.get_closest_marker("slow") is None and any(item.get_closest_marker(m) for m in (*PROCESS_MARKERS, "timing")):
+            item.add_marker("slow")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: xdist needs one collection order
+        per_file: dict[str, float] = {}
+        for item in items:
+            per_file[item.nodeid.split("::")[0]] = per_file.get(item.nodeid.split("::")[0], 0.0) + _cost(item)
+        items.sort(key=lambda it: -per_file[it.nodeid.split("::")[0]])
 
 
-@pytest.fixture(autouse=True)
-def _not_slow_is_hermetic(request: pytest.FixtureRequest):  # noqa: ANN202 - a generator fixture
-    """Fail a test without the ``slow`` marker that started a server or a DVC subprocess."""
-    _started.clear()
-    yield
-    if _started and request.node.get_closest_marker("slow") is None:
-        pytest.fail(
-            f"{request.node.nodeid} started {_started[0]} but is not marked slow (`-m 'not slow'` must start no server and no DVC subprocess): add @pytest.mark.slow", pytrace=False
-        )
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("timing") and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.skip("judges time: runs alone, in the serial pass (`python -m pytest -m timing`, without -n)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    STARTED.reset(watch=item.get_closest_marker("timing") is None)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """A test that passed but started a program without its marker fails, naming it."""
+    rep: pytest.TestReport = yield
+    if call.when == "call" and rep.passed and (missing := STARTED.missing(lambda m: item.get_closest_marker(m) is not None)):
+        rep.outcome = "failed"
+        rep.longrepr = f"{item.nodeid} started " + "; ".join(missing) + " (markers say what a test starts; see tests/helpers/markers.py)"
+    return rep
 
 
 @pytest.fixture
@@ -122,9 +141,25 @@ def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: float = 300) 
 
 
 @pytest.fixture(scope="session")
+@starts("s3")
 def s3():  # noqa: ANN201 - tests.helpers.s3.S3Server, imported lazily so the unit tests need no boto3
     """A real S3 HTTP API (moto's server mode) on a loopback port, for the whole session; make a bucket per test."""
     from tests.helpers.s3 import s3_server
 
     with s3_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+@starts("dvc")
+def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
+    """Projects built once per session. Under xdist every worker has a temp dir of its own: the builds live beside
+    them, in the run's shared one, so one worker builds and the others wait for it and copy."""
+    base = tmp_path_factory.getbasetemp()
+    return Builds((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "builds")
+
+
+@pytest.fixture
+def built(builds: Builds, tmp_path: Path) -> Callable[[Recipe], Built]:
+    """This test's own copy of a built project (tests.helpers.project.TINY, TWO or a Recipe of its own), at tmp_path/<name>."""
+    return lambda recipe: builds.copy(recipe, tmp_path / recipe.name)

@@ -28,8 +28,8 @@ from pipeline.core.errors import ConfigError, ToolError
 from pipeline.bench.run import run_bench
 from tests.tiny_triton import shipped_repository, variant_config
 
-# The tests that judge timing are marked serial (run alone, README); the ones that check wiring run two at a time.
-SERIAL = pytest.mark.serial
+# The tests whose measurements need a quiet machine are marked timing (run alone, README); the rest run beside others.
+TIMING = pytest.mark.timing
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PROCS = ("tritonserver", "triton_python_backend_stub")
@@ -68,8 +68,8 @@ def procs_mentioning(text: str, names: tuple[str, ...] = SERVER_PROCS) -> list[s
     return found
 
 
-@SERIAL
-@pytest.mark.slow
+@TIMING
+@pytest.mark.triton
 @pytest.mark.parametrize("backend", ["native", "python"])
 def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
@@ -159,8 +159,8 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-@SERIAL
-@pytest.mark.slow
+@TIMING
+@pytest.mark.triton
 def test_busy_machine_still_gives_every_headline_with_an_interval(tmp_path: Path) -> None:
     """A CPU hog runs through the whole bench: drift widens the intervals, it never erases a number."""
     shipped_repository(tmp_path / "repo", "tiny")
@@ -186,7 +186,7 @@ def test_busy_machine_still_gives_every_headline_with_an_interval(tmp_path: Path
     assert not procs_mentioning(str(tmp_path))
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_taken_ports_are_replaced(tmp_path: Path) -> None:
     model_dir = shipped_repository(tmp_path / "shipped", "tiny")
     build_embedded_repository(model_dir, tmp_path / "emb")
@@ -206,7 +206,7 @@ def test_taken_ports_are_replaced(tmp_path: Path) -> None:
     assert not procs_mentioning(str(tmp_path))
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_model_that_fails_to_load_reports_server_log(tmp_path: Path) -> None:
     model_dir = shipped_repository(tmp_path / "shipped", "tiny")
     (model_dir / "1" / "model.onnx").write_bytes(b"this is not an onnx file")
@@ -283,7 +283,7 @@ def _start_stage(tmp_path: Path, backend: str) -> subprocess.Popen:
     return proc
 
 
-@SERIAL
+@pytest.mark.triton  # checks what is left after a kill, not time: it runs beside other tests
 @pytest.mark.parametrize("backend", ["native", "python"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals, backend: str) -> None:
@@ -300,7 +300,7 @@ def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals, back
     assert not (tmp_path / "out" / "bench.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: Path) -> None:
     """External mode against a live server in explicit model control (here our own embedded one)."""
     import urllib.request
@@ -319,8 +319,8 @@ def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: P
         assert "External Triton" in mode.description
 
 
-@SERIAL
-@pytest.mark.slow
+@TIMING
+@pytest.mark.triton
 def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()

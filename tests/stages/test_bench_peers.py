@@ -20,8 +20,6 @@ from tests.stages.test_bench import procs_mentioning, stage_process, tiny_cfg
 from tests.stages.test_torchserve import ts_procs
 from tests.tiny_triton import shipped_repository
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # timing is judged: run alone (README)
-
 
 def peers_cfg() -> PipelineConfig:
     """The tiny bench with its PyTorch twin as the model source, TorchServe beside it, the fewest rounds at c=1 and 4."""
@@ -37,6 +35,9 @@ def peers_cfg() -> PipelineConfig:
     return cfg
 
 
+@pytest.mark.torchserve
+@pytest.mark.triton
+@pytest.mark.timing  # every peer round must measure: perf_analyzer's stability check refuses them beside a busy neighbour
 def test_side_by_side_on_the_tiny_model(tmp_path: Path) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
     out = tmp_path / "out"
@@ -83,6 +84,8 @@ def test_missing_java_stops_the_bench_before_any_server(tmp_path: Path, monkeypa
     assert "--no-torchserve" in str(e.value) and not (out / "bench.json").exists()
 
 
+@pytest.mark.torchserve
+@pytest.mark.triton
 def test_killed_stage_leaves_no_torchserve(tmp_path: Path) -> None:
     """SIGKILL of the stage while TorchServe serves: no handler runs, the watchdogs take the JVMs, workers and Triton down."""
     shipped_repository(tmp_path / "repo", "tiny")

@@ -27,7 +27,7 @@ from pipeline.serving.process import EmbeddedServer
 from tests.helpers.python_models import python_model
 from tests.tiny_triton import FEATURES, shipped_repository
 
-pytestmark = pytest.mark.serial  # timing is judged: run alone, not beside other tests (README)
+pytestmark = pytest.mark.triton
 
 ROW = {"x": np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4)}
 
@@ -41,7 +41,6 @@ def _sweeper(tmp_path: Path, b: BenchConfig) -> Sweeper:
     return Sweeper(pa, b, pa_mod.write_input_data(tmp_path / "in.json", [ROW], True), {"x": [4]}, tmp_path, None, print)
 
 
-@pytest.mark.slow
 def test_cold_start_with_and_without_warmup(tmp_path: Path) -> None:
     """Each measurement in a fresh server; the shipped model_warmup runs at load (the load takes it), the override drops it."""
     model_dir = shipped_repository(tmp_path / "repo", "tiny")
@@ -75,7 +74,6 @@ def _soak(tmp_path: Path, leak_bytes: int) -> SimpleNamespace:
     return SimpleNamespace(production=SimpleNamespace(soak=s), settings=b)
 
 
-@pytest.mark.slow
 def test_leak_detector_flags_the_leaking_model_and_not_the_clean_one(tmp_path: Path) -> None:
     leaky, clean = _soak(tmp_path, 16 * 1024), _soak(tmp_path, 0)  # 16 KB kept per request: tens of MB over the soak
     for res in (leaky, clean):
@@ -87,7 +85,7 @@ def test_leak_detector_flags_the_leaking_model_and_not_the_clean_one(tmp_path: P
     assert memory_growth(clean) is None, clean.production.soak.slope_mb_per_h
 
 
-@pytest.mark.slow
+@pytest.mark.timing  # a valid perf_analyzer window, and two timers agreeing within a tolerance
 def test_triton_metrics_agree_with_perf_analyzer(tmp_path: Path) -> None:
     """One run, two channels: /metrics deltas and perf_analyzer's server split (statistics API) count the same requests."""
     root = python_model(tmp_path / "repo", "m", sleep_s=0.005)
@@ -114,7 +112,6 @@ def test_triton_metrics_agree_with_perf_analyzer(tmp_path: Path) -> None:
     assert f is not None and "compute infer" in f.message and "55%" in f.message
 
 
-@pytest.mark.slow
 def test_a_dead_server_of_our_own_stops_the_sweep_with_its_log(tmp_path: Path) -> None:
     """The bench's own tritonserver killed mid-bench: the first INVALID run says so, instead of measuring on against nothing."""
     from pipeline.core.errors import ToolError
@@ -132,7 +129,7 @@ def test_a_dead_server_of_our_own_stops_the_sweep_with_its_log(tmp_path: Path) -
     assert "fix:" in e.value.render() and len(list(tmp_path.glob("dead_c*.log"))) == 1  # stopped at the first run
 
 
-@pytest.mark.slow
+@pytest.mark.timing  # a rejection comes back within 100 ms under load
 def test_bounded_queue_rejects_cleanly_at_150_percent(tmp_path: Path) -> None:
     """20 ms per batch of 2: capacity 100/s. At 150/s the queue (max 4) fills; the rest must come back rejected, fast,
     none as a timeout, and the server's memory must stay flat."""
@@ -149,7 +146,6 @@ def test_bounded_queue_rejects_cleanly_at_150_percent(tmp_path: Path) -> None:
     assert max(rss) - rss[0] < 30
 
 
-@pytest.mark.slow
 def test_soak_interrupted_by_sigint_keeps_partial_data_and_no_server(tmp_path: Path) -> None:
     import json
     import signal

@@ -32,7 +32,7 @@ from tests.helpers.corpus import save_graph
 from tests.stages.test_bench import procs_mentioning
 from tests.tiny_triton import variant_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the model's cost is the point: run alone on the CPU
+pytestmark = [pytest.mark.triton, pytest.mark.timing]  # the model's cost is the point: run alone on the CPU
 
 WIDTH = 512  # x [batch, WIDTH]; each step multiplies a [batch, WIDTH, WIDTH] tensor by a WIDTH x WIDTH matrix
 STEPS = 70  # ~2.9 ms a step at batch 1 on one thread here (AMD EPYC, AVX-512): ~200 ms a request

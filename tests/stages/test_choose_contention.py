@@ -28,7 +28,7 @@ from pipeline.choose.decide import pick
 from pipeline.choose.timing import Timing, measure
 from pipeline.core.config import ChooseConfig
 
-pytestmark = pytest.mark.serial  # timing is judged: run alone, not beside other tests (README)
+pytestmark = pytest.mark.timing  # timing is judged: run alone, not beside other tests (README)
 
 D = 256
 

@@ -9,16 +9,14 @@ exactly these scripts, with --require-engine.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers.dvc_project import DVC, ROOT, commit, make_project, sh
+from tests.helpers.project import DVC, ROOT, commit, make_project, sh
 from tests.helpers.tiny_models import two_io_onnx
 
-pytestmark = pytest.mark.slow
 FLEET = "[cpu,a100,h100]"
 
 
@@ -34,10 +32,10 @@ def project_with_default_model(p: Path) -> None:
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("  - model: minilm\n", "  - model: two\n"), encoding="utf-8")
 
 
+@pytest.mark.dvc
 def test_engine_jobs_through_the_remote_assemble_one_repository(tmp_path: Path, s3) -> None:  # noqa: ANN001 - fixture
     bucket = s3.bucket("ci-remote")
-    origin = make_project(tmp_path / "origin", [], prepare=project_with_default_model)
-    shutil.copytree(ROOT / "scripts", origin / "scripts")
+    origin = make_project(tmp_path / "origin", [], extra=("scripts",), prepare=project_with_default_model)
     sh(origin, *DVC, "remote", "add", "-d", "store", f"s3://{bucket}/cache")
     sh(origin, *DVC, "remote", "modify", "store", "endpointurl", s3.endpoint)
     commit(origin, "project")

@@ -6,8 +6,6 @@ resolver that conf/config.yaml's ``config_check`` key calls, so a bad value fail
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,31 +13,21 @@ from pathlib import Path
 import pytest
 
 from pipeline.params import compose
+from tests.helpers.project import commit, make_project, sh
 
-ROOT = Path(__file__).resolve().parents[2]
-GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.dvc
 
 
 def run(cwd: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
     """A command as a user runs it: the venv first on PATH, the copy (not this checkout) importable."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd), "DVC_NO_ANALYTICS": "1"}
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return sh(cwd, *cmd, check=False, timeout=120)
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git + DVC copy of the project with its committed params.yaml (no model files: nothing may run)."""
-    proj = tmp_path_factory.mktemp("cfg") / "proj"
-    for name in ("pipeline", "conf", "hydra_plugins"):
-        shutil.copytree(ROOT / name, proj / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("dvc.yaml", ".dvcignore", ".gitignore"):
-        shutil.copy(ROOT / name, proj / name)
-    (proj / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", proj / ".dvc" / "config")
-    (proj / "params.yaml").write_text(compose([], proj / "conf"))
-    for cmd in (["git", "init", "-q"], [*GIT, "add", "-A"], [*GIT, "commit", "-qm", "init"]):
-        assert run(proj, *cmd).returncode == 0
+    proj = make_project(tmp_path_factory.mktemp("cfg") / "proj", [])
+    commit(proj, "init")
     return proj
 
 

@@ -28,7 +28,7 @@ from pipeline.serving.tritonserver import validate_repository
 from pipeline.stages import calibrate, choose, export, fp16, int8, parity, repository, simplify
 from tests.helpers import corpus
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.triton  # a strict tritonserver validates each repository
 
 FAMILIES: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "vad": (corpus.if_onnx, []),

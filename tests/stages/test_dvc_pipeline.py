@@ -2,44 +2,37 @@
 
 Shows: both ways of running agree on params; a second repro is a no-op, also after Python
 wrote bytecode; changing only a variant value reruns only the repository stage (never
-export/simplify/fp16);
-a bad input fails with one message and leaves dvc.lock unchanged.
+export/simplify/fp16), and changing it back restores the first run from DVC's run cache;
+a bad input fails with one message and leaves dvc.lock unchanged. Each test has its own copy of the project
+built once per session (tests/helpers/project.py), so these also show that a copy is as good as the build.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from pipeline.params import compose
-from tests.helpers.dvc_project import GIT, make_project, sh
-from tests.helpers.tiny_models import export_tiny_onnx
+from tests.helpers.project import GIT, TINY, Built, Recipe, sh
 
-pytestmark = pytest.mark.slow
-BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
+BASE = list(TINY.overrides)
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A git repo holding a copy of the pipeline, configured for a tiny ONNX model."""
-
-    def tiny(p: Path) -> None:
-        (p / "models").mkdir()
-        export_tiny_onnx(str(p / "models" / "tiny.onnx"))
-
-    proj = make_project(tmp_path / "proj", BASE, prepare=tiny)
-    sh(proj, *GIT, "add", "-A")
-    sh(proj, *GIT, "commit", "-qm", "init")
-    return proj
+def tiny(built: Callable[[Recipe], Built]) -> Built:
+    """A git repo holding a copy of the pipeline, configured for a tiny ONNX model, after its first `dvc repro repository`."""
+    return built(TINY)
 
 
-def test_repro_noop_and_variant_change_reruns_only_repository(project: Path) -> None:
+def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> None:
+    """On a copy of the built project: its status is clean, a second repro reruns only the probe (the copy holds DVC's
+    cache and state as the build left them) and a variant change reruns only the repository stage."""
     dvc = [sys.executable, "-m", "dvc"]
-    first = sh(project, *dvc, "repro", "repository")
+    project = tiny.path
     for stage in ("export", "simplify", "fp16", "parity", "repository"):
-        assert f"Running stage '{stage}'" in first.stdout
+        assert f"Running stage '{stage}'" in tiny.first_repro
     assert (project / "artifacts" / "model_repository" / "tiny" / "configs" / "throughput.pbtxt").is_file()
     # Bytecode is not a code dependency (.dvcignore): a new or rewritten .pyc beside the sources changes nothing.
     stray = project / "pipeline" / "core" / "__pycache__" / "stray.cpython-311.pyc"
@@ -50,10 +43,8 @@ def test_repro_noop_and_variant_change_reruns_only_repository(project: Path) -> 
     assert status.strip().splitlines() == ["probe:", "\talways changed"] or "up to date" in status, status
     second = sh(project, *dvc, "repro", "repository")
     assert [ln for ln in second.stdout.splitlines() if ln.startswith("Running stage")] == ["Running stage 'probe':"], second.stdout
+    assert sh(project, *GIT, "status", "--porcelain").stdout == ""  # the build committed its first run: nothing new
 
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    sh(project, *git, "add", "-A")
-    sh(project, *git, "commit", "-qm", "first run")
     overrides = [*BASE, "variants.latency.instance_count=3"]
     exp = sh(project, *dvc, "exp", "run", "repository", *[a for o in overrides for a in ("-S", o)])
     ran = {s for s in ("export", "simplify", "fp16", "parity", "engine@cpu", "repository") if f"Running stage '{s}'" in exp.stdout}
@@ -62,10 +53,17 @@ def test_repro_noop_and_variant_change_reruns_only_repository(project: Path) -> 
     assert (project / "params.yaml").read_text() == compose(overrides, project / "conf")
     latency = (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
     assert "count: 3" in latency
+    # Back to the built params: the build's run-cache entry (copied with .dvc/cache) restores the repository, as it
+    # would in the project that ran it, instead of running the stage again.
+    (project / "params.yaml").write_text(compose(BASE, project / "conf"))
+    back = sh(project, *dvc, "repro", "repository")
+    assert "Stage 'repository' is cached - skipping run, checking out outputs" in back.stdout, back.stdout
+    assert "count: 3" not in (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
 
 
-def test_bad_input_leaves_lock_and_artifacts(project: Path) -> None:
+def test_bad_input_leaves_lock_and_artifacts(tiny: Built) -> None:
     dvc = [sys.executable, "-m", "dvc"]
+    project = tiny.path
     sh(project, *dvc, "repro", "repository")
     lock = (project / "dvc.lock").read_bytes()
     (project / "models" / "broken.onnx").write_bytes((project / "models" / "tiny.onnx").read_bytes()[:300])

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.dvc_project import DVC, ran
+from tests.helpers.project import DVC, ran
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.dvc
 
 ROOT = Path(__file__).resolve().parents[2]
 

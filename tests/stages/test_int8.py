@@ -23,7 +23,7 @@ from pipeline.parity.run import run_parity
 from pipeline.records.int8 import Int8Report
 from pipeline.records.parity import ParityReport
 from pipeline.stages import calibrate
-from tests.helpers.dvc_project import DVC, commit, make_project, ran, sh
+from tests.helpers.project import DVC, commit, make_project, ran, sh
 from tests.helpers.tiny_models import export_tiny_onnx
 
 EMBEDDER = [
@@ -221,7 +221,7 @@ def test_calibration_samples_that_cannot_calibrate_fail_with_one_message(make_pa
     assert not (tmp_path / "samples.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.dvc
 def test_editing_held_out_rows_reruns_parity_but_never_int8(tmp_path: Path) -> None:
     """Real `dvc repro`: new values in held-out rows of a data file rerun calibrate (it reads the data) and parity, but
     calibrate writes the very same calibration set, so the int8 stage, which depends on that file alone, is skipped."""

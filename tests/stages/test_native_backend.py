@@ -64,7 +64,7 @@ def _stats(srv: EmbeddedServer, model: str) -> dict:
         return client.model_statistics(model)["model_stats"][0]
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_batched_requests_get_their_own_rows(tmp_path: Path) -> None:
     """Concurrent requests of 1 and 3 rows, batched by Triton, each get exactly in-process ORT's answer."""
     import onnxruntime as ort
@@ -89,7 +89,7 @@ def test_batched_requests_get_their_own_rows(tmp_path: Path) -> None:
     assert st["inference_stats"]["compute_infer"]["ns"] > 0 and st["inference_stats"]["fail"]["count"] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_config_without_the_ort_library_fails_to_load_with_the_reason(tmp_path: Path) -> None:
     model_dir = shipped_repository(tmp_path / "shipped")
     build_embedded_repository(model_dir, tmp_path / "emb")
@@ -102,7 +102,7 @@ def test_config_without_the_ort_library_fails_to_load_with_the_reason(tmp_path: 
     assert "pipeline_ort: no ONNX Runtime library: set parameter ort_library" in str(e.value) and "$PIPELINE_ORT_LIBRARY" in str(e.value)
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_a_library_that_is_not_onnx_runtime_fails_to_load_with_the_reason(tmp_path: Path) -> None:
     model_dir = shipped_repository(tmp_path / "shipped")
     build_embedded_repository(model_dir, tmp_path / "emb")

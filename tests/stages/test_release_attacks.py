@@ -89,7 +89,7 @@ def _store_for(kind: str, tmp: Path, request: pytest.FixtureRequest) -> tuple[Re
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", pytest.param("s3", marks=pytest.mark.s3)])  # s3: the fixture is asked for inside
 def test_a_kill_or_a_full_disk_at_the_flip_leaves_pointer_and_history_agreeing(
     tmp_path: Path,
     kind: str,

@@ -51,7 +51,7 @@ from pipeline.serving.perf_analyzer import locate_perf_analyzer
 from pipeline.serving.process import EmbeddedServer
 from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, standin_repository
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # timing is judged: run alone (README)
+pytestmark = pytest.mark.triton
 ROOT = Path(__file__).resolve().parents[2]
 RELEASES = [(1, 8.0), (1, 8.0), (2, 8.0), (1, 40.0)]  # (weights seed, sleep per execute in ms) of releases 1-4
 # 4 rounds of about a second: some 40 answers per side each, so a round's p99 is not one stall of a busy machine.
@@ -150,6 +150,7 @@ def assert_untouched_by_production(report: dict, url: str) -> None:
     assert e["production"]["failed_during_canary"] == 0 and e["production"]["answered_during_canary"] > 0, e
 
 
+@pytest.mark.timing  # the verdict judges the p99 ratio of two 8 ms models: a busy neighbour skews one side
 def test_identical_weights_pass_and_are_promoted(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
     store, srv = served
     production = load()
@@ -208,6 +209,7 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
     print(r.output)
 
 
+@pytest.mark.timing  # judges latency under load, and the share of real traffic by request counts over time
 def test_slow_candidate_fails_on_latency_under_a_share_of_real_traffic(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
     store, srv = served
     production = load()
@@ -279,7 +281,9 @@ def children(pid: int) -> list[int]:
 
 def test_killed_at_every_phase_the_live_version_serves_and_the_pointer_stays(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load], make_params) -> None:  # noqa: ANN001, E501
     store, srv = served
-    params = make_params(*KNOBS)
+    # The switch phase comes only after a passing verdict: a p99 bound a busy neighbour cannot fail (latency is
+    # test_identical_weights_pass_and_are_promoted's subject; this one is about kills).
+    params = make_params(*KNOBS, "release.canary.max_p99_ratio=5")
     production = load()
     for phase, sig in (("  loading:", signal.SIGKILL), ("  traffic:", signal.SIGKILL), ("  traffic:", signal.SIGINT), ("  switch:", signal.SIGKILL)):
         proc = cli_canary(store, srv, params, 2)

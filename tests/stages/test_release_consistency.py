@@ -14,23 +14,21 @@ runs once, and each test starts from a copy of that state (git history and DVC c
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from pipeline.core.atomic import file_digest
 from pipeline.records.bench import BenchRecord, MeasuredModel
-from tests.helpers.dvc_project import make_project
+from tests.helpers import project as harness
+from tests.helpers.project import TINY, Built, Recipe, commit
 from tests.helpers.release_repo import retrain_onnx
-from tests.helpers.tiny_models import export_tiny_onnx
 
-pytestmark = pytest.mark.slow
-BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
-GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+BASE = list(TINY.overrides)
 # The bench's default phases, shorter: two rounds of each headline, no cold-start or overload servers.
 SHORT_BENCH = [
     "bench.rounds.c1.min=2",
@@ -47,46 +45,18 @@ SHORT_BENCH = [
     "bench.baseline.seconds=0.2",
     "bench.baseline.batch_sizes=[1,8]",
 ]
-
-
-def sh(cwd: Path, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run a command as a user would: the venv first on PATH, the project copy importable, a git identity for tags."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd), "DVC_NO_ANALYTICS": "1", "COLUMNS": "200"}
-    env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return r
+# As a user runs it, on a terminal wide enough that no message is wrapped.
+sh = partial(harness.sh, env={"COLUMNS": "200"})
 
 
 def release_build(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return sh(project, sys.executable, "-m", "pipeline.cli", "release", "build", "--store", str(project.parent / "store"), *args, check=False)
 
 
-def commit(project: Path, message: str) -> None:
-    sh(project, *GIT, "add", "-A")
-    sh(project, *GIT, "commit", "-qm", message)
-
-
-@pytest.fixture(scope="module")
-def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project after its first `dvc repro repository`, committed."""
-
-    def tiny(p: Path) -> None:
-        (p / "models").mkdir()
-        export_tiny_onnx(str(p / "models/tiny.onnx"))
-
-    proj = make_project(tmp_path_factory.mktemp("consistency") / "proj", BASE, prepare=tiny)
-    sh(proj, sys.executable, "-m", "dvc", "repro", "repository")
-    commit(proj, "first run")
-    return proj
-
-
 @pytest.fixture
-def project(_built: Path, tmp_path: Path) -> Path:
-    proj = tmp_path / "proj"
-    shutil.copytree(_built, proj, symlinks=True)
-    return proj
+def project(built: Callable[[Recipe], Built]) -> Path:
+    """A copy of the project after its first `dvc repro repository`, committed."""
+    return built(TINY).path
 
 
 def refused_after_params_change(project: Path, override: str, stage: str, group: str) -> None:
@@ -164,6 +134,7 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
     assert m["bench"] == {"status": "measured", "report": "artifacts/reports/bench.json", "model_sha256": served, "configs_sha256": configs, "summary": bench["summary"]}
 
 
+@pytest.mark.triton
 def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Path) -> None:
     """Issue 28, item 4: `dvc repro` -> release build -> promote dev, staging, production -> verify -> a tritonserver
     serves production from the store -> a second version -> canary -> rollback. The default config apart from the

@@ -28,7 +28,6 @@ from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository
 from tests.helpers.s3 import S3Server, s3_triton_server
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 # Both racers import everything first, then wait for the same instant, so they reach the lock together.
@@ -150,6 +149,7 @@ def _infer(url: str, x: np.ndarray) -> tuple[str, np.ndarray]:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.triton
 def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: Path, s3: S3Server, bucket: str) -> None:
     url = f"s3://{s3.endpoint}/{bucket}/team/store"
     store = ReleaseStore(url)

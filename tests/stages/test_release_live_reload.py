@@ -51,7 +51,7 @@ def wait_for_traffic(client: th.InferenceServerClient, proc: subprocess.Popen[st
         time.sleep(0.05)
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 @pytest.mark.timeout(600)
 def test_promote_and_rollback_live_with_zero_failed_requests(tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
@@ -100,7 +100,7 @@ def test_promote_and_rollback_live_with_zero_failed_requests(tmp_path: Path) -> 
         assert control.returncode != 0 and "had error" in out, out[-2000:]
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 @pytest.mark.timeout(300)
 def test_reload_failure_leaves_pointer_and_server_unchanged(tmp_path: Path) -> None:
     """A version Triton cannot load is never flipped to; the old one keeps serving."""

@@ -28,9 +28,9 @@ from pipeline.release.promote import promote, rollback
 from pipeline.release.verify import verify_store
 from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+from tests.helpers.markers import starts
 from tests.helpers.s3 import CREDENTIALS, S3Server, free_port, s3_server
 
-pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -272,6 +272,7 @@ def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(tm
 
 
 # ---------------------------------------------------------------- bad input
+@pytest.mark.slow  # the client retries a closed port for seconds
 def test_unreachable_endpoint(tmp_path: Path) -> None:
     port = free_port()
     r = cli(tmp_path, {**CREDENTIALS, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}, "list", "--store", "s3://releases/st", timeout=60)
@@ -292,6 +293,7 @@ def test_malformed_store_url(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
+@starts("s3")
 def auth_s3() -> Iterator[tuple[S3Server, dict[str, str]]]:
     """A second moto server that checks signatures (moto's IAM mode after 4 unauthenticated calls); yields it and good credentials."""
     import boto3

@@ -14,7 +14,7 @@ from tests.helpers.release_repo import dvc_lock, parity_report
 from tests.tiny_triton import shipped_repository
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 @pytest.mark.timeout(300)
 def test_environment_is_a_valid_triton_repository(tmp_path: Path) -> None:
     """The shipped onnxruntime config plus our version_policy passes Triton's strict config check.

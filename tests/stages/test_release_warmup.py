@@ -27,7 +27,7 @@ from pipeline.serving.process import EmbeddedServer
 from tests.helpers.release_repo import WARMUP_INFERENCES, dvc_lock, parity_report, tiny_repository
 from tests.helpers.s3 import S3Server, s3_triton_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.triton, pytest.mark.timeout(600)]
 
 REFUSE = """            if (x == {value}).any():
                 raise ValueError("a row of another release")

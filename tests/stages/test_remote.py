@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import filecmp
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from tests.helpers.dvc_project import DVC, commit, make_project, ran, sh
-from tests.helpers.tiny_models import two_io_onnx
-
-pytestmark = pytest.mark.slow
-BASE = ["model=onnx", "model.name=two", "model.path=models/two.onnx"]
+from tests.helpers.project import DVC, TWO, Built, Recipe, commit, ran, sh
 
 
 def same_tree(a: Path, b: Path) -> list[str]:
@@ -26,14 +21,9 @@ def same_tree(a: Path, b: Path) -> list[str]:
     return out
 
 
-def test_push_in_one_clone_pull_in_another_reruns_nothing(tmp_path: Path, s3) -> None:  # noqa: ANN001 - fixture
+def test_push_in_one_clone_pull_in_another_reruns_nothing(tmp_path: Path, s3, built: Callable[[Recipe], Built]) -> None:  # noqa: ANN001 - fixture
     bucket = s3.bucket("dvc-remote")
-
-    def model(p: Path) -> None:
-        (p / "models").mkdir()
-        two_io_onnx(str(p / "models" / "two.onnx"))
-
-    a = make_project(tmp_path / "a", BASE, prepare=model)
+    a = built(TWO).path  # the model stages ran there
     # The README's remote setup, as written there (endpointurl only because the server is a local one).
     sh(a, *DVC, "remote", "add", "-d", "store", f"s3://{bucket}/cache")
     sh(a, *DVC, "remote", "modify", "store", "endpointurl", s3.endpoint)
@@ -58,12 +48,11 @@ def test_push_in_one_clone_pull_in_another_reruns_nothing(tmp_path: Path, s3) ->
     print(f"dvc push {push_s:.2f} s, dvc pull {pull_s:.2f} s (tiny model)")
 
 
-def test_unreachable_remote_fails_with_one_message(tmp_path: Path, s3) -> None:  # noqa: ANN001 - fixture
-    a = make_project(tmp_path / "a", BASE, prepare=lambda p: (p / "models").mkdir() or two_io_onnx(str(p / "models" / "two.onnx")))
+def test_unreachable_remote_fails_with_one_message(s3, built: Callable[[Recipe], Built]) -> None:  # noqa: ANN001 - fixture
+    a = built(TWO).path  # its cache holds what the model stages wrote: something to push
     sh(a, *DVC, "remote", "add", "-d", "store", "s3://no-such-bucket-here/cache")
     sh(a, *DVC, "remote", "modify", "store", "endpointurl", s3.endpoint)
     commit(a, "project")
-    sh(a, *DVC, "repro", "export", env=s3.env)
     res = sh(a, *DVC, "push", check=False, env=s3.env)
     assert res.returncode != 0
     out = res.stdout + res.stderr

@@ -12,7 +12,7 @@ from pipeline.serving.tritonserver import validate_repository
 from pipeline.convert import export, fp16, simplify
 from pipeline.repository import writer as repository
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.triton
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from pipeline.serving.client import TritonClient
 from pipeline.serving.embedded import build_embedded_repository, read_config
 from pipeline.serving.process import EmbeddedServer, free_port
 from tests.tiny_triton import FEATURES, shipped_repository
+from tests.helpers.markers import starts
 
-pytestmark = pytest.mark.slow
 PROTOCOLS = ["http", "grpc"]
 
 
@@ -39,6 +39,7 @@ def emb(shipped: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+@starts("triton")
 def srv(emb: Path) -> Iterator[EmbeddedServer]:
     with EmbeddedServer(emb, "tiny", "latency", timeout_s=120, also_load=("tiny__throughput",)) as s:
         yield s
@@ -153,6 +154,7 @@ def test_external_mode_refused_load_is_a_bench_error(srv: EmbeddedServer, emb: P
     assert "bench.protocol" in e.value.render() and e.value.details["reason"]
 
 
+@pytest.mark.triton
 def test_embedded_mode_targets_the_grpc_endpoint(shipped: Path, tmp_path: Path) -> None:
     mode = EmbeddedMode(shipped, "grpc", 120, tmp_path / "logs")
     try:

@@ -46,7 +46,8 @@ def test_mar_build_failure_gives_the_archivers_message_and_the_fix(tmp_path: Pat
     assert "rename model.name" in msg and not (tmp_path / "store" / "not a name!.mar").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.torchserve
+@pytest.mark.triton  # perf_analyzer
 def test_taken_ports_are_replaced_and_a_handler_error_counts_as_failed_requests(tmp_path: Path) -> None:
     """An archive whose handler fails at inference (its settings name an input the model lacks) registers, answers 503,
     and every such answer is a failed request, in the agreement check and in perf_analyzer's run, with the worker log."""
@@ -123,7 +124,7 @@ with TorchServeServer(inst, tmp / "store", tmp / "logs", 120) as srv:
 """
 
 
-@pytest.mark.slow
+@pytest.mark.torchserve
 def test_a_terminated_owner_leaves_no_jvm_or_worker(tmp_path: Path) -> None:
     """SIGTERM unwinds the owner's ``with`` block, which stops the launcher, the JVM and the workers (SIGKILL, which runs no
     handler, is the watchdog's case: test_bench_peers.py kills the whole stage)."""

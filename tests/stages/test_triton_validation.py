@@ -21,7 +21,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 @pytest.mark.parametrize("variant", ["latency", "throughput"])
 def test_valid_variant_fails_only_for_missing_backend(repo: Path, variant: str) -> None:
     res = validate_repository(repo, variant)
@@ -31,7 +31,7 @@ def test_valid_variant_fails_only_for_missing_backend(repo: Path, variant: str) 
     assert MISSING_ORT_BACKEND in res.log
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_negative_max_batch_size_is_rejected_by_triton(tmp_path: Path) -> None:
     bad = variant_config("tiny", "latency")
     bad.max_batch_size = -1

@@ -9,6 +9,7 @@ import pytest
 from pipeline.core.config import load_config
 from pipeline.core.errors import ConfigError
 from pipeline.params import compose, write_params
+from tests.helpers.project import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,11 +114,7 @@ def test_a_model_file_gets_every_key_it_leaves_out_from_the_schema(tmp_path: Pat
 
 
 def _project_with_model(tmp_path: Path, model_yaml: str) -> Path:
-    import shutil
-
-    conf = tmp_path / "conf"
-    shutil.copytree(ROOT / "conf", conf)
-    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    conf = copy_checkout(tmp_path, "conf", "dvc.yaml") / "conf"
     (conf / "model" / "mine.yaml").write_text(model_yaml, encoding="utf-8")
     return conf
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict
@@ -23,6 +22,7 @@ from pipeline.core.config.problems import Problems
 from pipeline.core.errors import ConfigError
 from pipeline.params import compose, write_params
 from tests.conftest import TINY_MLP
+from tests.helpers.project import copy_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -314,7 +314,7 @@ def test_pinned_input_names_must_match_the_graph(tmp_path: Path) -> None:
 
 def test_relative_model_path_is_read_from_the_project_root(tmp_path: Path) -> None:
     project = tmp_path / "proj"
-    shutil.copytree(ROOT / "conf", project / "conf")
+    copy_checkout(project, "conf")
     (project / "models").mkdir()
     relu_onnx(project / "models" / "m.onnx", ["batch", 4])
     assert "path: models/m.onnx" in compose(["model=onnx", "model.path=models/m.onnx"], project / "conf")
@@ -347,8 +347,7 @@ def test_fixed_batch_factory_model(make_params, capsys: pytest.CaptureFixture[st
 # ---------------------------------------------------------------- both composition paths
 def test_params_cli_prints_one_message_and_leaves_params_unchanged(tmp_path: Path) -> None:
     """`python -m pipeline.params bench.protocol=grcp` on a copy of the project (the real params.yaml is never at risk)."""
-    for name in ("pipeline", "conf", "hydra_plugins"):
-        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    copy_checkout(tmp_path, "pipeline", "conf", "hydra_plugins")
     params = tmp_path / "params.yaml"
     params.write_bytes((ROOT / "params.yaml").read_bytes())
     before = params.read_bytes()

@@ -96,7 +96,7 @@ def write_model(repo: Path, name: str, m: object) -> Path:
     return model_dir
 
 
-@pytest.mark.slow
+@pytest.mark.triton
 def test_rendered_config_passes_real_triton_strict_validation(tmp_path: Path, onnx_file: Path) -> None:
     """The real tritonserver (strict, exit on error) accepts the config and stops only at the missing tensorrt backend."""
     from pipeline.core.errors import ToolError

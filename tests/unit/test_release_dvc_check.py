@@ -9,7 +9,6 @@ tests/stages/test_release_consistency.py.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,10 +21,11 @@ from pipeline.params import compose
 from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote
 from pipeline.release.store.store import ReleaseStore
+from tests.helpers.markers import starts
+from tests.helpers.project import ROOT, copy_checkout, sh
 from tests.helpers.release_repo import bench_report, retrain_onnx
 from tests.helpers.tiny_models import export_tiny_onnx
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE = ["model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"]
 
 DVC_YAML = """\
@@ -103,19 +103,18 @@ elif step == "bench":
 
 
 def run(cwd: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r
+    """``cmd`` in the project, with this checkout importable (steps.py imports tests.helpers)."""
+    return sh(cwd, *cmd, timeout=300, env={"PYTHONPATH": str(ROOT)})
 
 
 @pytest.fixture(scope="module")
+@starts("dvc")
 def _built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project after its first `dvc repro` (built once; each test gets a copy)."""
     proj = tmp_path_factory.mktemp("dvc") / "proj"
     (proj / "models").mkdir(parents=True)
     export_tiny_onnx(str(proj / "models/tiny.onnx"))
-    shutil.copytree(ROOT / "conf", proj / "conf")  # model.path is relative to the project that holds conf/
+    copy_checkout(proj, "conf")  # model.path is relative to the project that holds conf/
     (proj / "params.yaml").write_text(compose(BASE, proj / "conf"))
     (proj / "dvc.yaml").write_text(DVC_YAML)
     (proj / "steps.py").write_text(STEPS)
@@ -149,7 +148,6 @@ def test_up_to_date_pipeline_builds_and_says_what_was_checked(project: Path, tmp
     assert dvc["sources"] == {"data": "sources/data.json", "model": "sources/model.json"}
 
 
-@pytest.mark.slow
 def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: Path) -> None:
     """Finding 3: max_queue_delay_us=500 in params.yaml while throughput.pbtxt still says 2000."""
     store = ReleaseStore(tmp_path / "store")
@@ -165,7 +163,6 @@ def test_committed_but_unrun_params_change_is_refused(project: Path, tmp_path: P
     assert build(project, store)["dvc"]["checked"] is True
 
 
-@pytest.mark.slow
 def test_model_file_rewritten_in_place_is_refused(project: Path, tmp_path: Path) -> None:
     """Finding 1: a retrained file at the same path changes no param and no dvc.lock entry; its source record catches it."""
     store = ReleaseStore(tmp_path / "store")
@@ -179,7 +176,6 @@ def test_model_file_rewritten_in_place_is_refused(project: Path, tmp_path: Path)
     assert build(project, store)["dvc"]["checked"] is True
 
 
-@pytest.mark.slow
 def test_a_stale_choice_is_refused(project: Path, tmp_path: Path) -> None:
     """choose reads the host record, which is not a machine record to skip: the choice was timed where the release is built."""
     store = ReleaseStore(tmp_path / "store")
@@ -197,7 +193,6 @@ def test_a_stale_choice_is_refused(project: Path, tmp_path: Path) -> None:
     assert "choose" in build(project, store)["dvc"]["stages"]
 
 
-@pytest.mark.slow
 def test_code_change_and_missing_record_are_refused(project: Path, tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     (project / "steps.py").write_text((project / "steps.py").read_text() + "# edited\n")
@@ -257,7 +252,6 @@ def test_swapped_evidence_is_refused_unless_unchecked_and_production_refuses_unc
     assert m["dvc"]["evidence"]["parity"]["md5"] and m["dvc"]["evidence"]["repository"] == {"stage": "repository"}
 
 
-@pytest.mark.slow
 def test_a_bench_edited_in_place_is_refused_and_a_stale_one_is_not_attached(project: Path, tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     run(project, sys.executable, "-m", "dvc", "repro", "-q", "bench")
