@@ -3,7 +3,7 @@
 DVC composes Hydra only on `dvc exp run` (hydra.enabled), never on `dvc repro`.
 We commit the composed params.yaml so `dvc repro` on a fresh clone works, and
 regenerate it with the *same* DVC function, so both paths give byte-identical
-params (tests/unit/test_config.py checks the committed file is current).
+params (tests/core/test_config.py checks the committed file is current).
 Both paths run every config check while composing (conf/config.yaml's ``config_check``
 key, resolved by pipeline/core/config/resolver.py): a bad value fails here, with every
 problem listed, and params.yaml keeps its old content.

@@ -18,7 +18,7 @@ from tests.helpers.markers import PROCESS_MARKERS, STARTED, starts
 from tests.helpers.project import Builds, Built, Recipe
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["pytester"]  # tests/unit/test_markers.py runs pytest on a conftest of its own
+pytest_plugins = ["pytester"]  # tests/test_markers.py runs pytest on a conftest of its own
 
 # A runner started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and so would
 # every child: Python started that way installs no KeyboardInterrupt handler, and the tests that press Ctrl-C on a

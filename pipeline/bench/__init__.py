@@ -1,6 +1,6 @@
 """The bench: the shipped model against a real Triton, beside ONNX Runtime in process (stage entry: pipeline.stages.bench).
 
-Its parts, in dependency order (each imports only parts listed before it; tests/unit/test_architecture.py holds this):
+Its parts, in dependency order (each imports only parts listed before it; tests/test_architecture.py holds this):
 
 progress.py the live progress line every phase reports to
 measure/    one measurement: request rows, servers (embedded or external), perf_analyzer sweeps with Triton's counters,

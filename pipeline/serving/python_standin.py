@@ -42,7 +42,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402 - provided by the s
 
 # Triton's onnxruntime backend mapping of optimization.graph.level (src/onnxruntime.cc, ModelState constructor):
 # a copy of pipeline/repository/config.py ORT_LEVEL_NAME, repeated because this file runs inside the stub and
-# cannot import the pipeline package. tests/unit/test_serving_layout.py checks that the two tables agree.
+# cannot import the pipeline package. tests/serving/test_serving_layout.py checks that the two tables agree.
 _GRAPH_LEVELS = {
     0: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     -1: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

@@ -49,7 +49,7 @@ def pipeline_imports(path: Path, runtime_only: bool = False) -> set[str]:
     """Every ``pipeline`` module ``path`` imports, resolved to the module (not the attribute) it names.
 
     ``from pkg import submodule`` gives ``pkg.submodule``, ``from pkg import name`` gives ``pkg``; the package's own
-    ``__init__`` that Python also runs on the way is the caller's to add (see tests/unit/test_dvc_deps.py).
+    ``__init__`` that Python also runs on the way is the caller's to add (see tests/stages/test_dvc_deps.py).
     """
     names: list[str] = []
     for node in _nodes(ast.parse(path.read_text(encoding="utf-8")), runtime_only):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.params import compose
+from tests.helpers.project import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 ENTRY_POINTS = [

