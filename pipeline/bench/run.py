@@ -189,7 +189,7 @@ def _serve(run: Run, mode: Mode, sweeper: Sweeper, gauges: Gauges, prep: peers_m
     check_readiness([p for s in variants.values() for p in s.points], "any variant")
     tuning = side = None
     # bench.tune.enabled=true and bench.peers compose only with bench.server=embedded (pipeline.core.config).
-    if b.tune:
+    if b.tune.enabled:
         assert isinstance(mode, EmbeddedMode)
         progress.phase("tuning")
         tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s)

@@ -322,7 +322,7 @@ class EmbeddedServer:
                 "tritonserver could not load model " + ", ".join(f"'{m}'" for m in self.models) + (f" with --model-config-name={self.config_name}" if self.config_name else ""),
                 fix="read the server log lines below; the model config or the model file is wrong",
                 details={
-                    "exit code": self.proc.returncode if self.proc else None,
+                    "exit code": self.proc.returncode,
                     "repository": self.repo_dir,
                     "server log (errors)": "\n    " + "\n    ".join(error_lines(log) or log.splitlines()[-15:]),
                     "full log": self.log_path,

@@ -173,7 +173,7 @@ class TorchServeServer:
             raise ToolError(
                 f"TorchServe did not start ({self.label}) within {self.timeout_s:.0f} s",
                 fix="read the server log lines below (a Java or port problem), or raise bench.server_timeout_s",
-                details={"exit code": self.proc.returncode if self.proc else None, "server log": "\n    " + "\n    ".join(log.splitlines()[-15:]), "full log": self.server_log},
+                details={"exit code": self.proc.returncode, "server log": "\n    " + "\n    ".join(log.splitlines()[-15:]), "full log": self.server_log},
             )
         raise ToolError(
             f"TorchServe could not bind free loopback ports after {attempts} attempts",
