@@ -168,7 +168,38 @@ class SignalGuard:
         self._old.clear()
 
 
-class EmbeddedServer:
+class ServerProcess:
+    """What a server started here holds until it ends: its process group, the :class:`Watchdog` that kills the group
+    if this process dies, the :class:`SignalGuard` installed while it runs, and a temp dir. ``stop`` or the end of
+    the ``with`` block ends them."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._watchdog: Watchdog | None = None
+        self._signals = SignalGuard()
+
+    def _stop_group(self) -> None:
+        """The watchdog first (so it can never signal a recycled group id), then the group; safe to call twice, and
+        again after a new start (a stopped watchdog stays stopped)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self.proc is not None:
+            kill_group(self.proc)
+
+    def stop(self) -> None:
+        """Stop the server and every process it started; safe to call twice."""
+        self._stop_group()
+        self._signals.restore()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+class EmbeddedServer(ServerProcess):
     """A tritonserver on free loopback ports, serving one model; always stopped on exit.
 
     Usage::
@@ -192,6 +223,7 @@ class EmbeddedServer:
         also_load: tuple[str, ...] = (),
         ort_standin: bool = False,
     ) -> None:
+        super().__init__()
         self.repo_dir = Path(repo_dir).resolve()
         self.model = model  # "" loads nothing at start: the caller loads through the repository API (cold start)
         self.also_load = also_load  # more models served beside ``model`` (all must become ready)
@@ -201,12 +233,8 @@ class EmbeddedServer:
         self.timeout_s = timeout_s
         self.requested_ports = ports
         self._log_dir = Path(log_dir) if log_dir else None
-        self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.http_port = self.grpc_port = self.metrics_port = 0
-        self._signals = SignalGuard()
-        self._tmp: tempfile.TemporaryDirectory | None = None
-        self._watchdog: Watchdog | None = None
         # time.monotonic() at the spawn of the server that came up, and when it (and its models) answered ready
         self.spawned_at = self.ready_at = 0.0
 
@@ -314,8 +342,7 @@ class EmbeddedServer:
             # Another process grabbed a port between our check and the bind: try new ports.
             low = log.lower()
             if "address already in use" in low or ("failed to start" in low and "port" in low):
-                self._stop_watchdog()
-                kill_group(self.proc)
+                self._stop_group()
                 self.requested_ports = None
                 continue
             raise ToolError(
@@ -348,21 +375,3 @@ class EmbeddedServer:
                 return False
             time.sleep(0.05)
         return True
-
-    def _stop_watchdog(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.stop()
-            self._watchdog = None
-
-    def stop(self) -> None:
-        """Stop the server and its stubs; safe to call twice."""
-        self._stop_watchdog()
-        if self.proc is not None:
-            kill_group(self.proc)
-        self._signals.restore()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None

@@ -20,10 +20,9 @@ import time
 import urllib.parse
 import uuid
 from pathlib import Path
-from types import TracebackType
 
 from pipeline.core.errors import ToolError
-from pipeline.serving.process import SignalGuard, Watchdog, free_port, kill_group, port_free, set_pdeathsig
+from pipeline.serving.process import ServerProcess, Watchdog, free_port, port_free, set_pdeathsig
 from pipeline.serving.torchserve import LOG4J2, TorchServeInstall, config_properties
 
 PORTS = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
@@ -43,7 +42,7 @@ def _connect_no_delay(conn: http.client.HTTPConnection) -> None:
     conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class TorchServeServer:
+class TorchServeServer(ServerProcess):
     """TorchServe on free loopback ports with an empty model store; models are registered through the management API.
 
     Usage::
@@ -67,15 +66,12 @@ class TorchServeServer:
         pythonpath: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
+        super().__init__()
         self.inst, self.model_store, self.log_dir, self.timeout_s, self.label = inst, model_store.resolve(), log_dir, timeout_s, label
         self.pythonpath = list(pythonpath or [])  # where the workers import a handler's model code from (a native model's factory)
         self.extra_env = dict(env or {})  # for the JVM and its workers (e.g. OpenMP's wait policy)
         self.requested_ports = dict(ports or {})
         self.ports: dict[str, int] = {}
-        self.proc: subprocess.Popen | None = None
-        self._tmp: tempfile.TemporaryDirectory | None = None
-        self._watchdog: Watchdog | None = None
-        self._signals = SignalGuard()
         self._conns: dict[str, http.client.HTTPConnection] = {}
         self.spawned_at = self.ready_at = 0.0
 
@@ -166,7 +162,7 @@ class TorchServeServer:
                 self.ready_at = time.monotonic()
                 return
             log = self._log_text()
-            self._stop_process()
+            self._stop_group()
             if "address already in use" in log.lower() or "bindexception" in log.lower():
                 self.requested_ports = {}  # another process took a port between our check and the bind: new ones
                 continue
@@ -194,26 +190,12 @@ class TorchServeServer:
             time.sleep(0.05)
         return False
 
-    def _stop_process(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.stop()
-            self._watchdog = None
-        if self.proc is not None:
-            kill_group(self.proc)
-
     def stop(self) -> None:
         """Stop the launcher, the JVM and every worker; safe to call twice."""
         for c in self._conns.values():
             c.close()
         self._conns.clear()
-        self._stop_process()
-        self._signals.restore()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        super().stop()
 
     # ------------------------------------------------------------ HTTP: management, inference, metrics
     def _request(self, api: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None, timeout_s: float = 60.0) -> tuple[int, bytes]:

@@ -28,6 +28,7 @@ from pipeline.core.errors import ConfigError, ToolError
 from pipeline.bench.run import run_bench
 from tests.tiny_triton import shipped_repository, variant_config
 from tests.helpers.project import ROOT
+from tests.helpers.stages import bench_args
 
 # The tests whose measurements need a quiet machine are marked timing (run alone, README); the rest run beside others.
 TIMING = pytest.mark.timing
@@ -244,23 +245,8 @@ def stage_process(tmp_path: Path, cfg: PipelineConfig) -> subprocess.Popen:
     """The bench stage as DVC runs it on ``tmp_path/repo`` with ``cfg``, its temp dirs under tmp_path so its processes are findable."""
     params = tmp_path / "params.yaml"
     OmegaConf.save(OmegaConf.structured(cfg), params)
-    out = tmp_path / "out"
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.stages.bench",
-        "--params",
-        str(params),
-        "--repository",
-        str(tmp_path / "repo"),
-        "--out-json",
-        str(out / "bench.json"),
-        "--out-dir",
-        str(out / "bench"),
-        "--curves-dir",
-        str(out / "curves"),
-    ]
+    cmd = [sys.executable, "-m", "pipeline.stages.bench", *bench_args(params, tmp_path / "repo", tmp_path / "out")]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -149,36 +149,14 @@ def test_bounded_queue_rejects_cleanly_at_150_percent(tmp_path: Path) -> None:
 def test_soak_interrupted_by_sigint_keeps_partial_data_and_no_server(tmp_path: Path) -> None:
     import json
     import signal
-    import subprocess
-    import sys
     import time
 
-    from omegaconf import OmegaConf
-
-    from tests.bench.test_bench import ROOT, procs_mentioning, tiny_cfg
+    from tests.bench.test_bench import procs_mentioning, stage_process, tiny_cfg
 
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()
     cfg.bench.soak.duration_s, cfg.bench.soak.ramp_s = 60.0, 5.0
-    OmegaConf.save(OmegaConf.structured(cfg), tmp_path / "params.yaml")
-    out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.stages.bench",
-        "--params",
-        str(tmp_path / "params.yaml"),
-        "--repository",
-        str(tmp_path / "repo"),
-        "--out-json",
-        str(out / "bench.json"),
-        "--out-dir",
-        str(out / "bench"),
-        "--curves-dir",
-        str(out / "curves"),
-    ]
-    env = dict(__import__("os").environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, out = stage_process(tmp_path, cfg), tmp_path / "out"
     lines = []
     deadline = time.monotonic() + 150
     for line in proc.stdout:  # type: ignore[union-attr]

@@ -30,6 +30,7 @@ from pipeline.core.config import load_config
 from pipeline.stages import bench as bench_stage
 from tests.helpers.corpus import save_graph
 from tests.bench.test_bench import procs_mentioning
+from tests.helpers.stages import bench_args
 from tests.tiny_triton import variant_config
 
 pytestmark = [pytest.mark.triton, pytest.mark.timing]  # the model's cost is the point: run alone on the CPU
@@ -101,22 +102,7 @@ def test_a_model_at_200_ms_per_batch_gets_every_headline_with_the_default_window
     params = make_params("model=onnx", "model.name=slow", f"model.path={model_dir / '1' / 'model.onnx'}", *SHORT)
     shipped = load_config(params).bench
     out = tmp_path / "out"
-    code = bench_stage.main(
-        [
-            "--params",
-            str(params),
-            "--repository",
-            str(tmp_path / "repo"),
-            "--out-json",
-            str(out / "bench.json"),
-            "--metrics",
-            str(out / "metrics.json"),
-            "--out-dir",
-            str(out / "bench"),
-            "--curves-dir",
-            str(out / "curves"),
-        ]
-    )
+    code = bench_stage.main(bench_args(params, tmp_path / "repo", out, "--metrics", str(out / "metrics.json")))
     log = capsys.readouterr().out
     assert code == 0, log[-3000:]
     data, metrics = json.loads((out / "bench.json").read_text()), json.loads((out / "metrics.json").read_text())

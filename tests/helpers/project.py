@@ -26,6 +26,7 @@ from pipeline.params import compose
 ROOT = Path(__file__).resolve().parents[2]
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
 DVC = [sys.executable, "-m", "dvc"]
+RELEASE_CLI = [sys.executable, "-m", "pipeline.cli", "release"]
 # What a project copy holds: the code a stage imports (tests/ too: factories and data hooks live there), its
 # config, the native backend's sources, and DVC's files. `extra` adds more top-level folders (examples, scripts).
 PROJECT_DIRS = ("pipeline", "conf", "tests", "hydra_plugins", "native")

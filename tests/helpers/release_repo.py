@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.records.bench import BenchRecord, MeasuredModel
+from pipeline.records.canary import CanaryRecord
+from pipeline.release.build import BuildInputs, BuildResult, build_release
+from pipeline.release.promote import promote, rollback
+from pipeline.release.store import pointer
+from pipeline.release.store.store import ReleaseStore
 from pipeline.serving.embedded import VERSION_LOCAL_STANDIN
 from pipeline.serving.install import site_packages
 
@@ -169,6 +177,58 @@ def dvc_lock(path: Path) -> Path:
         "    outs:\n    - path: artifacts/model_repository\n      hash: md5\n      md5: fedcba9876543210fedcba9876543210.dir\n      size: 20\n"
     )
     return path
+
+
+def release_tiny(store: ReleaseStore, tmp: Path, repo: str = "repo", sign_key: Path | None = None, **kwargs: Any) -> BuildResult:
+    """Release ``tiny_repository(tmp/<repo>, **kwargs)`` into ``store`` with a passing parity report and a dvc.lock
+    beside it (``tmp/<repo>.parity.json``, ``tmp/<repo>.dvc.lock``), evidence unchecked, no git tag."""
+    inputs = BuildInputs(tiny_repository(tmp / repo, **kwargs), parity_report(tmp / f"{repo}.parity.json"), None, dvc_lock(tmp / f"{repo}.dvc.lock"), git_cwd=tmp)
+    return build_release(store, inputs, unchecked_evidence=True, sign_key=sign_key, tag=False)
+
+
+def pointer_reads_while_flipping(
+    store: ReleaseStore, read_config: Callable[[], str], flips: int, torn: type[Exception] | tuple[type[Exception], ...]
+) -> tuple[set[tuple[int, ...]], list[Exception]]:
+    """Flip 'dev' from v1 to v2 and back ``flips`` times while a thread reads its config.pbtxt (``read_config``) without
+    pause: the live versions the reads named, and the errors of type ``torn`` they raised (where a torn or missing
+    pointer would land)."""
+    seen: set[tuple[int, ...]] = set()
+    errors: list[Exception] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                seen.add(tuple(pointer.live_versions(pointer.parse_config(read_config(), "r"))))
+            except torn as e:
+                errors.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for _ in range(flips):
+            promote(store, "dev", version=2)
+            rollback(store, "dev")
+    finally:
+        stop.set()
+        t.join()
+    return seen, errors
+
+
+def canary_record(status: str, **fields: Any) -> CanaryRecord:
+    """The record of a canary of tiny v2 against live v1 in 'dev', started 2026-01-01 10:00 on h:8000; ``fields``: the rest."""
+    return CanaryRecord(
+        id="20260101T100000Z-v2",
+        model="tiny",
+        env="dev",
+        live=1,
+        candidate=2,
+        variant="default",
+        status=status,
+        started_at="2026-01-01T10:00:00+00:00",
+        server="h:8000",
+        **fields,
+    )
 
 
 def retrain_onnx(path: Path) -> None:

@@ -14,45 +14,22 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline.core.config import PipelineConfig, load_config
+from pipeline.core.config import load_config
 from pipeline.core.errors import PrecisionError
-from pipeline.convert import export, fp16, simplify
+from pipeline.convert import fp16
 from pipeline.records.parity import ParityReport
 from pipeline.stages import parity, repository
 from tests.conftest import ROOT, TINY_MLP
+from tests.helpers import stages
 from tests.helpers.parity_models import UNSAFE_INPUTS
+from tests.helpers.stages import build_precisions
 
 UNSAFE = [*TINY_MLP[:2], "model.factory._target_=tests.helpers.parity_models.build_unsafe", *TINY_MLP[3:6], UNSAFE_INPUTS, "model.outputs=[y]"]
 
 
-def build(cfg: PipelineConfig, d: Path) -> dict[str, Path]:
-    """export -> simplify -> fp16 with the stage functions, into ``d``."""
-    p = {k: d / f"model.{k}.onnx" for k in ("raw", "sim", "fp16")}
-    export.run_export(cfg.model, cfg.export, p["raw"])
-    simplify.simplify(p["raw"], p["sim"], cfg.simplify, cfg.model)
-    rep = fp16.run_fp16(p["sim"], p["fp16"], cfg.precision, cfg.model)
-    (d / "fp16.json").write_text(json.dumps(rep, default=str))
-    return p
-
-
 def parity_args(params: Path, p: dict[str, Path], d: Path, *extra: str) -> list[str]:
-    return [
-        "--params",
-        str(params),
-        "--source-onnx",
-        str(p["raw"]),
-        "--fp32",
-        str(p["sim"]),
-        "--fp16",
-        str(p["fp16"]),
-        "--inputs",
-        str(d / "inputs.json"),
-        "--reference",
-        str(d / "reference.json"),
-        "--report",
-        str(d / "parity.json"),
-        *extra,
-    ]
+    """The parity stage's arguments for what :func:`build_precisions` wrote: the simplified file as fp32, and fp16."""
+    return stages.parity_args(params, d, p["raw"], *extra, fp32=p["sim"], fp16=p["fp16"])
 
 
 def repo_args(params: Path, p: dict[str, Path], d: Path) -> list[str]:
@@ -72,7 +49,7 @@ def perturb(path: Path, scale: float = 0.05) -> None:
 def test_tiny_passes_and_report_is_complete(make_params, tmp_path: Path) -> None:
     params = make_params(*TINY_MLP)
     cfg = load_config(params)
-    p = build(cfg, tmp_path)
+    p = build_precisions(cfg, tmp_path)
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     rep = json.loads((tmp_path / "parity.json").read_text())
     assert rep["passed"] is True and rep["reference"]["source"] == "torch"
@@ -92,7 +69,7 @@ def test_tiny_passes_and_report_is_complete(make_params, tmp_path: Path) -> None
 
 def test_damaged_artifact_fails_gate_and_repository_refuses(make_params, tmp_path: Path, capsys) -> None:
     params = make_params(*TINY_MLP)
-    p = build(load_config(params), tmp_path)
+    p = build_precisions(load_config(params), tmp_path)
     perturb(p["sim"])
     assert parity.main(parity_args(params, p, tmp_path)) != 0
     err = capsys.readouterr().err
@@ -119,7 +96,7 @@ def test_damaged_artifact_fails_gate_and_repository_refuses(make_params, tmp_pat
 
 def test_goldens_accepted_later_without_torch(make_params, tmp_path: Path) -> None:
     params = make_params(*TINY_MLP)
-    p = build(load_config(params), tmp_path)
+    p = build_precisions(load_config(params), tmp_path)
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     first = json.loads((tmp_path / "parity.json").read_text())
     block_torch = "import sys; sys.modules['torch'] = None; from pipeline.stages.parity import main; raise SystemExit(main(sys.argv[1:]))"
@@ -142,7 +119,7 @@ def test_goldens_accepted_later_without_torch(make_params, tmp_path: Path) -> No
 
 def test_fp16_unsafe_model_passes_only_thanks_to_fallback(make_params, tmp_path: Path) -> None:
     params = make_params(*UNSAFE)
-    p = build(load_config(params), tmp_path)
+    p = build_precisions(load_config(params), tmp_path)
     rep16 = json.loads((tmp_path / "fp16.json").read_text())
     fb = rep16["fallback"]
     blocked = {b["node"]: b for b in fb["blocked_nodes"]}
@@ -166,7 +143,7 @@ def test_fp16_unsafe_model_passes_only_thanks_to_fallback(make_params, tmp_path:
 
 def test_engines_recorded_as_skipped_without_tensorrt(make_params, tmp_path: Path) -> None:
     params = make_params(*TINY_MLP, "targets=[cpu,a100,h100]")
-    p = build(load_config(params), tmp_path)
+    p = build_precisions(load_config(params), tmp_path)
     eng = tmp_path / "engines"
     from pipeline.engines.manifest import sha256_file
     from pipeline.records.engine_manifest import EngineFile, EngineManifest, ExpectedTarget, write_manifest
@@ -193,7 +170,7 @@ def test_onnx_source_reference_is_the_given_file(make_params, tiny_onnx: Path, t
     cfg = load_config(params)
     d = tmp_path / "out"
     d.mkdir()
-    p = build(cfg, d)
+    p = build_precisions(cfg, d)
     assert parity.main(parity_args(params, p, d)) == 0
     rep = json.loads((d / "parity.json").read_text())
     assert rep["reference"]["source"] == "onnx" and rep["artifacts"]["fp32"]["outputs"]["y"]["max_abs"] < 1e-5
@@ -204,7 +181,7 @@ def test_minilm_parity_from_stage_functions(make_params, tmp_path: Path) -> None
     """MiniLM built in tmp_path by the stage functions passes with the default tolerances (about a minute)."""
     params = make_params()
     t0 = time.perf_counter()
-    p = build(load_config(params), tmp_path)
+    p = build_precisions(load_config(params), tmp_path)
     t1 = time.perf_counter()
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     rep = json.loads((tmp_path / "parity.json").read_text())

@@ -17,7 +17,6 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from pipeline.convert import export, fp16, simplify
 from pipeline.core.config import load_config
 from pipeline.core.specs import graph_io
 from pipeline.parity.report import failures
@@ -26,14 +25,8 @@ from pipeline.repository import config as triton_config
 from pipeline.repository.served import Served
 from pipeline.repository.writer import write_repository
 from pipeline.stages import parity
-
-
-def save(graph: onnx.GraphProto, path: Path) -> Path:
-    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    onnx.save(m, str(path))
-    return path
+from tests.helpers.corpus import save_graph
+from tests.helpers.stages import build_precisions, parity_args
 
 
 def detector(path: Path) -> Path:
@@ -54,16 +47,11 @@ def detector(path: Path) -> Path:
         [h.make_tensor_value_info("y", T.FLOAT, ["batch", 8]), h.make_tensor_value_info("stateN", T.FLOAT, ["batch", 8])],
         [nh.from_array(rng.normal(size=(16, 8)).astype(np.float32), "W"), nh.from_array(rng.normal(size=(8, 8)).astype(np.float32), "U")],
     )
-    return save(g, path)
+    return save_graph(g, path)
 
 
 def build(params: Path, d: Path) -> dict[str, Path]:
-    cfg = load_config(params)
-    p = {k: d / f"model.{k}.onnx" for k in ("raw", "sim", "fp16")}
-    export.run_export(cfg.model, cfg.export, p["raw"])
-    simplify.simplify(p["raw"], p["sim"], cfg.simplify, cfg.model)
-    (d / "fp16.json").write_text(json.dumps(fp16.run_fp16(p["sim"], p["fp16"], cfg.precision, cfg.model), default=str))
-    return p
+    return build_precisions(load_config(params), d)
 
 
 def samples(path: Path, rows: int = 48) -> str:
@@ -73,20 +61,8 @@ def samples(path: Path, rows: int = 48) -> str:
 
 
 def run_parity(params: Path, d: Path, **files: Path) -> tuple[int, dict]:
-    args = [
-        "--params",
-        str(params),
-        "--source-onnx",
-        str(files.pop("raw")),
-        "--inputs",
-        str(d / "inputs.json"),
-        "--reference",
-        str(d / "reference.json"),
-        "--report",
-        str(d / "parity.json"),
-    ]
-    args += [a for k, f in files.items() for a in (f"--{k}", str(f))]
-    return parity.main(args), json.loads((d / "parity.json").read_text())
+    """The parity stage on ``files`` (``raw=`` the source, then the artifacts by precision): its exit code and report."""
+    return parity.main(parity_args(params, d, files.pop("raw"), **files)), json.loads((d / "parity.json").read_text())
 
 
 def test_fp16_whose_last_nodes_stay_fp32_keeps_fp32_outputs_and_parity_refuses_a_dtype_change(make_params, tmp_path: Path) -> None:
@@ -161,7 +137,7 @@ def recognizer(path: Path, flip_every: int = 0, noise: float = 0.0) -> Path:
         [h.make_tensor_value_info("logits", T.FLOAT, ["batch", 20, 12])],
         [nh.from_array(w, "W"), nh.from_array(np.array([-1, 20, 12], np.int64), "shape"), nh.from_array(bias, "B")],
     )
-    return save(g, path)
+    return save_graph(g, path)
 
 
 def test_a_sequence_classifier_is_judged_per_position(make_params, tmp_path: Path) -> None:
@@ -193,7 +169,7 @@ def constant_classifier(path: Path, shift: float = 0.0) -> Path:
         [h.make_tensor_value_info("logits", T.FLOAT, ["batch", 2])],
         [nh.from_array(w, "W"), nh.from_array(np.array([-1.9 + shift, 2.1 - shift], np.float32), "B")],
     )
-    return save(g, path)
+    return save_graph(g, path)
 
 
 def test_a_degenerate_reference_is_named_and_never_passes(make_params, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from pipeline.records.canary import (
 from pipeline.records.release import ReleaseManifest, read_manifest
 from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import bench_report, dvc_lock, parity_report, tiny_repository
+from tests.helpers.release_repo import bench_report, canary_record, dvc_lock, parity_report, tiny_repository
 
 
 def test_a_built_manifest_reads_back_byte_for_byte(tmp_path: Path) -> None:
@@ -89,16 +89,8 @@ def test_a_manifest_that_is_not_one_is_one_message(edit, says: str) -> None:  # 
 
 def test_a_judged_canary_record_reads_back_key_for_key() -> None:
     side = SideLatency(100, 0, 2.0, 3.0)
-    rec = CanaryRecord(
-        id="20260101T100000Z-v2",
-        model="tiny",
-        env="dev",
-        live=1,
-        candidate=2,
-        variant="default",
-        status="passed",
-        started_at="2026-01-01T10:00:00+00:00",
-        server="h:8000",
+    rec = canary_record(
+        "passed",
         servers=["h:8000", "g:8000"],
         copies={"live": "tiny__canary_x-baseline", "candidate": "tiny__canary_x-candidate"},
         traffic=TrafficSettings("real", 4.0, 0.25, 40.0, 4, 8, ["release 2's samples"]),

@@ -10,20 +10,14 @@ import pytest
 
 from pipeline.core.errors import ReleaseError
 from pipeline.release.archive import export_release, import_release
-from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+from tests.helpers.release_repo import release_tiny
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> ReleaseStore:
     st = ReleaseStore(tmp_path / "store")
-    build_release(
-        st,
-        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path),
-        unchecked_evidence=True,
-        tag=False,
-    )
+    release_tiny(st, tmp_path)
     return st
 
 
@@ -43,6 +37,15 @@ def _rewrite(src: Path, dst: Path, change: dict[str, bytes | None]) -> Path:
     return dst
 
 
+def _refused(archive: Path, change: dict[str, bytes | None], match: str) -> str:
+    """Import ``archive`` with ``change`` made to it (``bad.tar.gz`` beside it) into a new store ``other`` beside it:
+    refused with ``match``; the error as rendered."""
+    bad = _rewrite(archive, archive.with_name("bad.tar.gz"), change)
+    with pytest.raises(ReleaseError, match=match) as e:
+        import_release(ReleaseStore(archive.parent / "other"), bad)
+    return e.value.render()
+
+
 def test_export_import_roundtrip(tmp_path: Path, store: ReleaseStore) -> None:
     archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
     other = ReleaseStore(tmp_path / "other")
@@ -53,34 +56,21 @@ def test_export_import_roundtrip(tmp_path: Path, store: ReleaseStore) -> None:
 
 def test_archive_entry_escaping_the_target_is_refused(tmp_path: Path, store: ReleaseStore) -> None:
     archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
-    evil = _rewrite(archive, tmp_path / "evil.tar.gz", {"../evil": b"pwned"})
-    with pytest.raises(ReleaseError, match="unsafe archive entry '../evil'") as e:
-        import_release(ReleaseStore(tmp_path / "other"), evil)
-    assert "OutsideDestinationError" in e.value.render()
+    assert "OutsideDestinationError" in _refused(archive, {"../evil": b"pwned"}, "unsafe archive entry '../evil'")
     assert not (tmp_path / "other").exists()
     assert not list(tmp_path.rglob("evil")) and not Path("/tmp/evil").exists()
 
 
 def test_archive_with_changed_file_is_refused(tmp_path: Path, store: ReleaseStore) -> None:
     archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
-    bad = _rewrite(archive, tmp_path / "bad.tar.gz", {"tiny/1/files/1/model.py": b"import os\n"})
-    with pytest.raises(ReleaseError, match="does not match its own manifest") as e:
-        import_release(ReleaseStore(tmp_path / "other"), bad)
-    assert "changed: 1/model.py" in e.value.render()
-    extra = _rewrite(archive, tmp_path / "extra.tar.gz", {"tiny/1/files/1/backdoor.py": b"x"})
-    with pytest.raises(ReleaseError, match="unexpected: 1/backdoor.py"):
-        import_release(ReleaseStore(tmp_path / "other"), extra)
+    assert "changed: 1/model.py" in _refused(archive, {"tiny/1/files/1/model.py": b"import os\n"}, "does not match its own manifest")
+    _refused(archive, {"tiny/1/files/1/backdoor.py": b"x"}, "unexpected: 1/backdoor.py")
 
 
 def test_import_refuses_a_different_release_with_the_same_number(tmp_path: Path, store: ReleaseStore) -> None:
     archive = export_release(store, "tiny", 1, tmp_path / "tiny-1.tar.gz")
     other = ReleaseStore(tmp_path / "other")
-    build_release(
-        other,
-        BuildInputs(tiny_repository(tmp_path / "repo2", marker="x"), parity_report(tmp_path / "p2.json"), None, dvc_lock(tmp_path / "l2"), git_cwd=tmp_path),
-        unchecked_evidence=True,
-        tag=False,
-    )
+    release_tiny(other, tmp_path, "repo2", marker="x")
     with pytest.raises(ReleaseError, match="already has a different release 1"):
         import_release(other, archive)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from pipeline.release.store.history import live_stack
 from pipeline.release.store.store import ReleaseStore
 from pipeline.release.verify import gc, verify_store
 from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
-from tests.helpers.project import ROOT
+from tests.helpers.project import RELEASE_CLI, ROOT
 
 
 def two_releases(tmp: Path, store: ReleaseStore, sign_key: Path | None = None) -> None:
@@ -67,7 +66,7 @@ def test_a_variant_outside_the_release_is_refused_before_anything_is_copied(tmp_
 # ---------------------------------------------------------------- one durable step
 def _promote_with_fault(tmp: Path, url: str, fault: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "release", "promote", "--to", "dev", "--version", "2", "--store", url, "--no-tag", "--params", str(tmp / "lease.yaml")],
+        [*RELEASE_CLI, "promote", "--to", "dev", "--version", "2", "--store", url, "--no-tag", "--params", str(tmp / "lease.yaml")],
         cwd=tmp,
         env={**os.environ, **env, "PYTHONPATH": str(ROOT), "TRITON_PIPELINE_FAULT": fault},
         capture_output=True,
@@ -247,7 +246,7 @@ def test_import_of_a_crafted_manifest_is_one_message(tmp_path: Path, model: obje
     store = ReleaseStore(tmp_path / "store")
     two_releases(tmp_path, store)
     r = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "release", "import", str(_crafted_archive(tmp_path, store, model, version, layout)), "--store", str(tmp_path / "other")],
+        [*RELEASE_CLI, "import", str(_crafted_archive(tmp_path, store, model, version, layout)), "--store", str(tmp_path / "other")],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -262,15 +261,12 @@ def test_list_survives_one_corrupt_manifest_and_canary_duration_is_bounded(tmp_p
     two_releases(tmp_path, store)
     (tmp_path / "store/releases/tiny/1/manifest.json").write_text("{not json")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "release", "list", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True)
+    r = subprocess.run([*RELEASE_CLI, "list", "--store", str(tmp_path / "store")], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "unreadable" in r.stdout and "WARNING tiny 1: corrupt manifest" in r.stdout and "pass" in r.stdout, r.stdout  # release 2 still listed
     r = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "release",
+            *RELEASE_CLI,
             "canary",
             "--env",
             "dev",

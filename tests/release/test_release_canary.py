@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from pipeline.release.triton_control import TritonReloader
 from pipeline.serving.perf_analyzer import locate_perf_analyzer
 from pipeline.serving.process import EmbeddedServer
 from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, standin_repository
-from tests.helpers.project import ROOT
+from tests.helpers.project import RELEASE_CLI, ROOT
 
 pytestmark = pytest.mark.triton
 RELEASES = [(1, 8.0), (1, 8.0), (2, 8.0), (1, 40.0)]  # (weights seed, sleep per execute in ms) of releases 1-4
@@ -175,26 +174,7 @@ def test_perturbed_weights_fail_on_outputs(served: tuple[ReleaseStore, EmbeddedS
     store, srv = served
     params = make_params(*KNOBS)
     production = load()
-    r = CliRunner().invoke(
-        app,
-        [
-            "release",
-            "canary",
-            "--env",
-            "dev",
-            "--version",
-            "3",
-            "--reload",
-            srv.http_url,
-            "--metrics",
-            f"127.0.0.1:{srv.metrics_port}",
-            "--store",
-            str(store.url),
-            "--params",
-            str(params),
-            "--no-tag",
-        ],
-    )
+    r = CliRunner().invoke(app, ["release", *canary_args(store, srv, params, 3)])
     production.finish()
     assert r.exit_code == 1, r.output
     assert "| outputs: y | reference |" in r.output and "FAIL |" in r.output and "| production on 'tiny' v1 |" in r.output, r.output
@@ -229,28 +209,16 @@ def test_slow_candidate_fails_on_latency_under_a_share_of_real_traffic(served: t
 
 
 # ---------------------------------------------------------------- killed, interrupted, aborted
-def cli_canary(store: ReleaseStore, srv: EmbeddedServer, params: Path, version: int, *extra: str) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.cli",
-        "release",
-        "canary",
-        "--env",
-        "dev",
-        "--version",
-        str(version),
-        "--reload",
-        srv.http_url,
-        "--metrics",
-        f"127.0.0.1:{srv.metrics_port}",
-        "--store",
-        str(store.url),
-        "--params",
-        str(params),
-        "--no-tag",
-        *extra,
+def canary_args(store: ReleaseStore, srv: EmbeddedServer, params: Path, version: int, *extra: str) -> list[str]:
+    """``release canary`` of ``version`` in 'dev' on ``srv`` (its metrics port too), judged with ``params``, no git tag."""
+    return [
+        *("canary", "--env", "dev", "--version", str(version), "--reload", srv.http_url, "--metrics", f"127.0.0.1:{srv.metrics_port}"),
+        *("--store", str(store.url), "--params", str(params), "--no-tag", *extra),
     ]
+
+
+def cli_canary(store: ReleaseStore, srv: EmbeddedServer, params: Path, version: int, *extra: str) -> subprocess.Popen[str]:
+    cmd = [*RELEASE_CLI, *canary_args(store, srv, params, version, *extra)]
     return subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -29,7 +29,7 @@ from pipeline.release.canary.run import run_canary
 from pipeline.release.promote import SwitchOptions, promote
 from pipeline.release.store import canaries
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, standin_repository, tiny_repository
+from tests.helpers.release_repo import canary_record, dvc_lock, parity_report, sample_inputs, standin_repository, tiny_repository
 
 UNREACHABLE = "127.0.0.1:1"  # nothing listens there: a check that passed it never contacted a server
 
@@ -201,16 +201,8 @@ def test_verdict_bounds_and_error_rate() -> None:
 def test_record_round_trip_and_summary(tmp_path: Path) -> None:
     store = ReleaseStore(tmp_path / "store")
     assert canaries.read(store.fs, "dev", "tiny") is None
-    running = CanaryRecord(
-        id="20260101T100000Z-v2",
-        model="tiny",
-        env="dev",
-        live=1,
-        candidate=2,
-        variant="default",
-        status="running",
-        started_at="2026-01-01T10:00:00+00:00",
-        server="h:8000",
+    running = canary_record(
+        "running",
         servers=["h:8000"],
         copies={"live": "tiny__canary_20260101T100000Z-v2-baseline", "candidate": "tiny__canary_20260101T100000Z-v2-candidate"},
         traffic=TrafficSettings("replay", 3, 0.1, 50, 4, 8, ["release 2's samples"]),

@@ -12,8 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -24,13 +22,13 @@ import pytest
 from pipeline.core.errors import ReleaseError
 from pipeline.release.store import pointer
 from pipeline.release.build import BuildInputs, build_release
-from pipeline.release.promote import promote, rollback
+from pipeline.release.promote import promote
 from pipeline.release.verify import verify_store
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+from tests.helpers.release_repo import dvc_lock, parity_report, pointer_reads_while_flipping, tiny_repository
 from tests.helpers.markers import starts
 from tests.helpers.s3 import CREDENTIALS, S3Server, free_port, s3_server
-from tests.helpers.project import ROOT
+from tests.helpers.project import RELEASE_CLI, ROOT
 
 
 @pytest.fixture
@@ -44,7 +42,7 @@ def bucket(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
 def cli(cwd: Path, env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``triton-pipeline release ...`` as a user runs it, with exactly ``env`` (plus the basics)."""
     base = {"PYTHONPATH": str(ROOT), "PATH": os.environ["PATH"], "HOME": str(cwd), "COLUMNS": "250"}
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", "release", *args], cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([*RELEASE_CLI, *args], cwd=cwd, env={**base, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 def one_message(r: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -147,25 +145,12 @@ def test_pointer_flip_is_one_put_readers_see_old_or_new(tmp_path: Path, s3: S3Se
     for repo in repos:
         build(store, tmp_path, repo)
     promote(store, "dev", version=1)
-    client, seen, errors, stop = s3.client(), set(), [], threading.Event()
+    client = s3.client()
 
-    def reader() -> None:
-        while not stop.is_set():
-            try:
-                body = client.get_object(Bucket=bucket, Key="st/envs/dev/tiny/config.pbtxt")["Body"].read().decode()
-                seen.add(tuple(pointer.live_versions(pointer.parse_config(body, "r"))))
-            except Exception as e:  # noqa: BLE001 - a torn or missing object would land here
-                errors.append(e)
+    def read() -> str:
+        return client.get_object(Bucket=bucket, Key="st/envs/dev/tiny/config.pbtxt")["Body"].read().decode()
 
-    t = threading.Thread(target=reader)
-    t.start()
-    try:
-        for _ in range(4):
-            promote(store, "dev", version=2)
-            rollback(store, "dev")
-    finally:
-        stop.set()
-        t.join()
+    seen, errors = pointer_reads_while_flipping(store, read, 4, Exception)  # anything a torn or missing object raises
     assert not errors and seen == {(1,), (2,)}, (errors, seen)
     assert len(store.env_state("dev", "tiny").history) == 9
 
@@ -190,7 +175,7 @@ def test_upload_killed_halfway_is_never_a_release(tmp_path: Path, s3: S3Server, 
     url = f"s3://{bucket}/st"
     params = make_params("release.lock_lease_s=1", name="fast-lease.yaml")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "release", *build_args(tmp_path, repo), "--store", url, "--params", str(params)],
+        [*RELEASE_CLI, *build_args(tmp_path, repo), "--store", url, "--params", str(params)],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE,
@@ -226,10 +211,7 @@ def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(tm
     params = make_params("release.lock_lease_s=3", name="lease.yaml")
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "pipeline.cli",
-            "release",
+            *RELEASE_CLI,
             "promote",
             "--to",
             "production",

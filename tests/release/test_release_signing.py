@@ -12,11 +12,10 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
 from pipeline.core.errors import ReleaseError  # noqa: E402
-from pipeline.release.build import BuildInputs, build_release  # noqa: E402
 from pipeline.release.promote import promote  # noqa: E402
 from pipeline.release.verify import verify_store  # noqa: E402
 from pipeline.release.store.store import ReleaseStore  # noqa: E402
-from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository  # noqa: E402
+from tests.helpers.release_repo import release_tiny  # noqa: E402
 
 
 def _keypair(d: Path, name: str) -> tuple[Path, Path]:
@@ -31,13 +30,7 @@ def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None
     priv, pub = _keypair(tmp_path, "release")
     _, other_pub = _keypair(tmp_path, "other")
     store = ReleaseStore(tmp_path / "store")
-    build_release(
-        store,
-        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path),
-        unchecked_evidence=True,
-        sign_key=priv,
-        tag=False,
-    )
+    release_tiny(store, tmp_path, sign_key=priv)
     assert (tmp_path / "store/releases/tiny/1/release.sig").is_file()
     assert verify_store(store, public_key=str(pub))
     assert promote(store, "dev", version=1, public_key=str(pub)).version == 1
@@ -63,12 +56,7 @@ def test_signed_release_verifies_and_tampering_is_caught(tmp_path: Path) -> None
 def test_unsigned_release_with_public_key_is_refused(tmp_path: Path) -> None:
     _, pub = _keypair(tmp_path, "k")
     store = ReleaseStore(tmp_path / "store")
-    build_release(
-        store,
-        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path),
-        unchecked_evidence=True,
-        tag=False,
-    )
+    release_tiny(store, tmp_path)
     with pytest.raises(ReleaseError, match="is not signed"):
         promote(store, "dev", version=1, public_key=str(pub))
 
@@ -79,13 +67,7 @@ def test_signing_on_a_non_local_store(tmp_path: Path) -> None:
 
     priv, pub = _keypair(tmp_path, "k")
     store = ReleaseStore(f"memory://sign-{uuid.uuid4().hex}")
-    build_release(
-        store,
-        BuildInputs(tiny_repository(tmp_path / "repo"), parity_report(tmp_path / "p.json"), None, dvc_lock(tmp_path / "l"), git_cwd=tmp_path),
-        unchecked_evidence=True,
-        sign_key=priv,
-        tag=False,
-    )
+    release_tiny(store, tmp_path, sign_key=priv)
     assert verify_store(store, public_key=str(pub))
     store.fs.fs.pipe_file(store.fs.path("releases/tiny/1/manifest.json"), store.fs.read_bytes("releases/tiny/1/manifest.json").replace(b'"tiny"', b'"tiny" '))
     with pytest.raises(ReleaseError, match="signature verification failed"):

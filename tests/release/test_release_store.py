@@ -8,7 +8,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote, rollback
 from pipeline.release.verify import verify_store
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import ONNX_BYTES, bench_report, dvc_lock, parity_report, sha256, tiny_repository
+from tests.helpers.release_repo import ONNX_BYTES, bench_report, dvc_lock, parity_report, pointer_reads_while_flipping, sha256, tiny_repository
 
 
 @pytest.fixture
@@ -238,26 +237,7 @@ def test_readers_never_see_a_partial_pointer(tmp_path: Path, inputs: dict[str, P
     _build(store, inputs, "repo2")
     promote(store, "dev", version=1)
     cfg_path = tmp_path / "store/envs/dev/tiny/config.pbtxt"
-    seen: set[tuple[int, ...]] = set()
-    errors: list[Exception] = []
-    stop = threading.Event()
-
-    def reader() -> None:
-        while not stop.is_set():
-            try:
-                seen.add(tuple(pointer.live_versions(pointer.parse_config(cfg_path.read_text(), "r"))))
-            except (ReleaseError, OSError) as e:  # a torn or missing file would land here
-                errors.append(e)
-
-    t = threading.Thread(target=reader)
-    t.start()
-    try:
-        for _ in range(15):
-            promote(store, "dev", version=2)
-            rollback(store, "dev")
-    finally:
-        stop.set()
-        t.join()
+    seen, errors = pointer_reads_while_flipping(store, cfg_path.read_text, 15, (ReleaseError, OSError))  # a torn or missing file
     assert not errors
     assert seen <= {(1,), (2,)} and seen
 

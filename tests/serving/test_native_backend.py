@@ -89,27 +89,29 @@ def test_batched_requests_get_their_own_rows(tmp_path: Path) -> None:
     assert st["inference_stats"]["compute_infer"]["ns"] > 0 and st["inference_stats"]["fail"]["count"] == 0
 
 
-@pytest.mark.triton
-def test_config_without_the_ort_library_fails_to_load_with_the_reason(tmp_path: Path) -> None:
-    model_dir = shipped_repository(tmp_path / "shipped")
-    build_embedded_repository(model_dir, tmp_path / "emb")
+def _load_error(tmp_path: Path, ort_library: str | None) -> str:
+    """The shipped tiny model's latency config with parameter ort_library set to ``ort_library`` (None: removed):
+    what the server says when it fails to load it."""
+    build_embedded_repository(shipped_repository(tmp_path / "shipped"), tmp_path / "emb")
     path = tmp_path / "emb" / "tiny__latency" / "config.pbtxt"
     cfg = read_config(path)
-    del cfg.parameters["ort_library"]
+    if ort_library is None:
+        del cfg.parameters["ort_library"]
+    else:
+        cfg.parameters["ort_library"].string_value = ort_library
     write_config(path, cfg)
     with pytest.raises(ToolError) as e, EmbeddedServer(tmp_path / "emb", "tiny__latency", timeout_s=60):
         pass
-    assert "pipeline_ort: no ONNX Runtime library: set parameter ort_library" in str(e.value) and "$PIPELINE_ORT_LIBRARY" in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.triton
+def test_config_without_the_ort_library_fails_to_load_with_the_reason(tmp_path: Path) -> None:
+    error = _load_error(tmp_path, None)
+    assert "pipeline_ort: no ONNX Runtime library: set parameter ort_library" in error and "$PIPELINE_ORT_LIBRARY" in error
 
 
 @pytest.mark.triton
 def test_a_library_that_is_not_onnx_runtime_fails_to_load_with_the_reason(tmp_path: Path) -> None:
-    model_dir = shipped_repository(tmp_path / "shipped")
-    build_embedded_repository(model_dir, tmp_path / "emb")
-    path = tmp_path / "emb" / "tiny__latency" / "config.pbtxt"
-    cfg = read_config(path)
-    cfg.parameters["ort_library"].string_value = str(tmp_path / "no-such-libonnxruntime.so")
-    write_config(path, cfg)
-    with pytest.raises(ToolError) as e, EmbeddedServer(tmp_path / "emb", "tiny__latency", timeout_s=60):
-        pass
-    assert "cannot load ONNX Runtime from" in str(e.value) and "no-such-libonnxruntime.so" in str(e.value)
+    error = _load_error(tmp_path, str(tmp_path / "no-such-libonnxruntime.so"))
+    assert "cannot load ONNX Runtime from" in error and "no-such-libonnxruntime.so" in error

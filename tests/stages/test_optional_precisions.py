@@ -18,6 +18,7 @@ from pipeline.convert import calibration
 from pipeline.core import optional
 from pipeline.stages import calibrate, fp16, int8, parity
 from tests.helpers.corpus import if_onnx
+from tests.helpers.stages import parity_args
 
 BASE = ["model=onnx", "model.name=vad"]
 
@@ -26,6 +27,11 @@ def _fp16(params: Path, src: Path, d: Path) -> int:
     return fp16.main(
         ["--params", str(params), "--onnx", str(src), "--out", str(d / "model.fp16.onnx"), "--report", str(d / "fp16.json"), "--metrics", str(d / "fp16.metrics.json")]
     )
+
+
+def _int8(params: Path, src: Path, calibration: Path, d: Path, name: str) -> int:
+    """int8 on ``src`` with ``calibration``, into ``d/model.<name>.onnx`` with its report ``d/<name>.json``."""
+    return int8.main(["--params", str(params), "--onnx", str(src), "--calibration", str(calibration), "--out", str(d / f"model.{name}.onnx"), "--report", str(d / f"{name}.json")])
 
 
 def test_optional_precisions_that_fail_are_recorded_and_block_nothing(make_params, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,65 +47,14 @@ def test_optional_precisions_that_fail_are_recorded_and_block_nothing(make_param
     # The rank-0 input stays rank 0 in the calibration set (np.ascontiguousarray made it [1]), so int8 is real here.
     assert calibrate.main(["--params", str(params), "--onnx", str(src), "--out", str(tmp_path / "samples.json"), "--report", str(tmp_path / "cal.json")]) == 0
     assert {f["sr"].shape for f in calibration.load(tmp_path / "samples.json")} == {()}
-    assert (
-        int8.main(
-            [
-                "--params",
-                str(params),
-                "--onnx",
-                str(src),
-                "--calibration",
-                str(tmp_path / "samples.json"),
-                "--out",
-                str(tmp_path / "model.int8.onnx"),
-                "--report",
-                str(tmp_path / "int8.json"),
-            ]
-        )
-        == 0
-    )
+    assert _int8(params, src, tmp_path / "samples.json", tmp_path, "int8") == 0
     assert optional.reason(tmp_path / "model.int8.onnx") is None
     # A calibration set that could not be made: int8 records it in turn.
     optional.write(tmp_path / "none.json", "calibration set", "3 rows, fewer than int8.calibration.min_samples=8")
-    assert (
-        int8.main(
-            [
-                "--params",
-                str(params),
-                "--onnx",
-                str(src),
-                "--calibration",
-                str(tmp_path / "none.json"),
-                "--out",
-                str(tmp_path / "model.int8b.onnx"),
-                "--report",
-                str(tmp_path / "int8b.json"),
-            ]
-        )
-        == 0
-    )
+    assert _int8(params, src, tmp_path / "none.json", tmp_path, "int8b") == 0
     assert "the calibration set is not available: 3 rows" in str(optional.reason(tmp_path / "model.int8b.onnx"))
 
-    rc = parity.main(
-        [
-            "--params",
-            str(params),
-            "--source-onnx",
-            str(src),
-            "--fp32",
-            str(src),
-            "--fp16",
-            str(tmp_path / "model.fp16.onnx"),
-            "--int8",
-            str(tmp_path / "model.int8b.onnx"),
-            "--inputs",
-            str(tmp_path / "in.json"),
-            "--reference",
-            str(tmp_path / "ref.json"),
-            "--report",
-            str(tmp_path / "parity.json"),
-        ]
-    )
+    rc = parity.main(parity_args(params, tmp_path, src, fp32=src, fp16=tmp_path / "model.fp16.onnx", int8=tmp_path / "model.int8b.onnx"))
     assert rc == 0
     rep = json.loads((tmp_path / "parity.json").read_text())
     assert rep["passed"] is True and rep["gating"] == ["fp32"]
@@ -127,24 +82,7 @@ def test_fp16_through_if_keeps_the_node_onnx_runtime_refuses_fp32(make_params, t
     for sr in (16000, 100):  # both branches
         feed = {"x": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), "sr": np.array(sr, np.int64)}
         assert np.abs(a.run(None, feed)[0] - b.run(None, feed)[0]).max() < 1e-2
-    rc = parity.main(
-        [
-            "--params",
-            str(params),
-            "--source-onnx",
-            str(src),
-            "--fp32",
-            str(src),
-            "--fp16",
-            str(tmp_path / "model.fp16.onnx"),
-            "--inputs",
-            str(tmp_path / "in.json"),
-            "--reference",
-            str(tmp_path / "ref.json"),
-            "--report",
-            str(tmp_path / "parity.json"),
-        ]
-    )
+    rc = parity.main(parity_args(params, tmp_path, src, fp32=src, fp16=tmp_path / "model.fp16.onnx"))
     rep = json.loads((tmp_path / "parity.json").read_text())
     assert rc == 0 and "fp16" in rep["gating"] and rep["artifacts"]["fp16"]["passed"] is True
 
