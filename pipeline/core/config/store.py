@@ -12,6 +12,8 @@ Registered by the Hydra plugin (hydra_plugins/triton_pipeline, which `dvc exp ru
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -27,7 +29,14 @@ NODES: dict[tuple[str, str], type] = {
 
 
 def defaults_of(cls: type) -> dict[str, Any]:
-    """Every default of dataclass ``cls`` (nested ones included) as plain YAML values."""
+    """Every default of dataclass ``cls`` (nested ones included) as plain YAML values (a copy the caller may change)."""
+    return copy.deepcopy(_defaults(cls))
+
+
+# A dataclass's defaults do not change within a process, and building them through OmegaConf is most of a
+# composition's own time (every `python -m pipeline.params` and every composing test pays it).
+@functools.cache
+def _defaults(cls: type) -> dict[str, Any]:
     node = OmegaConf.to_container(OmegaConf.structured(cls), enum_to_str=True)
     assert isinstance(node, dict)
     return {str(k): v for k, v in node.items()}
