@@ -4,6 +4,7 @@ import signal as _signal
 import sys as _sys
 from collections.abc import Callable as _Callable
 from types import TracebackType as _TracebackType
+from typing import Any as _Any
 from typing import NoReturn as _NoReturn
 
 __version__ = "0.1.0"
@@ -42,8 +43,23 @@ def _note_sigint(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _quiet_unraisable(unraisable: _Any) -> None:
+    """A Ctrl-C that lands in a callback Python cannot raise from (an import lock's, a weakref's) is still an
+    interruption: exit as the excepthook does, rather than print "Exception ignored" and carry on."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        print("\ninterrupted", file=_sys.stderr)
+        _sys.stderr.flush()
+        _sys.stdout.flush()
+        import os
+
+        os._exit(130)
+    _previous_unraisable(unraisable)
+
+
+_previous_unraisable = _sys.unraisablehook
 _previous_hook = _sys.excepthook
-if _sys.excepthook is _sys.__excepthook__:  # leave a debugger's or another tool's hook alone
+if _sys.excepthook is _sys.__excepthook__:
+    _sys.unraisablehook = _quiet_unraisable  # leave a debugger's or another tool's hook alone
     _sys.excepthook = _quiet_interrupt
     if _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
         _signal.signal(_signal.SIGINT, _note_sigint)
