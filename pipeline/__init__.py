@@ -24,16 +24,21 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, tb: _Trace
     if _sigint_seen:
         # The Ctrl-C landed inside an extension module's import (numpy turns it into an ImportError): still an
         # interruption, not a bug to show; exit with the status of one.
-        print("\ninterrupted", file=_sys.stderr)
-        _sys.stderr.flush()
-        _sys.stdout.flush()
-        import os
-
-        os._exit(130)
+        _exit_interrupted()
     _previous_hook(kind, value, tb)
 
 
 _sigint_seen = False
+
+
+def _exit_interrupted() -> _NoReturn:
+    """Say "interrupted" and exit now with the status of an interrupted command (130), running nothing more."""
+    print("\ninterrupted", file=_sys.stderr)
+    _sys.stderr.flush()
+    _sys.stdout.flush()
+    import os
+
+    os._exit(130)
 
 
 def _note_sigint(signum: int, frame: object) -> None:
@@ -47,12 +52,7 @@ def _quiet_unraisable(unraisable: _Any) -> None:
     """A Ctrl-C that lands in a callback Python cannot raise from (an import lock's, a weakref's) is still an
     interruption: exit as the excepthook does, rather than print "Exception ignored" and carry on."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        print("\ninterrupted", file=_sys.stderr)
-        _sys.stderr.flush()
-        _sys.stdout.flush()
-        import os
-
-        os._exit(130)
+        _exit_interrupted()
     _previous_unraisable(unraisable)
 
 
