@@ -78,8 +78,8 @@ def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench_and_reruns
     fast_bench = [
         "bench.sweep.concurrency=[1,2]",
         "bench.sweep.measurement_interval_ms=500",
-        "bench.max_trials=6",
-        "bench.sweep.stability_percentage=50",
+        "bench.max_trials=10",  # beside three busy test workers a window can swing: this test is about graph inputs
+        "bench.sweep.stability_percentage=100",
         "bench.baseline.warmup_runs=5",
         "bench.baseline.runs=50",
         "bench.baseline.seconds=0.2",
