@@ -1,12 +1,12 @@
 """The install paths resolve to exactly one ONNX Runtime wheel: onnxruntime on CPU, onnxruntime-gpu on a GPU runner.
 
-Both wheels own the `onnxruntime` import; ONNX Runtime's install docs say to have only one. The plans come
-from pip's own resolver (`pip install --dry-run --report`, metadata only, nothing installed).
+Both wheels own the `onnxruntime` import; ONNX Runtime's install docs say to have only one. The plans come from
+uv's resolver, the one scripts/setup.sh installs the extras with (`uv pip compile`, metadata only, nothing installed).
 """
 
 from __future__ import annotations
 
-import json
+import re
 import subprocess
 import sys
 
@@ -17,30 +17,29 @@ pytestmark = pytest.mark.slow
 
 
 EXTRAS = ("gpu", "cpu", "cpu,torchserve")
+PINNED = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)")
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
-    """{extras: {package: version}} for each install path, resolved side by side (each takes seconds of PyPI metadata)."""
-    tmp = tmp_path_factory.mktemp("plans")
-    reports = {e: tmp / f"plan-{e.replace(',', '-')}.json" for e in EXTRAS}
+def plans() -> dict[str, dict[str, str]]:
+    """{extras: {package: version}} for each install path, resolved side by side."""
     procs = {
         e: subprocess.Popen(
-            [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(r), f".[{e}]"],
+            [sys.executable, "-m", "uv", "pip", "compile", "pyproject.toml", "-q", "--no-header", "--python-version", "3.11", *(f"--extra={x}" for x in e.split(","))],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for e, r in reports.items()
+        for e in EXTRAS
     }
     out = {}
     for e, proc in procs.items():
-        _, err = proc.communicate(timeout=600)
-        if proc.returncode != 0 and ("NewConnectionError" in err or "No matching distribution" in err and "onnxruntime" in err):
+        lock, err = proc.communicate(timeout=600)
+        if proc.returncode != 0 and ("Failed to fetch" in err or "dns error" in err or "Connect" in err):
             pytest.skip(f"PyPI not reachable from here: {err.strip().splitlines()[-1]}")
         assert proc.returncode == 0, err
-        out[e] = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(reports[e].read_text())["install"]}
+        out[e] = {m.group(1).lower(): m.group(2) for m in map(PINNED.match, lock.splitlines()) if m}
     return out
 
 
