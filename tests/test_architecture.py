@@ -136,7 +136,7 @@ def test_stages_are_thin() -> None:
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_every_module_imports(module: str) -> None:
-    if module.endswith("python_standin"):
+    if module.endswith(("python_standin", "text_model")):
         pytest.skip("runs inside Triton's python-backend stub, which provides triton_python_backend_utils")
     importlib.import_module(module)
 

@@ -6,9 +6,10 @@ the Python module behind ``model.factory._target_`` or ``model.data._target_``, 
 file at ``model.data.path``. Rewriting any of them in place (a retrain, an edited model)
 changes no param, so DVC would keep the old artifacts.
 
-The always-run ``probe`` stage therefore writes two records with no timestamps:
-``model`` (what export builds the graph from) and ``data`` (where the real samples come
-from). Export and parity depend on both, the stages that only read samples on ``data``.
+The always-run ``probe`` stage therefore writes three records with no timestamps:
+``model`` (what export builds the graph from), ``data`` (where the real samples come
+from) and ``tokenizer`` (the text endpoint's tokenizer file). Export and parity depend on the
+first two, the stages that only read samples on ``data``, the repository on ``tokenizer``.
 An unchanged file hashes the same, so the records keep their bytes and nothing reruns;
 a changed one changes the record, and DVC reruns exactly what depends on it.
 
@@ -50,8 +51,22 @@ def render(record: dict[str, Any]) -> str:
 
 
 def records(model: ModelConfig, root: Path) -> dict[str, str]:
-    """Both records as the probe stage writes them: ``{"model": text, "data": text}``."""
-    return {"model": render(model_record(model, root)), "data": render(data_record(model, root))}
+    """The records as the probe stage writes them: ``{"model": text, "data": text, "tokenizer": text}``."""
+    return {"model": render(model_record(model, root)), "data": render(data_record(model, root)), "tokenizer": render(tokenizer_record(model, root))}
+
+
+def tokenizer_record(model: ModelConfig, root: Path) -> dict[str, Any]:
+    """Fingerprint of the text endpoint's tokenizer file (``model.tokenizer.path``; a package's file by content too)."""
+    rec: dict[str, Any] = {"schema": SCHEMA, "record": "tokenizer"}
+    if model.tokenizer is None:
+        rec["none"] = True
+        return rec
+    from pipeline.core.config.files import tokenizer_file
+
+    where = _existing_file(str(tokenizer_file(model.tokenizer.path, root)), "model.tokenizer.path", "set model.tokenizer.path to the model's tokenizer.json")
+    # Named as the config names it: a package's file lives at another absolute path on every machine.
+    rec["file"] = {**file_entry(where, root), "path": model.tokenizer.path}
+    return rec
 
 
 def _installed_roots() -> list[Path]:

@@ -10,6 +10,8 @@ Layout (for model name M and version V):
                                       V/model.<precision>.onnx (its default_model_filename)
     <out>/M_trt/...                   TensorRT engines per compute capability (cc_model_filenames), only
                                       when a GPU target built an engine that matches it and passed parity
+    <out>/M_text/...                  the text endpoint (text in, M's outputs out), when model.tokenizer is set
+                                      (pipeline/repository/text_endpoint.py)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pipeline.engines.manifest import targets_table
 from pipeline.records.parity import ParityReport, read_report
 from pipeline.repository import warmup as warmup_mod
 from pipeline.repository.served import Served, configured, file_names
+from pipeline.repository.text_endpoint import write_text_model
 from pipeline.repository.trt_model import load_parity, render_trt_model
 
 VARIANTS = ("latency", "throughput")
@@ -131,7 +134,9 @@ def write_repository(
         configs.write(key, s, shipped.names[s.precision], shipped.io[s.precision])
     (model_dir / "config.pbtxt").write_text(configs.rendered[cfg.repository.default_variant], encoding="utf-8")
     engines_summary = write_trt_model(cfg, engines, parity, out) if engines is not None else None
-    return _summary(cfg, serving, shipped, configs, engines_summary)
+    io = shipped.io[shipped.served[cfg.repository.default_variant].precision]
+    text = write_text_model(cfg, out, configs.variants, io) if cfg.model.tokenizer is not None else None
+    return {**_summary(cfg, serving, shipped, configs, engines_summary), "text_endpoint": text.to_json() if text else None}
 
 
 @dataclass(frozen=True)
@@ -201,11 +206,13 @@ class _VariantConfigs:
     rendered: dict[str, str] = field(default_factory=dict)
     derived: dict[str, str] = field(default_factory=dict)
     rows: dict[bool, warmup_mod.Feed] = field(default_factory=dict)  # the warmup sample row, per "the config has a batch axis"
+    variants: dict[str, VariantConfig] = field(default_factory=dict)  # each variant as rendered (a fixed-batch graph's changed)
 
     def write(self, key: str, served: Served, file_name: str, io: GraphIO) -> None:
         """Render and write variant ``key``, serving ``file_name`` (``served``) with the graph's inputs and outputs ``io``."""
         v_in, v_out = io
         variant, note = fixed_batch_variant(getattr(self.cfg.variants, key), v_in)
+        self.variants[key] = variant
         pb = triton_config.onnx_model_config(self.cfg.model.name, v_in, v_out, variant, self.serving, f"variants.{key}")
         pb.default_model_filename = file_name
         lines = triton_config.describe_variant(variant, self.serving, served.precision)

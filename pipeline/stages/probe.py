@@ -1,6 +1,6 @@
 """probe stage: record what lies outside DVC's view, as JSON with no timestamps.
 
-Runs on every ``dvc repro`` (``always_changed: true``) and writes four records:
+Runs on every ``dvc repro`` (``always_changed: true``) and writes five records:
 - ``--out``: this machine's GPUs, driver, CUDA and TensorRT versions. The engine stages depend
   on it, so on another GPU or TensorRT DVC can neither keep nor restore from its run-cache an
   engine built elsewhere.
@@ -8,6 +8,7 @@ Runs on every ``dvc repro`` (``always_changed: true``) and writes four records:
   names (checkpoint, ONNX file, the factory's and the data hook's code; see
   :mod:`pipeline.core.sources`). Export and parity depend on them, so a retrained checkpoint
   or an edited model module reruns them even though no param changed.
+- ``--tokenizer-record``: the tokenizer file's fingerprint; the repository (the text endpoint ships a copy) depends on it.
 - ``--host-record``: CPU model, cores, memory, GPUs and runtime versions (:mod:`pipeline.core.host`). The
   bench depends on it, so another machine measures itself instead of keeping a benchmark taken elsewhere.
 
@@ -31,6 +32,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, type=Path, help="machine probe JSON to write")
     p.add_argument("--model-record", required=True, type=Path, help="fingerprint of the model's source files")
     p.add_argument("--data-record", required=True, type=Path, help="fingerprint of the sample-data sources")
+    p.add_argument("--tokenizer-record", type=Path, help="fingerprint of the text endpoint's tokenizer file (the repository depends on it)")
     p.add_argument("--host-record", type=Path, help="what kind of machine this is (the bench depends on it)")
 
 
@@ -41,6 +43,8 @@ def _body(a: argparse.Namespace) -> None:
     atomic.write_json(a.out, info)
     atomic.write_text(a.model_record, recs["model"])
     atomic.write_text(a.data_record, recs["data"])
+    if a.tokenizer_record is not None:
+        atomic.write_text(a.tokenizer_record, recs["tokenizer"])
     if a.host_record is not None:
         atomic.write_text(a.host_record, sources.render(host_record([str(g["name"]) for g in info["gpus"]])))
     gpus = ", ".join(f"{g['name']} ({sm_tag(str(g['compute_capability']))})" for g in info["gpus"]) or "none"

@@ -41,6 +41,11 @@ def _body(a: argparse.Namespace) -> None:
         print(f"[repository] variant '{variant}' serves {s['precision']} ({s['file']}): {s['reason']}")
     for key, note in summary["derived"].items():
         print(f"[repository] note: variant '{key}': {note}")
+    text = summary["text_endpoint"]
+    if text:
+        print(f"[repository] text endpoint {text['model']}: text in, tokenized with {text['tokenizer']['source']} (max_length {text['tokenizer']['max_length']})")
+    else:
+        print("[repository] no text endpoint: model.tokenizer is not set (a text model gets <name>_text by setting it)")
     if summary["engines"] and summary["engines"]["table"]:
         print("[repository] TensorRT targets:\n" + summary["engines"]["table"])
 

@@ -69,8 +69,7 @@ def procs_mentioning(text: str, names: tuple[str, ...] = SERVER_PROCS) -> list[s
     return found
 
 
-@TIMING
-@pytest.mark.triton
+@pytest.mark.triton  # judges what the report holds, not how fast: it runs beside other tests
 @pytest.mark.parametrize("backend", ["native", "python"])
 def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     shipped_repository(tmp_path / "repo", "tiny")
@@ -78,6 +77,9 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     cfg = tiny_cfg()
     cfg.bench.embedded_backend = backend
     b = cfg.bench
+    # Beside busy workers a 50% stability window may never settle; any three windows count here (timing is judged
+    # by test_busy_machine_still_gives_every_headline_with_an_interval, which runs alone).
+    b.max_trials, b.sweep.stability_percentage, b.rounds.stability_percentage = 10, 100, 100
     readiness = backend == "native"  # cold start and overload do not depend on the stand-in: measured once
     b.readiness.cold_start, b.readiness.cold_start_requests, b.overload.enabled, b.overload.levels, b.overload.interval_ms, b.overload.burst_s = (
         readiness,

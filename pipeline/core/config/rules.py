@@ -71,6 +71,25 @@ def check_rules(
 
 
 # ---------------------------------------------------------------- model
+def check_tokenizer(m: ModelConfig, p: Problems) -> None:
+    """The text endpoint feeds graph inputs from the tokenizer: at least the ids, each named input once, known inputs only."""
+    tok = m.tokenizer
+    assert tok is not None
+    fed = list(tok.inputs.values())
+    if "ids" not in fed:
+        p.add(
+            "model.tokenizer.inputs",
+            {k: str(v) for k, v in tok.inputs.items()},
+            "must say which graph input takes the token ids, e.g. {input_ids: ids, attention_mask: attention_mask}",
+        )
+    names = [i.name for i in m.inputs]
+    for name in tok.inputs:
+        if names and name not in names and len(set(names)) == len(names):
+            p.add(f"model.tokenizer.inputs.{name}", str(tok.inputs[name]), f"is not an input of the model ({names})" + did_you_mean(name, names))
+    if len(set(fed)) != len(fed):
+        p.add("model.tokenizer.inputs", {k: str(v) for k, v in tok.inputs.items()}, "feeds one tokenizer field to two inputs")
+
+
 def check_model(m: ModelConfig, p: Problems) -> None:
     """Name, input specs, sample data, judged output axes (what the source needs is checked at composition: files.py)."""
     if not _NAME.match(m.name or ""):
@@ -89,6 +108,8 @@ def check_model(m: ModelConfig, p: Problems) -> None:
         if spec.low > spec.high:
             p.add(f"{key}.low", spec.low, f"must be <= {key}.high={spec.high} (the synthetic sample range)")
     check_data(m.data, p)
+    if m.tokenizer is not None:
+        check_tokenizer(m, p)
     for out, axis in m.output_axes.items():
         if out not in m.output_kinds:
             p.add(

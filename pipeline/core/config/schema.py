@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pipeline.core.config.enums import GRAPH_LEVELS, DType, ErrorStat, HardwareCompatibility, OutputKind, Precision, Source, TargetKind, VariantName
+from pipeline.core.config.enums import GRAPH_LEVELS, DType, ErrorStat, HardwareCompatibility, OutputKind, Precision, Source, TargetKind, TokenField, VariantName
 from pipeline.core.config.knobs import knob
 from pipeline.core.config.schema_bench import BenchConfig
 from pipeline.core.config.schema_precision import ChooseConfig, Int8Config, PrecisionConfig, QualityConfig
@@ -45,6 +45,18 @@ class TensorSpec:
 
 
 @dataclass
+class TokenizerConfig:
+    """The text model's tokenizer: the repository adds ``<model.name>_text``, which takes text and returns the outputs."""
+
+    # A tokenizers-library tokenizer.json: a path (relative to the project), or <python package>:<file in the package>.
+    path: str = knob("", nonempty=True, empty="must name the tokenizer.json file (or set model.tokenizer=null)")
+    max_length: int = knob(128, ge=1, le=65536)  # a row's tokens, special tokens included
+    truncation: bool = True  # cut a longer row to max_length; false: answer that request with an error
+    # Which graph input gets what: {input_ids: ids, attention_mask: attention_mask} (type_ids for a third input).
+    inputs: dict[str, TokenField] = field(default_factory=dict)
+
+
+@dataclass
 class ModelConfig:
     """Where the model comes from and what its I/O looks like."""
 
@@ -72,6 +84,8 @@ class ModelConfig:
     # default (16) does not fit the model: {height: 32, width: 32} for a detector that needs multiples of 32. The batch
     # axis takes the samples' batch sizes. (The export stage tries a few sizes and names this key when 16 fails.)
     sample_dims: dict[str, int] = knob({}, ge=1, le=65536)
+    # A text model's tokenizer: the repository then also ships <name>_text, text in and outputs out. null: no text endpoint.
+    tokenizer: Optional[TokenizerConfig] = None
 
 
 # ---------------------------------------------------------------- export / simplify

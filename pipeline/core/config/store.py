@@ -3,7 +3,8 @@
 conf/config.yaml's defaults list starts with ``schema`` (every :class:`PipelineConfig` default), so the YAML under
 conf/ holds only choices and values that differ. Where a config lands at a position the root has no default for, its
 file starts with the schema of what it is: a target file with ``schema`` of its group (an entry of ``target_specs``),
-the throughput variant's dynamic batching with ``dynamic_batching/schema`` (a block that is null by default).
+the throughput variant's dynamic batching with ``dynamic_batching/schema`` and a text model's tokenizer with
+``tokenizer/schema`` (blocks that are null by default).
 
 The nodes are plain, untyped mappings (Enums as their values): a typo or a wrong type is then reported by this
 package's own walk (load.py), with the key named and the closest valid value, not by OmegaConf's struct errors.
@@ -18,13 +19,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipeline.core.config.schema import DynamicBatchingConfig, PipelineConfig, TargetConfig
+from pipeline.core.config.schema import DynamicBatchingConfig, PipelineConfig, TargetConfig, TokenizerConfig
 
 # (group, name) -> the dataclass whose defaults the node holds; group "" is the root of conf/.
 NODES: dict[tuple[str, str], type] = {
     ("", "schema"): PipelineConfig,
     ("target", "schema"): TargetConfig,
     ("variant/dynamic_batching", "schema"): DynamicBatchingConfig,
+    ("model/tokenizer", "schema"): TokenizerConfig,
 }
 
 
