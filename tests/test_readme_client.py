@@ -24,7 +24,6 @@ import pytest
 from pipeline.convert import export, simplify
 from pipeline.core.config import load_config
 from pipeline.repository.writer import write_repository
-from pipeline.serving.embedded import build_embedded_repository
 from pipeline.serving.process import EmbeddedServer
 from tests.conftest import ROOT
 
@@ -43,6 +42,12 @@ def readme_snippet() -> str:
     return blocks[0]
 
 
+def readme_curl() -> str:
+    """The README's curl command that sends text to the text endpoint (its continuation lines joined)."""
+    block = README.read_text(encoding="utf-8").split("    $ curl ", 1)[1].split("\n\n", 1)[0]
+    return "curl " + " ".join(ln.strip().rstrip("\\").strip() for ln in block.splitlines() if not ln.strip().startswith("{\"model_name"))
+
+
 def test_readme_test_command_is_what_ci_runs() -> None:
     """The README's "Run the tests" block is byte-identical to the commands .ci/run runs (after its preamble)."""
     ci = [ln for ln in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith(("#", "set ", "cd "))]
@@ -59,13 +64,15 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
     export.run_export(cfg.model, cfg.export, raw)
     simplify.simplify(raw, fp32, cfg.simplify, cfg.model)
     write_repository(cfg, fp32, tmp_path / "repo")
-    build_embedded_repository(tmp_path / "repo" / cfg.model.name, tmp_path / "emb", backend="native")
     t1 = time.perf_counter()
 
     sentences = [*GUITAR, *UNRELATED]
-    with EmbeddedServer(tmp_path / "emb", cfg.model.name, "latency", timeout_s=120) as srv:
+    # The repository as shipped: the tensor model through the native ONNX Runtime stand-in, the text endpoint
+    # through the python backend; the shipped latency config, as `--model-config-name=latency` picks it.
+    text_model = f"{cfg.model.name}_text"
+    with EmbeddedServer(tmp_path / "repo", cfg.model.name, "latency", timeout_s=120, also_load=(text_model,), ort_standin=True) as srv:
         run = subprocess.run(
-            [sys.executable, str(CLIENT), "--url", srv.http_url, "--model", cfg.model.name, "--json", *sentences],
+            [sys.executable, str(CLIENT), "--url", srv.http_url, "--model", text_model, "--json", *sentences],
             capture_output=True,
             text=True,
             timeout=120,
@@ -79,6 +86,7 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
             timeout=120,
             cwd=tmp_path,
         )
+        curl = subprocess.run(["bash", "-c", readme_curl().replace("localhost:8000", srv.http_url)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     emb, cos = np.array(out["embeddings"], dtype=np.float32), np.array(out["cosine"])
@@ -89,14 +97,14 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
     unrelated = [cos[i, j] for i in (0, 1) for j in (2, 3)]
     assert similar > max(unrelated) + 0.2, (similar, unrelated)
 
-    # The client's tokenizer (tokenizers + the packaged tokenizer.json, no torch) feeds the model exactly
-    # what the pipeline's own samples do (transformers' AutoTokenizer on the same package).
+    # The text endpoint (the packaged tokenizer.json, in the server) feeds the model exactly what the pipeline's own
+    # samples do (transformers' AutoTokenizer on the same package): the answers equal the model's in process.
     from pipeline.models.minilm import tokenizer
 
-    enc = tokenizer()(sentences, padding="longest", truncation=True, max_length=256, return_tensors="np")
+    enc = tokenizer()(sentences, padding="longest", truncation=True, max_length=cfg.model.seq_len, return_tensors="np")
     feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
     local = ort.InferenceSession(str(fp32), providers=["CPUExecutionProvider"]).run(["embedding"], feeds)[0]
-    assert np.abs(local - emb).max() < 1e-4
+    assert np.abs(local - emb).max() < 1e-5
 
     # The human-readable form the README shows.
     assert text.returncode == 0, text.stderr
@@ -105,4 +113,9 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
     assert snippet.returncode == 0, snippet.stderr
     shape, cosine = snippet.stdout.strip().rsplit(" ", 1)
     assert shape == "(2, 384)" and float(cosine) == pytest.approx(similar, abs=1e-4), snippet.stdout
+    # The README's curl: KServe v2 JSON, text in as BYTES, the same embeddings as the client's.
+    assert curl.returncode == 0, curl.stderr
+    answer = json.loads(curl.stdout)["outputs"][0]
+    assert answer["name"] == "embedding" and answer["shape"] == [2, 384]
+    assert np.abs(np.array(answer["data"], np.float32).reshape(2, 384) - emb[:2]).max() < 1e-5
     print(f"build {t1 - t0:.1f} s, serve + client {time.perf_counter() - t1:.1f} s; cosine similar {similar:.3f}, unrelated max {max(unrelated):.3f}")

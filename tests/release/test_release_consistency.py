@@ -122,7 +122,7 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
     assert m["dvc"]["checked"] is True and m["dvc"]["target"] == "repository"
     assert {"export", "parity", "repository"} <= set(m["dvc"]["stages"]) and "probe" not in m["dvc"]["stages"]
     assert "probe" in m["dvc"]["not_checked"] and all(s.startswith("engine@") for s in set(m["dvc"]["not_checked"]) - {"probe"})
-    assert m["dvc"]["sources"] == {"data": "artifacts/sources/data.json", "model": "artifacts/sources/model.json"}
+    assert m["dvc"]["sources"] == {"data": "artifacts/sources/data.json", "model": "artifacts/sources/model.json", "tokenizer": "artifacts/sources/tokenizer.json"}
 
     parity = json.loads((project / "artifacts/reports/parity.json").read_text())
     assert m["parity"]["served"]["model.onnx"]["sha256"] == served == parity["artifacts"][m["parity"]["served"]["model.onnx"]["artifact"]]["sha256"]

@@ -49,7 +49,8 @@ from typing import Any
 from pipeline.core.errors import ReleaseError
 from pipeline.records.release import DvcCheck
 
-SOURCE_KINDS = ("model", "data")
+REQUIRED_SOURCE_KINDS = ("model", "data")
+SOURCE_KINDS = (*REQUIRED_SOURCE_KINDS, "tokenizer")  # the tokenizer record is optional: a probe stage without --tokenizer-record writes none
 HOST_KIND = "host"  # pipeline.core.host's record: an ordinary dependency of the stages that read it
 
 # Run in the project root with the project's interpreter, exactly like the probe stage
@@ -242,7 +243,7 @@ def _classify_outs(always: list[Any], root: Path) -> tuple[dict[str, tuple[Any, 
 
 def _stale_sources(root: Path, always: list[Any], records: dict[str, tuple[Any, Path]]) -> list[tuple[str, str, Path | None]]:
     """Recompute the source records; (stage, why, record path) for each whose files changed since the probe wrote it."""
-    missing = [k for k in SOURCE_KINDS if k not in records]
+    missing = [k for k in REQUIRED_SOURCE_KINDS if k not in records]
     if missing:
         names = ", ".join(_name(s, root) for s in always) or "(no always-changed stage)"
         return [
