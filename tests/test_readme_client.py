@@ -45,7 +45,7 @@ def readme_snippet() -> str:
 def readme_curl() -> str:
     """The README's curl command that sends text to the text endpoint (its continuation lines joined)."""
     block = README.read_text(encoding="utf-8").split("    $ curl ", 1)[1].split("\n\n", 1)[0]
-    return "curl " + " ".join(ln.strip().rstrip("\\").strip() for ln in block.splitlines() if not ln.strip().startswith("{\"model_name"))
+    return "curl " + " ".join(ln.strip().rstrip("\\").strip() for ln in block.splitlines() if not ln.strip().startswith('{"model_name'))
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
