@@ -20,6 +20,7 @@ from pipeline.bench.measure.inputs import InputsInfo
 from pipeline.bench.measure.machine import Machine
 from pipeline.bench.measure.results import Baseline, Json, Point, Sweep, Tuning
 from pipeline.bench.peers.results import PeersResult
+from pipeline.bench.text import TextEndpointResult
 from pipeline.bench.readiness.results import Production
 from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig, from_plain
@@ -195,6 +196,7 @@ class BenchResult:
     schema: int = SCHEMA
     production: Production | None = None
     peers: PeersResult | None = None  # bench.peers: the side by side with TorchServe
+    text: TextEndpointResult | None = None  # the text endpoint, when the repository ships one
 
     def point(self, variant: str, c: int) -> Point | None:
         """The valid measurement of ``variant`` at concurrency ``c``, or None."""
@@ -265,6 +267,7 @@ class BenchResult:
             }
             | ({"production": self._production_summary()} if self.production else {})
             | ({"peers": self.peers.summary()} if self.peers else {})
+            | ({"text_endpoint": self.text.summary()} if self.text else {})
         )
 
     def record(self) -> BenchRecord:
@@ -293,6 +296,8 @@ class BenchResult:
             d["production"] = self.production.to_json()
         if self.peers is not None:
             d["peers"] = self.peers.to_json()
+        if self.text is not None:
+            d["text_endpoint"] = self.text.to_json()
         return d | {"diagnosis": [asdict(f) for f in self.diagnosis]}
 
     @classmethod
@@ -319,4 +324,5 @@ class BenchResult:
             schema=head.schema,
             production=Production.from_json(d["production"]) if d.get("production") else None,
             peers=PeersResult.from_json(d["peers"]) if d.get("peers") else None,
+            text=TextEndpointResult.from_json(d["text_endpoint"]) if d.get("text_endpoint") else None,
         )

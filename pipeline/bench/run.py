@@ -24,6 +24,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.bench.measure import inputs as inputs_mod
 from pipeline.bench.peers import run as peers_mod
+from pipeline.bench import text as text_mod
 from pipeline.bench import tune
 from pipeline.bench.readiness import run as readiness
 from pipeline.bench.report import render
@@ -44,6 +45,7 @@ from pipeline.bench.peers.results import PeersResult
 from pipeline.bench.readiness.results import Production
 from pipeline.bench.measure.servers import EmbeddedMode, ExternalMode, Mode, Target
 from pipeline.bench.measure.sweep import Sweeper, check_readiness
+from pipeline.core import samples
 from pipeline.core.atomic import atomic_path, file_digest, remove_stale, write_json, write_text
 from pipeline.core.config import BenchConfig, BenchProfile, BenchServer, PipelineConfig
 from pipeline.core.errors import ConfigError, PipelineError
@@ -52,8 +54,12 @@ from pipeline.serving.embedded import ShippedModel, find_shipped, read_config, w
 from pipeline.serving.torchserve import TorchServeInstall
 
 
-def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None) -> BenchResult:
+def run_bench(
+    cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None, sentences: Path | None = None
+) -> BenchResult:
     """Benchmark the shipped model ``repository/<model.name>``; write every output; return the result.
+
+    ``sentences`` (one per line): what the text endpoint ``<model.name>_text`` is measured with, when it ships.
 
     The config was checked when it was composed (pipeline.core.config); only what the built
     repository holds is checked here.
@@ -77,12 +83,13 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
         run, base, gauges = measure_baseline(run)
         with tempfile.TemporaryDirectory(prefix="bench-work-") as work_s:
             served = measure_served(run, pa, ts_inst, gauges, Path(work_s), t_start)
+            text = measure_text(run, repository, sentences, pa, Path(work_s) / "text")
             progress.phase("report")
             b = run.cfg.bench
             baseline_again(base, shipped.onnx_for("latency"), OrtSettings.from_config(main_cfg), inp, b)
             mach.loadavg_end = loadavg()
             res = BenchResult(
-                mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, served.tuning, production=served.production, peers=served.peers
+                mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, served.tuning, production=served.production, peers=served.peers, text=text
             )
             res.ratios = ratios(res)
             res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue.share_threshold, b.queue.min_ms)
@@ -140,6 +147,23 @@ def measure_baseline(run: Run) -> tuple[Run, Baseline, Gauges]:
     # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
     gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.baseline.warmup_runs, b.baseline.runs, b.rounds.measurement_interval_ms / 1000)
     return run, base, gauges
+
+
+def measure_text(run: Run, repository: Path, sentences: Path | None, pa: pa_mod.PerfAnalyzer, work: Path) -> text_mod.TextEndpointResult | None:
+    """The text endpoint, when the repository ships one and the bench serves it here (embedded, bench.text.enabled)."""
+    b, progress = run.cfg.bench, run.progress
+    if not (repository / (run.cfg.model.name + text_mod.SUFFIX)).is_dir() or not b.text.enabled or sentences is None:
+        return None
+    if b.server != BenchServer.embedded:
+        progress.log("[bench] text endpoint not measured: bench.server=external measures the tensor model only")
+        return None
+    progress.phase("text endpoint")
+    try:
+        return text_mod.measure(
+            run.cfg, repository, run.shipped.onnx_for("latency"), OrtSettings.from_config(main_config(run.configs)), samples.read_sentences(sentences), pa, work, progress.log
+        )
+    except PipelineError as e:
+        raise _keeping_logs(e, work / "logs") from None
 
 
 def measure_served(run: Run, pa: pa_mod.PerfAnalyzer, ts_inst: TorchServeInstall | None, gauges: Gauges, work: Path, t_start: float) -> Served:

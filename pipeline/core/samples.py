@@ -211,3 +211,9 @@ def by_shape(rows: list[Feed]) -> list[list[Feed]]:
 def uniform_rows(rows: list[Feed]) -> list[Feed]:
     """The largest group of rows sharing one shape (what a client padding to one length sends)."""
     return max(by_shape(rows), key=len)
+
+
+def read_sentences(path: Path) -> list[str]:
+    """Non-empty, non-comment lines of a sentence file (one sentence per line; ``#`` starts a comment line)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from pipeline.core import samples
 from pipeline.core.errors import ModelSourceError
 
 SENTENCES = Path(__file__).resolve().parent.parent / "data" / "sentences.txt"
@@ -70,8 +71,7 @@ def tokenizer():  # noqa: ANN201 - transformers' tokenizer type
 
 def read_sentences(path: Path = SENTENCES) -> list[str]:
     """Non-empty, non-comment lines of the sentence file."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+    return samples.read_sentences(path)
 
 
 def sample_inputs(seq_len: int = 128, batch_sizes: tuple[int, ...] = (1, 2, 4, 8), limit: int | None = None) -> list[dict[str, np.ndarray]]:

@@ -149,6 +149,7 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     # The compared concurrencies are the config's (bench.rounds.throughput.concurrency=[4]), not a fixed c=8/c=16.
     assert "throughput_vs_latency_c8" not in data["ratios"]
     assert "throughput_vs_latency_c4_ci90_low" in data["summary"]["ratios"] and "c=4 **" in report and "c=8" not in report
+    assert "text_endpoint" not in data and "## Text endpoint" not in report  # a repository without <model>_text
     assert not procs_mentioning(str(tmp_path))
 
 

@@ -67,6 +67,21 @@ def tiny_text_onnx(path: Path, seed: int = 0) -> Path:
     return save_graph(graph, path, opset=17)
 
 
+def text_model_overrides(where: Path, max_length: int = 12) -> list[str]:
+    """Write the tiny text model (tinytext.onnx) and its tokenizer under ``where``; the overrides that configure them."""
+    onnx_path, tok = tiny_text_onnx(where / "tinytext.onnx"), tiny_tokenizer(where / "tok" / "tokenizer.json", max_length)
+    return [
+        "model=onnx",
+        "model.name=tinytext",
+        f"model.path={onnx_path}",
+        "+model/tokenizer=schema",
+        f"model.tokenizer.path={tok}",
+        "+model.tokenizer.inputs.input_ids=ids",
+        "+model.tokenizer.inputs.attention_mask=attention_mask",
+        f"model.tokenizer.max_length={max_length}",
+    ]
+
+
 def reference(onnx_path: Path, tokenizer_path: Path, sentences: list[str], max_length: int) -> np.ndarray:
     """Each sentence alone, in process: the tokenizer (cut at ``max_length``, no padding) and ONNX Runtime."""
     import onnxruntime as ort

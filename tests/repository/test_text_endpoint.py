@@ -22,7 +22,7 @@ from pipeline.repository import config as triton_config
 from pipeline.repository.writer import write_repository
 from pipeline.serving.process import EmbeddedServer
 from tests.helpers.markers import starts
-from tests.helpers.tiny_text import reference, tiny_text_onnx, tiny_tokenizer
+from tests.helpers.tiny_text import reference, text_model_overrides, tiny_tokenizer
 
 MAX_LENGTH = 12
 ATOL = 1e-5  # parity's fp32 tolerance
@@ -41,12 +41,10 @@ SENTENCES = [
 @pytest.fixture
 def text_cfg(make_params: Callable[..., Path], tmp_path: Path) -> Callable[..., PipelineConfig]:
     """A config for the tiny text model (its tokenizer and ONNX file under tmp_path), with extra overrides."""
-    onnx_path, tok = tiny_text_onnx(tmp_path / "tinytext.onnx"), tiny_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    base = text_model_overrides(tmp_path, MAX_LENGTH)
 
     def _cfg(*extra: str) -> PipelineConfig:
-        base = ["model=onnx", "model.name=tinytext", f"model.path={onnx_path}", "+model/tokenizer=schema", f"model.tokenizer.path={tok}"]
-        feeds = ["+model.tokenizer.inputs.input_ids=ids", "+model.tokenizer.inputs.attention_mask=attention_mask", f"model.tokenizer.max_length={MAX_LENGTH}"]
-        return load_config(make_params(*base, *feeds, *extra))
+        return load_config(make_params(*base, *extra))
 
     return _cfg
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.bench.report import peers as render_peers
+from pipeline.bench.report import text as render_text
 from pipeline.bench.report import readiness as render_readiness
 from pipeline.bench.report import rounds as render_rounds
 from pipeline.bench.report.rounds import _f, _invalid
@@ -194,6 +195,7 @@ def markdown(res: BenchResult) -> str:
         *render_rounds.throughput_table(res),
         *render_readiness.sections(res),
         *(render_peers.section(res.peers) if res.peers else []),
+        *(render_text.section(res.text) if res.text else []),
         "",
         "## Diagnosis",
         "",
@@ -222,5 +224,6 @@ def console_line(res: BenchResult, seconds: float) -> str:
     return (
         f"[bench] {res.server.mode} mode, profile {res.settings.profile}; latency c=1 p50 / in-process ORT p50 = {r.latency_c1.text()}; "
         f"throughput/latency {compared}; throughput/in-process best batch {best}; batching tax c=1 "
-        f"{r.batching_tax_c1.text('.2f', ' ms')}{render_peers.console(res.peers) if res.peers else ''} ({seconds:.0f} s)"
+        f"{r.batching_tax_c1.text('.2f', ' ms')}{render_peers.console(res.peers) if res.peers else ''}"
+        f"{f'; text endpoint c=1 p50 / in-process tokenize + ORT = {res.text.vs_in_process.text()}' if res.text else ''} ({seconds:.0f} s)"
     )

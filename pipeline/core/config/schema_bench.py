@@ -151,6 +151,16 @@ class SoakConfig:
 
 
 @dataclass
+class TextBenchConfig:
+    """The text endpoint (``<model>_text``, when the repository has one): paired c=1 rounds against tokenize + ONNX
+    Runtime in process, then throughput at ``concurrency`` on each variant (pipeline/bench/text.py)."""
+
+    enabled: bool = True
+    rounds: int = knob(4, ge=2)  # two at least: an interval needs two
+    concurrency: list[int] = knob([8, 16], ge=1, unique=True)
+
+
+@dataclass
 class BenchConfig:
     """Benchmark settings: perf_analyzer against a real Triton, an in-process ONNX Runtime baseline beside it."""
 
@@ -182,3 +192,4 @@ class BenchConfig:
     readiness: ReadinessConfig = field(default_factory=ReadinessConfig)
     overload: OverloadConfig = field(default_factory=OverloadConfig)
     soak: SoakConfig = field(default_factory=SoakConfig)
+    text: TextBenchConfig = field(default_factory=TextBenchConfig)

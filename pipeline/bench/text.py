@@ -1,0 +1,270 @@
+"""The text endpoint measured as users call it: sentences in, perf_analyzer against ``<model>_text`` in a real Triton.
+
+The repository as shipped is served (the tensor model through the embedded ONNX Runtime stand-in, the text model
+through the python backend), one server per variant. The headline is paired, like the bench's other ratios: in each
+round the text endpoint's c=1 p50 (perf_analyzer, the real sentences) and, right after, in process, the same work a
+client would do without Triton (tokenize one sentence, run ONNX Runtime with the latency variant's settings), the
+order alternating; the ratio's median over rounds with its 90% bootstrap interval. Each round also runs the tensor
+endpoint at c=1 in the same server, so text and tensors are compared in the same paired rounds. From Triton's own
+statistics over the text runs: the share of the endpoint's server time spent outside the tensor model (tokenizing,
+Python, the BLS call). Then throughput at bench.text.concurrency on both variants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.atomic import write_text
+from pipeline.core.config import BenchConfig, PipelineConfig
+from pipeline.serving import perf_analyzer as pa_mod
+from pipeline.serving.process import EmbeddedServer
+from pipeline.stats.estimate import Estimate, estimate
+from pipeline.stats.ort import OrtSettings, ort_session
+
+Json = dict[str, Any]
+SUFFIX = "_text"
+
+
+@dataclass
+class TextRound:
+    """One paired round: the text endpoint's and the tensor endpoint's c=1 p50, in-process tokenize + ORT p50."""
+
+    text_p50_ms: float | None
+    tensor_p50_ms: float | None
+    in_process_p50_ms: float
+    order: str  # "served first" | "in-process first"
+    python_share: float | None = None  # of the text endpoint's server time in this round's text run: outside the tensor model
+
+    @property
+    def ratio(self) -> float | None:
+        return self.text_p50_ms / self.in_process_p50_ms if self.text_p50_ms else None
+
+
+@dataclass
+class TextEndpointResult:
+    """What the bench measured of ``<model>_text``."""
+
+    model: str
+    rounds: list[TextRound]
+    vs_in_process: Estimate  # text c=1 p50 / in-process (tokenize + ONNX Runtime) p50
+    vs_tensor: Estimate  # text c=1 p50 / tensor endpoint c=1 p50, same server, same rounds
+    python_share: float | None  # of the text endpoint's server time at c=1: outside the tensor model
+    instances: dict[str, int]  # variant -> the text model's instance count
+    throughput: dict[str, dict[int, Json]] = field(default_factory=dict)  # variant -> c -> {infer/s, p50, p99} or {error}
+
+    def to_json(self) -> Json:
+        return {
+            "model": self.model,
+            "text_c1_p50_vs_in_process": self.vs_in_process.to_json(),
+            "text_c1_p50_vs_tensor_c1_p50": self.vs_tensor.to_json(),
+            "python_share_of_server_time": self.python_share,
+            "instances": self.instances,
+            "rounds": [
+                {"text_p50_ms": r.text_p50_ms, "tensor_p50_ms": r.tensor_p50_ms, "in_process_p50_ms": r.in_process_p50_ms, "order": r.order, "python_share": r.python_share}
+                for r in self.rounds
+            ],
+            "throughput": {v: {f"c{c}": m for c, m in pts.items()} for v, pts in self.throughput.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: Json) -> TextEndpointResult:
+        rounds = [TextRound(r["text_p50_ms"], r["tensor_p50_ms"], r["in_process_p50_ms"], r["order"], r.get("python_share")) for r in d.get("rounds", [])]
+        tput = {v: {int(c[1:]): m for c, m in pts.items()} for v, pts in d.get("throughput", {}).items()}
+        return cls(
+            d["model"],
+            rounds,
+            Estimate.from_json(d["text_c1_p50_vs_in_process"]),
+            Estimate.from_json(d["text_c1_p50_vs_tensor_c1_p50"]),
+            d.get("python_share_of_server_time"),
+            d.get("instances", {}),
+            tput,
+        )
+
+    def summary(self) -> Json:
+        """Flat headline numbers for dvc metrics."""
+        out: Json = {k: v for k, v in self.vs_in_process.flat("text_c1_p50_vs_in_process").items() if not k.endswith("_rounds")}
+        out["text_python_share"] = self.python_share
+        for v, pts in self.throughput.items():
+            for c, m in pts.items():
+                out[f"text_{v}_c{c}_infer_s"] = m.get("throughput_infer_s")
+        return out
+
+
+def sentences_input(path: Path, sentences: list[str]) -> Path:
+    """perf_analyzer ``--input-data``: one sentence per request (the batch axis is perf_analyzer's ``-b``)."""
+    write_text(path, json.dumps({"data": [{"text": {"content": [s], "shape": [1]}} for s in sentences]}))
+    return path
+
+
+def _server_ms(srv: EmbeddedServer, model: str) -> tuple[int, float]:
+    """(successful requests, their summed server time in ms: queue + compute) of ``model`` so far."""
+    with contextlib.closing(srv.client()) as c:
+        stats = c.model_statistics(model).get("model_stats") or [{}]
+    inf = stats[0].get("inference_stats", {})
+    ns = sum(int(inf.get(k, {}).get("ns", 0)) for k in ("queue", "compute_input", "compute_infer", "compute_output"))
+    return int(inf.get("success", {}).get("count", 0)), ns / 1e6
+
+
+def _instance_count(srv: EmbeddedServer, model: str) -> int:
+    with contextlib.closing(srv.client()) as c:
+        got = c.model_config(model)
+    return sum(g.count for g in got.instance_group) if got is not None else 0
+
+
+def _tokenizer(cfg: PipelineConfig, path: Path) -> Any:  # noqa: ANN401 - tokenizers.Tokenizer
+    """The shipped tokenizer file ``path`` as the endpoint configures it: no padding (one sentence), cut at max_length."""
+    from tokenizers import Tokenizer
+
+    tok_cfg = cfg.model.tokenizer
+    assert tok_cfg is not None
+    tok = Tokenizer.from_file(str(path))
+    tok.no_padding()
+    if tok_cfg.truncation:
+        tok.enable_truncation(tok_cfg.max_length)
+    return tok
+
+
+def tensor_input(cfg: PipelineConfig, tokenizer: Path, sentences: list[str], path: Path) -> Path:
+    """The tensor endpoint's perf_analyzer input: the same sentences, tokenized as the text endpoint does, one per step."""
+    tok_cfg, tok = cfg.model.tokenizer, _tokenizer(cfg, tokenizer)
+    assert tok_cfg is not None
+    steps = []
+    for s in sentences:
+        e = tok.encode(s)
+        steps.append({n: {"content": list(getattr(e, str(f))), "shape": [len(e.ids)]} for n, f in tok_cfg.inputs.items()})
+    write_text(path, json.dumps({"data": steps}))
+    return path
+
+
+def _opts(b: BenchConfig, concurrency: int) -> pa_mod.PerfOptions:
+    return pa_mod.PerfOptions(
+        concurrency=concurrency,
+        measurement_interval_ms=b.rounds.measurement_interval_ms,
+        stability_percentage=b.rounds.stability_percentage,
+        max_trials=b.max_trials,
+    )
+
+
+@dataclass(frozen=True)
+class _Perf:
+    """perf_analyzer runs against one server, with the rounds' windows; CSVs and logs in ``work``."""
+
+    b: BenchConfig
+    pa: pa_mod.PerfAnalyzer
+    srv: EmbeddedServer
+    work: Path
+
+    def run(self, model: str, data: Path, concurrency: int, tag: str) -> pa_mod.PerfRun:
+        csv = self.work / f"{tag}.csv"
+        cmd = pa_mod.build_command(self.pa, model, self.srv.http_url, data, csv, _opts(self.b, concurrency))
+        run = pa_mod.run(self.pa, cmd, concurrency, csv, self.b.perf_timeout_s)
+        write_text(self.work / "logs" / f"{tag}.log", run.log)
+        return run
+
+
+def _round(perf: _Perf, models: tuple[str, str], data: tuple[Path, Path], timed: Callable[[list[str]], list[float]], sentences: list[str], i: int) -> TextRound:
+    """Round ``i``: served (text, then tensor) and in-process, the order alternating between rounds."""
+    text, tensor = models
+    b, srv = perf.b, perf.srv
+
+    share: float | None = None
+
+    def served() -> tuple[float | None, float | None]:
+        nonlocal share
+        before = _server_ms(srv, text), _server_ms(srv, tensor)
+        t = perf.run(text, data[0], 1, f"text_c1_round{i}")
+        after = _server_ms(srv, text), _server_ms(srv, tensor)
+        share = _share(before, after)
+        n = perf.run(tensor, data[1], 1, f"tensor_c1_round{i}")
+        return t.row.get("p50_ms") if t.valid else None, n.row.get("p50_ms") if n.valid else None
+
+    def local() -> float:
+        runs = max(len(sentences), b.baseline.runs)
+        return float(np.median(timed([sentences[k % len(sentences)] for k in range(runs)])))
+
+    if i % 2 == 0:
+        (t, n), ip = served(), local()
+    else:
+        ip = local()
+        t, n = served()
+    return TextRound(t, n, ip, "served first" if i % 2 == 0 else "in-process first", share)
+
+
+def _share(before: tuple[tuple[int, float], tuple[int, float]], after: tuple[tuple[int, float], tuple[int, float]]) -> float | None:
+    """Of the text endpoint's server time per request, the share outside the tensor model (whose requests are the BLS
+    calls: one per text execution at c=1), from the two models' statistics around one run."""
+    (tn0, tms0), (nn0, nms0) = before
+    (tn1, tms1), (nn1, nms1) = after
+    if tn1 <= tn0 or nn1 <= nn0 or tms1 <= tms0:
+        return None
+    per_text, per_tensor = (tms1 - tms0) / (tn1 - tn0), (nms1 - nms0) / (nn1 - nn0)
+    return max(0.0, 1.0 - per_tensor / per_text)
+
+
+def _point(perf: _Perf, model: str, data: Path, c: int, variant: str) -> Json:
+    run = perf.run(model, data, c, f"text_{variant}_c{c}")
+    if not run.valid:
+        return {"error": run.reason()}
+    return {k: run.row.get(k) for k in ("throughput_infer_s", "p50_ms", "p99_ms", "server_queue_ms", "server_compute_infer_ms")}
+
+
+def _in_process(cfg: PipelineConfig, tokenizer: Path, onnx: Path, settings: OrtSettings) -> Callable[[list[str]], list[float]]:
+    """A timer of what a client does without Triton: tokenize one sentence (as the endpoint does), run ORT on it."""
+    tok_cfg, tok = cfg.model.tokenizer, _tokenizer(cfg, tokenizer)
+    assert tok_cfg is not None
+    sess = ort_session(onnx, settings)
+    feeds = {name: str(f) for name, f in tok_cfg.inputs.items()}
+
+    def timed(batch: list[str]) -> list[float]:
+        out = []
+        for s in batch:
+            t = time.perf_counter()
+            e = tok.encode(s)
+            sess.run(None, {name: np.array([getattr(e, f)], dtype=np.int64) for name, f in feeds.items()})
+            out.append((time.perf_counter() - t) * 1000)
+        return out
+
+    return timed
+
+
+def measure(
+    cfg: PipelineConfig, repository: Path, onnx: Path, settings: OrtSettings, sentences: list[str], pa: pa_mod.PerfAnalyzer, work: Path, log: Callable[[str], object]
+) -> TextEndpointResult:
+    """Measure ``repository/<model>_text`` (see the module docstring); ``onnx``/``settings``: the latency variant's file
+    and ORT settings, for the in-process side."""
+    b, name = cfg.bench, cfg.model.name
+    text = name + SUFFIX
+    tokenizer = repository / text / str(cfg.repository.version) / "tokenizer.json"  # what ships, not what the config names
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    data = (sentences_input(work / "text_input.json", sentences), tensor_input(cfg, tokenizer, sentences, work / "tensor_input.json"))
+    timed = _in_process(cfg, tokenizer, onnx, settings)
+    timed(sentences[:5])  # warm: the first runs allocate
+    log(f"[bench] text endpoint {text}: {len(sentences)} real sentences, {b.text.rounds} paired rounds at c=1 against tokenize + ONNX Runtime in process")
+    rounds: list[TextRound] = []
+    instances: dict[str, int] = {}
+    throughput: dict[str, dict[int, Json]] = {}
+    for variant in ("latency", "throughput"):
+        with EmbeddedServer(repository, name, variant, timeout_s=b.server_timeout_s, also_load=(text,), ort_standin=True, log_dir=work / "logs") as srv:
+            instances[variant] = _instance_count(srv, text)
+            perf = _Perf(b, pa, srv, work)
+            if variant == "latency":
+                rounds = [_round(perf, (text, name), data, timed, sentences, i) for i in range(b.text.rounds)]
+            throughput[variant] = {c: _point(perf, text, data[0], c, variant) for c in b.text.concurrency}
+    shares = [r.python_share for r in rounds if r.python_share is not None]
+    return TextEndpointResult(
+        text,
+        rounds,
+        estimate([r.ratio for r in rounds]),
+        estimate([r.text_p50_ms / r.tensor_p50_ms if r.text_p50_ms and r.tensor_p50_ms else None for r in rounds]),
+        float(np.median(shares)) if shares else None,
+        instances,
+        throughput,
+    )

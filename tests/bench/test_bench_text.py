@@ -1,0 +1,70 @@
+"""The bench measures the text endpoint users call, beside the tensor one: paired c=1 rounds against tokenize + ONNX
+Runtime in process (a headline with its interval), the server time outside the tensor model, throughput per variant."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pipeline.bench.results import BenchResult
+from pipeline.bench.run import run_bench
+from pipeline.core.config import load_config
+from pipeline.repository.writer import write_repository
+from tests.bench.test_bench import procs_mentioning
+from tests.helpers.tiny_text import text_model_overrides
+
+pytestmark = pytest.mark.triton  # judges what the report holds, not how fast: it runs beside other tests
+
+# The fewest rounds and shortest windows that give every number; any three windows count (busy neighbours).
+FAST = [
+    "bench.rounds.c1.min=2",
+    "bench.rounds.c1.max=2",
+    "bench.rounds.throughput.min=2",
+    "bench.rounds.throughput.max=2",
+    "bench.rounds.throughput.concurrency=[4]",
+    "bench.rounds.measurement_interval_ms=500",
+    "bench.rounds.stability_percentage=100",
+    "bench.rounds.alternations=2",
+    "bench.max_trials=10",
+    "bench.baseline.warmup_runs=5",
+    "bench.baseline.runs=50",
+    "bench.baseline.seconds=0.2",
+    "bench.baseline.batch_sizes=[1,4]",
+    "bench.readiness.cold_start=false",
+    "bench.overload.enabled=false",
+    "bench.text.rounds=2",
+    "bench.text.concurrency=[4]",
+]
+SENTENCES = "# sample sentences\nThe cat sat on the mat.\nA dog ran fast\nred blue green\nthe model server batch queue token text\nslow\n"
+
+
+def test_the_bench_measures_the_text_endpoint_beside_the_tensor_one(make_params: Callable[..., Path], tmp_path: Path) -> None:
+    cfg = load_config(make_params(*text_model_overrides(tmp_path / "model"), *FAST))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    write_repository(cfg, Path(str(cfg.model.path)), repo)
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text(SENTENCES, encoding="utf-8")
+    out = tmp_path / "out"
+    res = run_bench(cfg, repo, out / "bench.json", out / "bench", out / "curves", sentences=sentences)
+
+    t = res.text
+    assert t is not None and t.model == "tinytext_text" and len(t.rounds) == 2
+    assert [r.order for r in t.rounds] == ["served first", "in-process first"]
+    assert all(r.text_p50_ms and r.tensor_p50_ms and r.in_process_p50_ms > 0 for r in t.rounds), t.rounds
+    head = t.vs_in_process
+    assert head.has_interval and head.low <= head.value <= head.high and head.value > 1  # type: ignore[operator]  # Triton adds HTTP and a BLS hop
+    assert t.python_share is not None and 0 < t.python_share < 1
+    assert t.instances == {"latency": 1, "throughput": 1}
+    for v in ("latency", "throughput"):
+        assert t.throughput[v][4]["throughput_infer_s"] > 0, t.throughput
+    data = json.loads((out / "bench.json").read_text())
+    assert BenchResult.from_json(data).text == t  # round trip through bench.json
+    assert data["summary"]["text_endpoint"]["text_c1_p50_vs_in_process_ci90_low"] is not None
+    report = (out / "bench" / "report.md").read_text()
+    assert "## Text endpoint (tinytext_text)" in report and "90% CI" in report.split("## Text endpoint", 1)[1]
+    assert not procs_mentioning(str(tmp_path))
+
