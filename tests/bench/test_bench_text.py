@@ -67,4 +67,3 @@ def test_the_bench_measures_the_text_endpoint_beside_the_tensor_one(make_params:
     report = (out / "bench" / "report.md").read_text()
     assert "## Text endpoint (tinytext_text)" in report and "90% CI" in report.split("## Text endpoint", 1)[1]
     assert not procs_mentioning(str(tmp_path))
-
