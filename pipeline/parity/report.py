@@ -231,6 +231,15 @@ def gate(report: ParityReport, report_path: Path | str) -> None:
     the stage: the choose stage only picks candidates that passed.
     """
     lines = failures(report.artifacts, report.gating_kinds())
+    text = report.text_endpoint
+    if text is not None and not text.passed and not lines:
+        raise ParityError(
+            f"parity failed for the text endpoint: {text.reason}",
+            fix="serve a model that masks its padding, fix model.tokenizer (inputs, max_length), or set model.tokenizer=null to ship no text endpoint",
+            details={"tokenizer sha256": text.tokenizer_sha256, "rows": text.rows, "report": report_path},
+        )
+    if text is not None and not text.passed:
+        lines.append(f"text endpoint: {text.reason}")
     if not lines:
         return
     ref = report.reference

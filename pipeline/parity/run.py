@@ -33,7 +33,7 @@ from pipeline.core.samples import input_specs, load_samples
 from pipeline.core.specs import graph_io
 from pipeline.engines.targets import gpu_targets
 from pipeline.records.engine_manifest import MANIFEST_NAME, PLAN_NAME, read_manifest
-from pipeline.records.parity import ArtifactResult, ContractCheck, OutputResult, ParityReport, Reference
+from pipeline.records.parity import ArtifactResult, ContractCheck, OutputResult, ParityReport, Reference, TextParity
 from pipeline.core.verdicts import Coverage, Quality
 
 NOTES = [
@@ -453,3 +453,18 @@ def quality_lines(report: ParityReport) -> list[str]:
             blocking = o.coverage_reasons()
             lines += [f"{'cannot judge' if r in blocking else 'note:'} {kind}/{out}: {r}" for r in o.coverage_reasons(blocking=False)]
     return lines
+
+
+def text_parity(cfg: PipelineConfig, fp32: Path, sentences: Path) -> TextParity:
+    """The text endpoint's parity on the FP32 file (pipeline/parity/text.py), printed as one line."""
+    from pipeline.core.config.files import tokenizer_file
+    from pipeline.core.samples import read_sentences
+    from pipeline.parity.text import endpoint_parity
+
+    tok = cfg.model.tokenizer
+    assert tok is not None
+    res = endpoint_parity(tok, tokenizer_file(tok.path), fp32, read_sentences(sentences), cfg.parity.fp32.atol)
+    verdict = "passed" if res.passed else "FAILED"
+    rows = f"{res.rows} rows ({', '.join(res.cases)} among them) in one padded batch against each alone"
+    print(f"[parity] text endpoint {cfg.model.name}_text: {verdict}, {rows}: max |diff| {res.max_abs:.2e} (atol {res.atol:g})")
+    return res

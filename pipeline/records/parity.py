@@ -228,6 +228,45 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class TextParity:
+    """The text endpoint's parity (pipeline/parity/text.py): the batched, padded computation against each row alone."""
+
+    tokenizer_sha256: str
+    passed: bool
+    max_abs: float
+    atol: float
+    rows: int
+    cases: list[str] = field(default_factory=list)
+    longest_tokens: int = 0
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokenizer_sha256": self.tokenizer_sha256,
+            "passed": self.passed,
+            "max_abs": self.max_abs,
+            "atol": self.atol,
+            "rows": self.rows,
+            "cases": list(self.cases),
+            "longest_tokens": self.longest_tokens,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> TextParity:
+        return cls(
+            str(d["tokenizer_sha256"]),
+            bool(d["passed"]),
+            float(d["max_abs"]),
+            float(d["atol"]),
+            int(d["rows"]),
+            [str(c) for c in d.get("cases") or []],
+            int(d.get("longest_tokens") or 0),
+            str(d.get("reason") or ""),
+        )
+
+
+@dataclass(frozen=True)
 class ParityReport:
     """The whole report. ``gating`` lists the artifacts whose failure fails the stage (None: every one, in a report
     that does not say); ``not_gating`` says why each other one does not."""
@@ -241,11 +280,13 @@ class ParityReport:
     notes: list[str] = field(default_factory=list)
     seconds: Optional[float] = None
     schema: int = SCHEMA_VERSION
+    text_endpoint: Optional[TextParity] = None  # None: the model has no tokenizer, so no text endpoint
 
     def to_json(self) -> dict[str, Any]:
         d = with_optional({"schema": self.schema}, model=self.model) | with_optional({"passed": self.passed}, gating=self.gating)
         d = with_optional(d | {"not_gating": dict(self.not_gating)}, reference=self.reference.to_json() if self.reference else None)
-        return with_optional(d | {"artifacts": {k: a.to_json() for k, a in self.artifacts.items()}, "notes": list(self.notes)}, seconds=self.seconds)
+        d = with_optional(d | {"artifacts": {k: a.to_json() for k, a in self.artifacts.items()}, "notes": list(self.notes)}, seconds=self.seconds)
+        return with_optional(d, text_endpoint=self.text_endpoint.to_json() if self.text_endpoint else None)
 
     @classmethod
     def from_json(cls, data: object, origin: str = "parity report") -> ParityReport:
@@ -263,6 +304,7 @@ class ParityReport:
                 not_gating={str(k): str(v) for k, v in (data.get("not_gating") or {}).items()},
                 notes=[str(n) for n in data.get("notes") or []],
                 seconds=number(data.get("seconds")),
+                text_endpoint=TextParity.from_json(data["text_endpoint"]) if data.get("text_endpoint") else None,
             )
         except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise ParityError(f"{origin} is not a parity report", details={"error": f"{type(e).__name__}: {e}"}, fix=_FIX) from None

@@ -66,6 +66,22 @@ def check_parity(report: ParityReport, report_path: Path, kind: str, served: Pat
     return {"kind": kind, "report": str(report_path), "verdict": why, "sha256": sha}
 
 
+def check_text_parity(report: ParityReport, report_path: Path, tokenizer_sha: str) -> None:
+    """Refuse (RepositoryError) to ship the text endpoint unless parity passed it with this very tokenizer file."""
+    text = report.text_endpoint
+    fix = "rerun the gate on this tokenizer: dvc repro parity repository (or set model.tokenizer=null for no text endpoint)"
+    if text is None:
+        raise RepositoryError("refusing to ship the text endpoint: the parity report has no verdict on it", fix=fix, details={"report": report_path})
+    if not text.passed:
+        raise RepositoryError(f"refusing to ship the text endpoint: it did not pass the parity gate ({text.reason})", fix=fix, details={"report": report_path})
+    if text.tokenizer_sha256 != tokenizer_sha:
+        raise RepositoryError(
+            "refusing to ship the text endpoint: the parity report vouches for another tokenizer file",
+            fix=fix,
+            details={"shipped sha256": tokenizer_sha, "parity checked sha256": text.tokenizer_sha256, "report": report_path},
+        )
+
+
 def fixed_batch_variant(variant: VariantConfig, inputs: list[IOSpec]) -> tuple[VariantConfig, str | None]:
     """A graph with no dynamic batch axis cannot be batched by Triton: serve it with max_batch_size 0.
 
@@ -136,6 +152,8 @@ def write_repository(
     engines_summary = write_trt_model(cfg, engines, parity, out) if engines is not None else None
     io = shipped.io[shipped.served[cfg.repository.default_variant].precision]
     text = write_text_model(cfg, out, configs.variants, io) if cfg.model.tokenizer is not None else None
+    if text is not None and parity is not None:
+        check_text_parity(read_parity(parity), parity, text.tokenizer_sha256)
     return {**_summary(cfg, serving, shipped, configs, engines_summary), "text_endpoint": text.to_json() if text else None}
 
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from pipeline import exit_with
@@ -13,7 +14,7 @@ from pipeline.core.config import load_config
 from pipeline.core.errors import ParityError
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
 from pipeline.parity.report import failures, gate
-from pipeline.parity.run import headline, print_table, run_parity
+from pipeline.parity.run import headline, print_table, run_parity, text_parity
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", required=True, type=Path, help="golden inputs (Polygraphy JSON): written, or read with --goldens-only")
     p.add_argument("--reference", required=True, type=Path, help="golden reference outputs (Polygraphy RunResults JSON)")
     add_report_args(p)
+    p.add_argument("--sentences", type=Path, help="real sentences, one per line: the text endpoint's parity rows (a model with model.tokenizer)")
     p.add_argument("--goldens-only", action="store_true", help="compare against the saved goldens; do not run (or need) torch")
     p.add_argument("--verbose", action="store_true", help="show Polygraphy's own per-sample log")
 
@@ -35,6 +37,9 @@ def _body(a: argparse.Namespace) -> None:
     if not artifacts and a.engines is None:
         raise ParityError("nothing to compare", fix="pass --fp32, --fp16, --int8 and/or --engines")
     report = run_parity(cfg, artifacts, a.inputs, a.reference, a.source_onnx, a.engines, a.goldens_only, a.verbose)
+    if cfg.model.tokenizer is not None and a.fp32 is not None and a.sentences is not None:
+        text = text_parity(cfg, a.fp32, a.sentences)
+        report = dataclasses.replace(report, text_endpoint=text, passed=report.passed and text.passed)
     write_report(a, report.to_json(), headline(report))  # written even on failure: the numbers are what the user needs
     print_table(report)
     for line in failures(report.artifacts, set(report.not_gating)):

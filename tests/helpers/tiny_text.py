@@ -38,10 +38,18 @@ def tiny_tokenizer(path: Path, max_length: int = 12) -> Path:
     return path
 
 
-def tiny_text_onnx(path: Path, seed: int = 0) -> Path:
-    """input_ids, attention_mask (int64 [batch, sequence]) -> embedding (float32 [batch, DIM]): masked mean, L2-normalised."""
+def tiny_text_onnx(path: Path, seed: int = 0, masked: bool = True) -> Path:
+    """input_ids, attention_mask (int64 [batch, sequence]) -> embedding (float32 [batch, DIM]): masked mean, L2-normalised.
+
+    ``masked=False``: the mean takes every position, padding too (a model whose answer a padded batch changes)."""
     table = np.random.default_rng(seed).standard_normal((len(SPECIALS) + len(WORDS), DIM)).astype(np.float32)
-    nodes = [
+    unmasked = [
+        helper.make_node("Gather", ["table", "input_ids"], ["tokens"]),
+        helper.make_node("ReduceMean", ["tokens"], ["mean"], axes=[1], keepdims=0),  # opset 17: axes is an attribute
+        helper.make_node("Identity", ["attention_mask"], ["unused"]),
+        helper.make_node("LpNormalization", ["mean"], ["embedding"], axis=1, p=2),
+    ]
+    nodes = unmasked if not masked else [
         helper.make_node("Gather", ["table", "input_ids"], ["tokens"]),  # [B, L, D]
         helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
         helper.make_node("Unsqueeze", ["maskf", "last"], ["mask3"]),  # [B, L, 1]

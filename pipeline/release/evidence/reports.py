@@ -21,10 +21,11 @@ from typing import Any
 from pipeline.core.atomic import file_digest
 from pipeline.core.errors import BenchError, ParityError, ReleaseError
 from pipeline.records.bench import BenchRecord
-from pipeline.records.parity import ArtifactResult, read_report
+from pipeline.records.parity import ArtifactResult, ParityReport, read_report
 from pipeline.records.release import BenchSection, ParitySection, SamplesSection, ServedFile
 
 ONNX_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
 PLAN_SUFFIX = ".plan"
 SAMPLES_FILE = "samples/inputs.json"  # inside a release's files/: the parity inputs a canary replays
 _TRT = "trt@"
@@ -32,13 +33,27 @@ _PARITY_FIX = "rerun `dvc repro parity repository` so the parity report and the 
 
 
 def served_files(version_dir: Path) -> dict[str, tuple[str, str]]:
-    """Files of a version directory that parity vouches for: name -> (sha256, "onnx" | "trt")."""
+    """Files of a version directory that parity vouches for: name -> (sha256, "onnx" | "trt" | "tokenizer")."""
     out = {}
     for p in sorted(version_dir.iterdir()):
         # Every ONNX file: model.onnx, and model.<precision>.onnx when the two variants serve different precisions.
         if p.is_file() and p.suffix in (".onnx", PLAN_SUFFIX):
             out[p.name] = (file_digest(p)[0], "onnx" if p.suffix == ".onnx" else "trt")
+        elif p.is_file() and p.name == TOKENIZER_FILE:  # the text endpoint's: parity checked it by sha256
+            out[p.name] = (file_digest(p)[0], "tokenizer")
     return out
+
+
+def _tokenizer_problem(report: ParityReport, sha: str) -> str | None:
+    """Why parity does not vouch for a shipped tokenizer.json with ``sha`` (None: it does)."""
+    text = report.text_endpoint
+    if text is None:
+        return f"{TOKENIZER_FILE} sha256 {sha[:12]}...: the parity report has no text endpoint verdict"
+    if text.tokenizer_sha256 != sha:
+        return f"{TOKENIZER_FILE} sha256 {sha[:12]}... is not the tokenizer parity checked ({text.tokenizer_sha256[:12]}...)"
+    if not text.passed:
+        return f"{TOKENIZER_FILE} is the text endpoint's tokenizer, and it did not pass: {text.reason}"
+    return None
 
 
 def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> ParitySection:
@@ -69,6 +84,13 @@ def parity_section(path: str | Path, version_dir: Path, outputs: list[str]) -> P
     matched: dict[str, ServedFile] = {}
     problems: list[str] = []
     for name, (sha, kind) in served.items():
+        if kind == "tokenizer":
+            problem = _tokenizer_problem(report, sha)
+            if problem is None:
+                matched[name] = ServedFile(sha, "text_endpoint")
+            else:
+                problems.append(problem)
+            continue
         wanted = {k: a for k, a in arts.items() if k.startswith(_TRT) == (kind == "trt")}
         hits = [k for k, a in wanted.items() if a.sha256 == sha and report.verdict(k)[0]]
         if hits:
