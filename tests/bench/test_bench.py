@@ -39,7 +39,7 @@ SERVER_PROCS = ("tritonserver", "triton_python_backend_stub")
 def tiny_cfg() -> PipelineConfig:
     """Project params with the tiny model and a fast bench."""
     cfg = load_config(ROOT / "params.yaml")
-    cfg.model.name, cfg.model.data, cfg.model.source = "tiny", None, "onnx"
+    cfg.model.name, cfg.model.data, cfg.model.source, cfg.model.tokenizer = "tiny", None, "onnx", None  # no text endpoint
     cfg.model.inputs = [TensorSpec(name="x", dtype="float32", shape=["batch", 16])]
     b = cfg.bench
     b.server, b.sweep.concurrency, b.sweep.measurement_interval_ms, b.max_trials, b.sweep.stability_percentage = "embedded", [1, 4], 500, 6, 50

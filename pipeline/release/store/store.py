@@ -120,6 +120,33 @@ class ReleaseStore:
             details={"models": ", ".join(models) or "(none)"},
         )
 
+    def model_set(self, model: str | None, companions: tuple[str, ...]) -> list[str]:
+        """What one promote or rollback switches: ``model`` alone when named; else the store's only model, or its one
+        model with the companions the repository ships beside it (``<name><suffix>`` for each suffix: the TensorRT
+        model, the text endpoint), the model first. Raises ReleaseError as :meth:`resolve_model` does otherwise."""
+        models = self.models()
+        if model is None and len(models) > 1:
+            bases = [m for m in models if not any(m.endswith(sfx) and m[: -len(sfx)] in models for sfx in companions)]
+            if len(bases) == 1:
+                return [bases[0], *sorted(m for m in models if m != bases[0])]
+        return [self.resolve_model(model)]
+
+    def built_with(self, model: str, base: str, version: int) -> int:
+        """The newest release of ``model`` built from the same git commit as release ``version`` of ``base``.
+
+        Raises:
+            ReleaseError: there is none (the two would not be one consistent set).
+        """
+        commit = self.manifest(base, version).commit
+        for v in reversed(self.versions(model)):
+            if commit is not None and self.manifest(model, v).commit == commit:
+                return v
+        raise ReleaseError(
+            f"no release of '{model}' was built with release {version} of '{base}' (git commit {commit}): they would not switch as one set",
+            fix="build the release again (`release build` releases every model of the repository together), or pass --model to switch one",
+            details={f"{model} versions": self.versions(model)},
+        )
+
     def versions(self, model: str) -> list[int]:
         """Published release versions, ascending (staging dirs are not releases)."""
         out = [int(n) for n in self.fs.listdir(f"releases/{model}") if n.isdigit()]
