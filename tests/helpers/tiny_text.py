@@ -49,17 +49,21 @@ def tiny_text_onnx(path: Path, seed: int = 0, masked: bool = True) -> Path:
         helper.make_node("Identity", ["attention_mask"], ["unused"]),
         helper.make_node("LpNormalization", ["mean"], ["embedding"], axis=1, p=2),
     ]
-    nodes = unmasked if not masked else [
-        helper.make_node("Gather", ["table", "input_ids"], ["tokens"]),  # [B, L, D]
-        helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
-        helper.make_node("Unsqueeze", ["maskf", "last"], ["mask3"]),  # [B, L, 1]
-        helper.make_node("Mul", ["tokens", "mask3"], ["masked"]),
-        helper.make_node("ReduceSum", ["masked", "one"], ["summed"], keepdims=0),  # [B, D]
-        helper.make_node("ReduceSum", ["mask3", "one"], ["count"], keepdims=0),  # [B, 1]
-        helper.make_node("Max", ["count", "tiny"], ["safe"]),
-        helper.make_node("Div", ["summed", "safe"], ["mean"]),
-        helper.make_node("LpNormalization", ["mean"], ["embedding"], axis=1, p=2),
-    ]
+    nodes = (
+        unmasked
+        if not masked
+        else [
+            helper.make_node("Gather", ["table", "input_ids"], ["tokens"]),  # [B, L, D]
+            helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
+            helper.make_node("Unsqueeze", ["maskf", "last"], ["mask3"]),  # [B, L, 1]
+            helper.make_node("Mul", ["tokens", "mask3"], ["masked"]),
+            helper.make_node("ReduceSum", ["masked", "one"], ["summed"], keepdims=0),  # [B, D]
+            helper.make_node("ReduceSum", ["mask3", "one"], ["count"], keepdims=0),  # [B, 1]
+            helper.make_node("Max", ["count", "tiny"], ["safe"]),
+            helper.make_node("Div", ["summed", "safe"], ["mean"]),
+            helper.make_node("LpNormalization", ["mean"], ["embedding"], axis=1, p=2),
+        ]
+    )
     graph = helper.make_graph(
         nodes,
         "tinytext",

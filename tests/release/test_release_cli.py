@@ -81,7 +81,8 @@ def test_repository_with_two_models_gets_one_release_each(tmp_path: Path) -> Non
     r = cli(tmp_path, "build", "--unchecked-evidence", *store)
     assert r.returncode == 0, r.stderr
     assert "built release tiny version 1" in r.stdout and "built release tiny_trt version 1" in r.stdout
-    assert_one_message(cli(tmp_path, "promote", "--to", "dev", *store), "holds 2 models; say which one", "--model")
+    # Without --model, tiny and tiny_trt switch as one set; built outside git, nothing says they belong together: refused.
+    assert_one_message(cli(tmp_path, "promote", "--to", "dev", *store), "no release of 'tiny_trt' was built with release 1 of 'tiny'", "--model")
     assert cli(tmp_path, "promote", "--to", "dev", "--model", "tiny_trt", *store).returncode == 0
 
 
@@ -158,3 +159,29 @@ def test_ctrl_c_anywhere_prints_one_line(tmp_path: Path) -> None:
         ):  # a staged upload must be removed
             bad[where] = (r.returncode, r.stderr[-800:], r.stdout[-300:])
     assert not bad, bad
+
+
+def test_promote_and_rollback_switch_a_model_and_its_text_endpoint_as_one_set(tmp_path: Path) -> None:
+    """`<name>_text` (and `<name>_trt`) ship beside `<name>`: without --model, promote and rollback switch them together,
+    each companion at the release built from the same commit; a store of unrelated models still asks which one."""
+    store = project(tmp_path, "tiny", "tiny_text")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], cwd=tmp_path, check=True)
+    assert cli(tmp_path, "build", "--unchecked-evidence", "--no-tag", *store).returncode == 0
+    subprocess.run([*git, "commit", "-qm", "two", "--allow-empty"], cwd=tmp_path, check=True)
+    r = cli(tmp_path, "build", "--unchecked-evidence", "--no-tag", "--model", "tiny", *store)  # tiny 2 alone: no tiny_text from that commit
+    assert r.returncode == 0, r.stderr
+
+    r = cli(tmp_path, "promote", "--to", "dev", "--version", "1", "--no-tag", *store)
+    assert r.returncode == 0, r.stderr
+    assert "promote: tiny version (none) -> 1 in 'dev'" in r.stdout and "promote: tiny_text version (none) -> 1 in 'dev'" in r.stdout
+    assert_one_message(cli(tmp_path, "promote", "--to", "dev", "--version", "2", "--no-tag", *store), "no release of 'tiny_text' was built with release 2 of 'tiny'")
+    assert cli(tmp_path, "promote", "--to", "dev", "--version", "2", "--model", "tiny", "--no-tag", *store).returncode == 0  # one model, when named
+    r = cli(tmp_path, "rollback", "--env", "dev", "--no-tag", *store)
+    assert "rollback: tiny version 2 -> 1 in 'dev'" in r.stdout, r.stdout + r.stderr
+
+    other = project(tmp_path / "b", "tiny", "other")
+    assert cli(tmp_path / "b", "build", "--unchecked-evidence", "--no-tag", *other).returncode == 0
+    assert_one_message(cli(tmp_path / "b", "promote", "--to", "dev", "--no-tag", *other), "holds 2 models; say which one")
