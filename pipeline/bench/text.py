@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -242,8 +243,13 @@ def measure(
     and ORT settings, for the in-process side."""
     b, name = cfg.bench, cfg.model.name
     text = name + SUFFIX
-    tokenizer = repository / text / str(cfg.repository.version) / "tokenizer.json"  # what ships, not what the config names
     (work / "logs").mkdir(parents=True, exist_ok=True)
+    # Served from a copy: the python backend's stub writes __pycache__ beside model.py, never into a DVC output.
+    served = work / "repository"
+    for m in (name, text):
+        shutil.copytree(repository / m, served / m, ignore=shutil.ignore_patterns("__pycache__"))
+    repository = served
+    tokenizer = repository / text / str(cfg.repository.version) / "tokenizer.json"  # what ships, not what the config names
     data = (sentences_input(work / "text_input.json", sentences), tensor_input(cfg, tokenizer, sentences, work / "tensor_input.json"))
     timed = _in_process(cfg, tokenizer, onnx, settings)
     timed(sentences[:5])  # warm: the first runs allocate

@@ -66,4 +66,5 @@ def test_the_bench_measures_the_text_endpoint_beside_the_tensor_one(make_params:
     assert data["summary"]["text_endpoint"]["text_c1_p50_vs_in_process_ci90_low"] is not None
     report = (out / "bench" / "report.md").read_text()
     assert "## Text endpoint (tinytext_text)" in report and "90% CI" in report.split("## Text endpoint", 1)[1]
+    assert not list(repo.rglob("__pycache__"))  # served from a copy: the stub's bytecode never lands in a DVC output
     assert not procs_mentioning(str(tmp_path))

@@ -165,6 +165,9 @@ def test_promote_and_rollback_switch_a_model_and_its_text_endpoint_as_one_set(tm
     """`<name>_text` (and `<name>_trt`) ship beside `<name>`: without --model, promote and rollback switch them together,
     each companion at the release built from the same commit; a store of unrelated models still asks which one."""
     store = project(tmp_path, "tiny", "tiny_text")
+    cache = tmp_path / "artifacts/model_repository/tiny_text/1/__pycache__"
+    cache.mkdir()
+    (cache / "model.cpython-311.pyc").write_bytes(b"bytecode a served python model left")  # never shipped
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
     subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
@@ -181,6 +184,13 @@ def test_promote_and_rollback_switch_a_model_and_its_text_endpoint_as_one_set(tm
     assert cli(tmp_path, "promote", "--to", "dev", "--version", "2", "--model", "tiny", "--no-tag", *store).returncode == 0  # one model, when named
     r = cli(tmp_path, "rollback", "--env", "dev", "--no-tag", *store)
     assert "rollback: tiny version 2 -> 1 in 'dev'" in r.stdout, r.stdout + r.stderr
+    releases = tmp_path / "store/releases/tiny_text"
+    assert not list(releases.rglob("__pycache__"))
+    served = tmp_path / "store/envs/dev/tiny_text/1/__pycache__"  # what a fleet server's python stub writes
+    served.mkdir()
+    (served / "model.cpython-311.pyc").write_bytes(b"x")
+    r = cli(tmp_path, "verify", *store)
+    assert r.returncode == 0 and "all checksums match" in r.stdout, r.stdout + r.stderr
 
     other = project(tmp_path / "b", "tiny", "other")
     assert cli(tmp_path / "b", "build", "--unchecked-evidence", "--no-tag", *other).returncode == 0

@@ -224,7 +224,8 @@ class ReleaseStore:
                 f"the repository {source_dir} must hold exactly one numbered version directory, found {version_dirs or 'none'}",
                 fix="re-run the repository stage (`dvc repro repository`), which writes one version",
             )
-        sources = [(p, p.relative_to(source_dir).as_posix()) for p in sorted(source_dir.rglob("*")) if p.is_file()]
+        # Bytecode is never shipped: a python-backend model served from the repository may have left some beside it.
+        sources = [(p, p.relative_to(source_dir).as_posix()) for p in sorted(source_dir.rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
         sources += [(p, rel) for p, rel in extra or [] if rel not in {r for _, r in sources}]
         digests = publish.expected_of(sources)  # hashed once at the source, whatever number the release gets
         source = Source(str(source_dir), version_dirs[0])
