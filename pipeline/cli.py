@@ -197,8 +197,9 @@ def promote_cmd(
     """Verify a release, install it in an environment and flip the environment's pointer to it."""
     from pipeline.release.promote import promote
 
-    st = _store(store, params, allow_unchecked=allow_unchecked)
-    names = st.model_set(model, _companions(params))
+    cfg = _config(params)
+    st = _store(store, params, cfg.release, allow_unchecked=allow_unchecked)
+    names = st.model_set(model, _companions(cfg))
     res = promote(st, to, names[0], version, variant, reload, str(public_key) if public_key else None, _git_repo(tag))
     print_switch(out, res, tag)
     for name in names[1:]:  # the text endpoint and the TensorRT model: the releases built with that version
@@ -220,21 +221,17 @@ def rollback_cmd(
     """Make the previously live version live again (the newer release is kept)."""
     from pipeline.release.promote import rollback
 
-    st = _store(store, params)
-    for name in st.model_set(model, _companions(params)):
+    cfg = _config(params)
+    st = _store(store, params, cfg.release)
+    for name in st.model_set(model, _companions(cfg)):
         print_switch(out, rollback(st, env, name, reload, str(public_key) if public_key else None, _git_repo(tag)), tag)
 
 
-def _companions(params: Path) -> tuple[str, ...]:
+def _companions(cfg: PipelineConfig) -> tuple[str, ...]:
     """The suffixes of the models the repository ships beside the model: its TensorRT model, its text endpoint."""
     from pipeline.repository.text_endpoint import SUFFIX
 
-    trt = "_trt"
-    if params.is_file():
-        from pipeline.core.config import load_config
-
-        trt = load_config(params).repository.trt_model_suffix
-    return (trt, SUFFIX)
+    return (cfg.repository.trt_model_suffix, SUFFIX)
 
 
 def _seconds(text: Optional[str]) -> Optional[float]:
