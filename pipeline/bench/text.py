@@ -133,9 +133,9 @@ def _tokenizer(cfg: PipelineConfig, path: Path) -> Any:  # noqa: ANN401 - tokeni
     return tok
 
 
-def tensor_input(cfg: PipelineConfig, tokenizer: Path, sentences: list[str], path: Path) -> Path:
-    """The tensor endpoint's perf_analyzer input: the same sentences, tokenized as the text endpoint does, one per step."""
-    tok_cfg, tok = cfg.model.tokenizer, _tokenizer(cfg, tokenizer)
+def tensor_input(cfg: PipelineConfig, tok: Any, sentences: list[str], path: Path) -> Path:  # noqa: ANN401 - tokenizers.Tokenizer
+    """The tensor endpoint's perf_analyzer input: the same sentences, tokenized by ``tok`` (:func:`_tokenizer`), one per step."""
+    tok_cfg = cfg.model.tokenizer
     assert tok_cfg is not None
     steps = []
     for s in sentences:
@@ -217,9 +217,9 @@ def _point(perf: _Perf, model: str, data: Path, c: int, variant: str) -> Json:
     return {k: run.row.get(k) for k in ("throughput_infer_s", "p50_ms", "p99_ms", "server_queue_ms", "server_compute_infer_ms")}
 
 
-def _in_process(cfg: PipelineConfig, tokenizer: Path, onnx: Path, settings: OrtSettings) -> Callable[[list[str]], list[float]]:
+def _in_process(cfg: PipelineConfig, tok: Any, onnx: Path, settings: OrtSettings) -> Callable[[list[str]], list[float]]:  # noqa: ANN401 - tokenizers.Tokenizer
     """A timer of what a client does without Triton: tokenize one sentence (as the endpoint does), run ORT on it."""
-    tok_cfg, tok = cfg.model.tokenizer, _tokenizer(cfg, tokenizer)
+    tok_cfg = cfg.model.tokenizer
     assert tok_cfg is not None
     sess = ort_session(onnx, settings)
     feeds = {name: str(f) for name, f in tok_cfg.inputs.items()}
@@ -250,8 +250,9 @@ def measure(
         shutil.copytree(repository / m, served / m, ignore=shutil.ignore_patterns("__pycache__"))
     repository = served
     tokenizer = repository / text / str(cfg.repository.version) / "tokenizer.json"  # what ships, not what the config names
-    data = (sentences_input(work / "text_input.json", sentences), tensor_input(cfg, tokenizer, sentences, work / "tensor_input.json"))
-    timed = _in_process(cfg, tokenizer, onnx, settings)
+    tok = _tokenizer(cfg, tokenizer)  # loaded once: the tensor endpoint's inputs and the in-process side tokenize alike
+    data = (sentences_input(work / "text_input.json", sentences), tensor_input(cfg, tok, sentences, work / "tensor_input.json"))
+    timed = _in_process(cfg, tok, onnx, settings)
     timed(sentences[:5])  # warm: the first runs allocate
     log(f"[bench] text endpoint {text}: {len(sentences)} real sentences, {b.text.rounds} paired rounds at c=1 against tokenize + ONNX Runtime in process")
     rounds: list[TextRound] = []
