@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, Union
@@ -31,7 +32,7 @@ from pipeline.core.config.schema import PipelineConfig, ServingConfig
 from pipeline.core.errors import ConfigError
 
 # OmegaConf's own node types, so a value passes here exactly when it would pass the merge onto the schema.
-_SCALAR_NODES: dict[type, type[ValueNode]] = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
+_SCALAR_NODES: dict[type, Callable[..., ValueNode]] = {int: IntegerNode, float: FloatNode, bool: BooleanNode, str: StringNode}
 _VARIANTS = ("latency", "throughput")
 T = TypeVar("T")
 
