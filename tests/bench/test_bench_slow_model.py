@@ -107,9 +107,10 @@ def test_a_model_at_200_ms_per_batch_gets_every_headline_with_the_default_window
     assert code == 0, log[-3000:]
     data, metrics = json.loads((out / "bench.json").read_text()), json.loads((out / "metrics.json").read_text())
 
-    # The model really is slow, in process and in the server.
+    # The model really is slow, in process and in the server: far slower than a default window's share of a request
+    # (its speed is the machine's: 96 to 250 ms per batch on the 2-core machines here, so the bound is loose).
     ort_p50 = data["baseline"]["latency"]["p50_ms"]
-    assert 100 < ort_p50 < 600, ort_p50
+    assert 50 < ort_p50 < 600, ort_p50
     # Both windows were fitted to it: >= 4 request latencies at the top concurrency, from the in-process baseline.
     top, best = 2, data["baseline"]["throughput"]["best_infer_s"]
     fitted = min(WINDOW_CAP_MS, WINDOW_LATENCIES * max(ort_p50, 1000 * top / best))
