@@ -165,8 +165,9 @@ class _Perf:
 
     def run(self, model: str, data: Path, concurrency: int, tag: str) -> pa_mod.PerfRun:
         csv = self.work / f"{tag}.csv"
-        cmd = pa_mod.build_command(self.pa, model, self.srv.http_url, data, csv, _opts(self.b, concurrency))
-        run = pa_mod.run(self.pa, cmd, concurrency, csv, self.b.perf_timeout_s)
+        opts = _opts(self.b, concurrency)
+        cmd = pa_mod.build_command(self.pa, model, self.srv.http_url, data, csv, opts)
+        run = pa_mod.run(self.pa, cmd, concurrency, csv, opts.deadline_s(self.b.perf_timeout_s))
         write_text(self.work / "logs" / f"{tag}.log", run.log)
         return run
 

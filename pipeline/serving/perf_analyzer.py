@@ -200,6 +200,15 @@ class PerfOptions:
     batch_size: int = 1
     service_kind: str = "triton"
 
+    def deadline_s(self, cap_s: float) -> float:
+        """How long a run of these options may take before it counts as hung: three times its longest stability
+        search (``max_trials`` windows) plus a minute to connect and drain, at most ``cap_s``.
+
+        A request the server never answers holds perf_analyzer forever; one such run must not take the stage's
+        whole budget (and a CI job's timeout) with it.
+        """
+        return min(cap_s, 60.0 + 3 * self.max_trials * self.measurement_interval_ms / 1000)
+
     def load_args(self) -> list[str]:
         """The arguments that set the load."""
         # Open loop needs asynchronous requests: synchronous ones (the default) cap the rate at threads / latency,

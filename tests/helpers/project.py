@@ -10,8 +10,10 @@ repo, real commands run in it, and projects built once per session and copied fo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -38,7 +40,20 @@ def sh(cwd: Path, *cmd: str, check: bool = True, timeout: float = 600, env: dict
     """Run ``cmd`` in ``cwd`` as a user would: the venv's python first on PATH, ``cwd`` importable, a git identity
     for commits and tags (``env`` is added last). Raises AssertionError with the output when ``check`` and it fails."""
     base = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(cwd), "DVC_NO_ANALYTICS": "1", **IDENTITY}
-    res = subprocess.run(cmd, cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    # Its own session: on a timeout the whole tree goes (a stage under dvc, its servers), and the output so far is
+    # in the failure, so a hang in CI says where it was.
+    with subprocess.Popen(cmd, cwd=cwd, env={**base, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            try:
+                out, err = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:  # a grandchild in a session of its own still holds the pipes
+                out, err = "", "(no output: a process outside the killed group still holds its pipes)"
+            raise AssertionError(f"{cmd} still running after {timeout:.0f} s; its output so far:\n{out[-4000:]}\n{err[-4000:]}") from None
+    res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     if check and res.returncode != 0:
         raise AssertionError(f"{cmd} failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
     return res

@@ -118,3 +118,14 @@ def test_parse_recorded_minilm_throughput_run() -> None:
     assert row["server_queue_ms"] == pytest.approx(35.099)
     assert row["server_compute_infer_ms"] == pytest.approx(12.985)
     assert row["queue_share"] == pytest.approx(35.099 / (35.099 + 0.048 + 12.985 + 0.341))
+
+
+def test_a_run_that_never_ends_is_invalid_by_its_deadline_not_the_stage_budget(tmp_path: Path) -> None:
+    """A request the server never answers holds perf_analyzer: the run's deadline comes from its own windows (three
+    times its longest stability search, plus a minute), and the configured cap only bounds it."""
+    opts = pa.PerfOptions(1, measurement_interval_ms=500, max_trials=10)
+    assert opts.deadline_s(600.0) == pytest.approx(60 + 3 * 10 * 0.5)
+    assert opts.deadline_s(20.0) == 20.0
+    assert pa.PerfOptions(1, measurement_interval_ms=3000, max_trials=10).deadline_s(600.0) == pytest.approx(150.0)
+    hung = pa.run(pa.PerfAnalyzer(Path("/bin/sleep"), ""), ["sleep", "30"], 1, tmp_path / "o.csv", timeout_s=0.3)
+    assert not hung.valid and hung.reason().startswith("exit -1: timed out after 0 s")

@@ -139,7 +139,7 @@ class Sweeper:
                 # Counters were flushed after the previous run (or nothing ran yet): nothing is pending now.
                 before, t_before = model_stats(client, t.model), standin_counters(t.metrics_url, t.model) if timed else {}
                 m_before, t0 = tm.scrape(t.metrics_url, t.model), time.monotonic()
-                run = pa_mod.run(self.pa, cmd, c, csv_path, timeout_s=b.perf_timeout_s)
+                run = pa_mod.run(self.pa, cmd, c, csv_path, timeout_s=opts.deadline_s(b.perf_timeout_s))
                 # Both before the flush request, so Triton's counts are perf_analyzer's only.
                 t1, after, m_after = time.monotonic(), model_stats(client, t.model), tm.scrape(t.metrics_url, t.model)
                 flushed = timed and self.probe_row is not None and flush_standin(client, t.model, self.probe_row)

@@ -65,7 +65,7 @@ def perf_run(pa: pa_mod.PerfAnalyzer, t: TsTarget, c: int, input_json: Path, wor
     opts = pa_mod.PerfOptions(c, measurement_interval_ms=window_ms, stability_percentage=b.rounds.stability_percentage, max_trials=b.max_trials, service_kind="torchserve")
     cmd = pa_mod.build_command(pa, t.model, t.server.inference_url, input_json, csv_path, opts)
     before, t0 = t.server.metrics(), time.monotonic()
-    run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=b.perf_timeout_s, required=pa_mod.CLIENT_REQUIRED)
+    run = pa_mod.run(pa, cmd, c, csv_path, timeout_s=opts.deadline_s(b.perf_timeout_s), required=pa_mod.CLIENT_REQUIRED)
     t1, after = time.monotonic(), t.server.metrics()
     lines = run.log.splitlines()
     kept = [ln for ln in lines if _TIMER_NOISE not in ln]

@@ -62,7 +62,7 @@ def soak(sw: Sweeper, t: Target, concurrency: int, log: Callable[[str], None]) -
     log(f"[bench] soak: {t.variant} at c={concurrency} for {b.soak.duration_s:.0f} s (RSS every {b.readiness.memory_sample_ms:.0f} ms)")
     t0, run, reason = time.monotonic(), None, ""
     try:
-        run = pa_mod.run(sw.pa, cmd, concurrency, csv_path, timeout_s=b.soak.duration_s + b.perf_timeout_s)
+        run = pa_mod.run(sw.pa, cmd, concurrency, csv_path, timeout_s=opts.deadline_s(b.soak.duration_s + b.perf_timeout_s))
         (sw.work_dir / f"soak_c{concurrency}.log").write_text(" ".join(cmd) + "\n\n" + run.log)
         if run.returncode in (-2, 130):
             raise KeyboardInterrupt  # perf_analyzer took the same Ctrl-C (one process group) and ended first

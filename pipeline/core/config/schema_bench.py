@@ -180,7 +180,7 @@ class BenchConfig:
     input_shapes: InputShapes = InputShapes.uniform
     max_trials: int = knob(10, ge=1)  # perf_analyzer's --max-trials, every run
     server_timeout_s: float = knob(180.0, gt=0)  # start + model load
-    perf_timeout_s: float = knob(600.0, gt=0)  # one perf_analyzer run
+    perf_timeout_s: float = knob(600.0, gt=0)  # the most one perf_analyzer run may take (less where its windows say so)
     # The side by side (pipeline/bench/peers/run.py): [] or [torchserve], the same model, inputs and load beside Triton
     # (`dvc exp run -S 'bench.peers=[torchserve]'`); its rounds are rounds.peers.
     peers: list[BenchPeer] = knob([], unique=True)
