@@ -50,5 +50,7 @@ fi
 # ~2,600 transformers model families other than the BERT one MiniLM uses, and cfn-lint (moto's, never imported).
 # Files that do not compile (test data in some wheels) are skipped as pip skips them.
 .venv/bin/python -m compileall -q -j 0 -x 'transformers/models/(?!(auto|bert)/)|/cfnlint/' .venv/lib/python*/site-packages >/dev/null 2>&1 || true
+# The project's own package too (an editable install is never compiled): every stage and CLI subprocess imports it.
+.venv/bin/python -m compileall -q -j 0 pipeline hydra_plugins >/dev/null 2>&1 || true
 .venv/bin/python -c "import pipeline, onnx, onnxruntime, onnxsim, polygraphy, tritonclient.grpc.model_config_pb2" \
   && echo "setup ok: $(.venv/bin/python --version), activate with: . .venv/bin/activate"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -26,12 +27,42 @@ from tests.helpers.project import copy_checkout
 from tests.helpers.project import ROOT
 
 
+Case = tuple[str, ...]  # (override, the key its problem line names, what else the test checks)
+
+
 def problems(*overrides: str) -> list[str]:
     """The problem lines composition reports for ``overrides`` (it must fail)."""
     with pytest.raises(ConfigError) as e:
         compose(list(overrides))
     assert isinstance(e.value, ConfigProblems), e.value.render()
     return [p.line() for p in e.value.problems]
+
+
+def deal(cases: list[Case], depth: int) -> list[list[Case]]:
+    """``cases`` (override, key, ...) dealt into compositions whose keys share no section (``depth`` levels of key):
+    one composition checks many overrides, and none can meet another's cross-field rule."""
+    groups: list[list[Case]] = []
+    for case in cases:
+        section = ".".join(case[1].split(".")[:depth])
+        for g in groups:
+            if all(".".join(c[1].split(".")[:depth]) != section for c in g):
+                g.append(case)
+                break
+        else:
+            groups.append([case])
+    return groups
+
+
+def each_own_line(group: list[Case]) -> dict[str, str]:
+    """Compose every override of ``group`` at once; each gives exactly one problem line, its own: key -> line."""
+    lines = problems(*(c[0] for c in group))
+    assert len(lines) == len(group), lines
+    own = {}
+    for case in group:
+        mine = [line for line in lines if line.startswith(case[1])]
+        assert len(mine) == 1, (case, lines)
+        own[case[1]] = mine[0]
+    return own
 
 
 def one_problem(override: str, key: str) -> str:
@@ -122,24 +153,25 @@ def test_unknown_keys_and_wrong_types_are_listed_with_the_rest() -> None:
 
 
 # ---------------------------------------------------------------- closed sets are Enums
-@pytest.mark.parametrize(
-    ("override", "key", "suggestion"),
-    [
-        ("model.source=onx", "model.source", "onnx"),
-        ("target_specs.a100.kind=gpus", "target_specs.a100.kind", "gpu"),
-        ("target_specs.cpu.precision=fp61", "target_specs.cpu.precision", "fp16"),
-        ("target_specs.a100.builder.hardware_compatibility=ampere", "target_specs.a100.builder.hardware_compatibility", "ampere_plus"),
-        ("repository.default_variant=throughput_", "repository.default_variant", "throughput"),
-        ("bench.server=externl", "bench.server", "external"),
-        ("bench.embedded_backend=nativ", "bench.embedded_backend", "native"),
-        ("bench.input_shapes=as_sample", "bench.input_shapes", "as_sampled"),
-        ("parity.fp16.check_error_stat=maximum", "parity.fp16.check_error_stat", "max"),
-        ("model.inputs.0.dtype=int46", "model.inputs[0].dtype", "int64"),
-    ],
-)
-def test_closed_sets_suggest_the_closest_value(override: str, key: str, suggestion: str) -> None:
-    line = one_problem(override, key)
-    assert "not one of [" in line and line.endswith(f"did you mean '{suggestion}'?"), line
+CLOSED_SETS = [
+    ("model.source=onx", "model.source", "onnx"),
+    ("target_specs.a100.kind=gpus", "target_specs.a100.kind", "gpu"),
+    ("target_specs.cpu.precision=fp61", "target_specs.cpu.precision", "fp16"),
+    ("target_specs.a100.builder.hardware_compatibility=ampere", "target_specs.a100.builder.hardware_compatibility", "ampere_plus"),
+    ("repository.default_variant=throughput_", "repository.default_variant", "throughput"),
+    ("bench.server=externl", "bench.server", "external"),
+    ("bench.embedded_backend=nativ", "bench.embedded_backend", "native"),
+    ("bench.input_shapes=as_sample", "bench.input_shapes", "as_sampled"),
+    ("parity.fp16.check_error_stat=maximum", "parity.fp16.check_error_stat", "max"),
+    ("model.inputs.0.dtype=int46", "model.inputs[0].dtype", "int64"),
+]
+
+
+@pytest.mark.parametrize("group", deal(CLOSED_SETS, 1), ids=lambda g: f"{len(g)}-{g[0][1]}")
+def test_closed_sets_suggest_the_closest_value(group: list[Case]) -> None:
+    own = each_own_line(group)
+    for _, key, suggestion in group:
+        assert "not one of [" in own[key] and own[key].endswith(f"did you mean '{suggestion}'?"), own[key]
 
 
 def test_graph_level_is_checked() -> None:
@@ -156,57 +188,60 @@ def test_enum_values_read_as_plain_strings(make_params) -> None:
 
 
 # ---------------------------------------------------------------- ranges
-@pytest.mark.parametrize(
-    ("override", "key"),
-    [
-        ("variants.throughput.dynamic_batching.max_queue_size=-5", "variants.throughput.dynamic_batching.max_queue_size"),
-        ("variants.throughput.dynamic_batching.preferred_batch_sizes=[0,8]", "variants.throughput.dynamic_batching.preferred_batch_sizes"),
-        ("variants.throughput.dynamic_batching.preferred_batch_sizes=[4,32]", "variants.throughput.dynamic_batching.preferred_batch_sizes"),
-        ("variants.latency.max_batch_size=-1", "variants.latency.max_batch_size"),
-        ("variants.latency.intra_op_threads=-1", "variants.latency.intra_op_threads"),
-        ("parity.synthetic_batch_sizes=[1,0]", "parity.synthetic_batch_sizes"),
-        ("parity.fp16.atol=-0.1", "parity.fp16.atol"),
-        ("parity.fp32.error_quantile=0", "parity.fp32.error_quantile"),
-        ("parity.trt.error_quantile=1.5", "parity.trt.error_quantile"),
-        ("export.opset=6", "export.opset"),
-        ("export.opset=99", "export.opset"),
-        ("export.sample_batch=0", "export.sample_batch"),
-        ("bench.sweep.concurrency=[0,4]", "bench.sweep.concurrency"),
-        ("bench.sweep.concurrency=[]", "bench.sweep.concurrency"),
-        ("bench.sweep.measurement_interval_ms=0", "bench.sweep.measurement_interval_ms"),
-        ("bench.sweep.stability_percentage=101", "bench.sweep.stability_percentage"),
-        ("bench.max_trials=0", "bench.max_trials"),
-        ("bench.rounds.c1.min=-1", "bench.rounds.c1.min"),
-        ("bench.rounds.c1.max=2", "bench.rounds.c1.max"),
-        ("bench.tune.max_drift=0", "bench.tune.max_drift"),
-        ("bench.rounds.throughput.max=1", "bench.rounds.throughput.max"),
-        ("bench.rounds.throughput.concurrency=[0,8]", "bench.rounds.throughput.concurrency"),
-        ("bench.tune.concurrency=0", "bench.tune.concurrency"),
-        ("bench.tune.max_rounds=0", "bench.tune.max_rounds"),
-        ("bench.tune.instance_counts=[0]", "bench.tune.instance_counts"),
-        ("bench.server_timeout_s=0", "bench.server_timeout_s"),
-        ("bench.perf_timeout_s=-1", "bench.perf_timeout_s"),
-        ("target_specs.a100.builder.optimization_level=7", "target_specs.a100.builder.optimization_level"),
-        ("target_specs.a100.builder.workspace_mb=0", "target_specs.a100.builder.workspace_mb"),
-        ("target_specs.a100.profile.batch=[8,1,32]", "target_specs.a100.profile.batch"),
-        ("target_specs.h100.profile.dims.sequence=[0,128,256]", "target_specs.h100.profile.dims.sequence"),
-        ("target_specs.a100.compute_capability=80", "target_specs.a100.compute_capability"),
-        ("precision.max_finite_val=1e6", "precision.max_finite_val"),
-        ("precision.fallback.max_abs=0", "precision.fallback.max_abs"),
-        ("precision.fallback.max_attempts=0", "precision.fallback.max_attempts"),
-        ("release.environments=[]", "release.environments"),
-        # Upper bounds (issue 27): an extra zero fails here, not in Triton or as a 200000-thread instance group.
-        ("variants.throughput.instance_count=100000", "variants.throughput.instance_count"),
-        ("variants.throughput.max_batch_size=1000000000", "variants.throughput.max_batch_size"),
-        ("variants.throughput.dynamic_batching.max_queue_delay_us=1000000000000", "variants.throughput.dynamic_batching.max_queue_delay_us"),
-        ("variants.latency.intra_op_threads=1000000", "variants.latency.intra_op_threads"),
-        ("variants.latency.warmup.count=100000000", "variants.latency.warmup.count"),
-        ("release.canary.duration_s=inf", "release.canary.duration_s"),
-        ("release.environments=[dev,dev]", "release.environments"),
-    ],
-)
-def test_ranges(override: str, key: str) -> None:
-    one_problem(override, key + "=")
+RANGES = [
+    ("variants.throughput.dynamic_batching.max_queue_size=-5", "variants.throughput.dynamic_batching.max_queue_size"),
+    ("variants.throughput.dynamic_batching.preferred_batch_sizes=[0,8]", "variants.throughput.dynamic_batching.preferred_batch_sizes"),
+    ("variants.throughput.dynamic_batching.preferred_batch_sizes=[4,32]", "variants.throughput.dynamic_batching.preferred_batch_sizes"),
+    ("variants.latency.max_batch_size=-1", "variants.latency.max_batch_size"),
+    ("variants.latency.intra_op_threads=-1", "variants.latency.intra_op_threads"),
+    ("parity.synthetic_batch_sizes=[1,0]", "parity.synthetic_batch_sizes"),
+    ("parity.fp16.atol=-0.1", "parity.fp16.atol"),
+    ("parity.fp32.error_quantile=0", "parity.fp32.error_quantile"),
+    ("parity.trt.error_quantile=1.5", "parity.trt.error_quantile"),
+    ("export.opset=6", "export.opset"),
+    ("export.opset=99", "export.opset"),
+    ("export.sample_batch=0", "export.sample_batch"),
+    ("bench.sweep.concurrency=[0,4]", "bench.sweep.concurrency"),
+    ("bench.sweep.concurrency=[]", "bench.sweep.concurrency"),
+    ("bench.sweep.measurement_interval_ms=0", "bench.sweep.measurement_interval_ms"),
+    ("bench.sweep.stability_percentage=101", "bench.sweep.stability_percentage"),
+    ("bench.max_trials=0", "bench.max_trials"),
+    ("bench.rounds.c1.min=-1", "bench.rounds.c1.min"),
+    ("bench.rounds.c1.max=2", "bench.rounds.c1.max"),
+    ("bench.tune.max_drift=0", "bench.tune.max_drift"),
+    ("bench.rounds.throughput.max=1", "bench.rounds.throughput.max"),
+    ("bench.rounds.throughput.concurrency=[0,8]", "bench.rounds.throughput.concurrency"),
+    ("bench.tune.concurrency=0", "bench.tune.concurrency"),
+    ("bench.tune.max_rounds=0", "bench.tune.max_rounds"),
+    ("bench.tune.instance_counts=[0]", "bench.tune.instance_counts"),
+    ("bench.server_timeout_s=0", "bench.server_timeout_s"),
+    ("bench.perf_timeout_s=-1", "bench.perf_timeout_s"),
+    ("target_specs.a100.builder.optimization_level=7", "target_specs.a100.builder.optimization_level"),
+    ("target_specs.a100.builder.workspace_mb=0", "target_specs.a100.builder.workspace_mb"),
+    ("target_specs.a100.profile.batch=[8,1,32]", "target_specs.a100.profile.batch"),
+    ("target_specs.h100.profile.dims.sequence=[0,128,256]", "target_specs.h100.profile.dims.sequence"),
+    ("target_specs.a100.compute_capability=80", "target_specs.a100.compute_capability"),
+    ("precision.max_finite_val=1e6", "precision.max_finite_val"),
+    ("precision.fallback.max_abs=0", "precision.fallback.max_abs"),
+    ("precision.fallback.max_attempts=0", "precision.fallback.max_attempts"),
+    ("release.environments=[]", "release.environments"),
+    # Upper bounds (issue 27): an extra zero fails here, not in Triton or as a 200000-thread instance group.
+    ("variants.throughput.instance_count=100000", "variants.throughput.instance_count"),
+    ("variants.throughput.max_batch_size=1000000000", "variants.throughput.max_batch_size"),
+    ("variants.throughput.dynamic_batching.max_queue_delay_us=1000000000000", "variants.throughput.dynamic_batching.max_queue_delay_us"),
+    ("variants.latency.intra_op_threads=1000000", "variants.latency.intra_op_threads"),
+    ("variants.latency.warmup.count=100000000", "variants.latency.warmup.count"),
+    ("release.canary.duration_s=inf", "release.canary.duration_s"),
+    ("release.environments=[dev,dev]", "release.environments"),
+]
+
+
+@pytest.mark.parametrize("group", deal(RANGES, 2), ids=lambda g: f"{len(g)}-{g[0][1]}")
+def test_ranges(group: list[Case]) -> None:
+    """Each override out of its range gives exactly one problem line, its own (composed together, as a user's many
+    overrides are: every problem is listed)."""
+    own = each_own_line(group)
+    assert all(own[key].startswith(key + "=") for _, key in group), own
 
 
 def test_range_messages_name_the_closest_valid_value() -> None:
@@ -224,21 +259,25 @@ def test_bounds_messages_are_filled_in_and_valid() -> None:
     assert "at most 255 bytes" in one_problem("model.name=" + "a" * 256, "model.name")
 
 
-@pytest.mark.parametrize(
-    ("override", "line"),
-    [
+EVERY_FORM = [
+    (override, re.split(r"[=\[]", line, maxsplit=1)[0], line)
+    for override, line in [
         ("bench.tune.preferred_batch_sizes=[]", "bench.tune.preferred_batch_sizes=[]: must list at least one set of sizes (default: [[4, 8], [8, 16]])"),
         ("bench.tune.preferred_batch_sizes=[[4,8],[0,8]]", "bench.tune.preferred_batch_sizes[1]=[0, 8]: every value must be >= 1; [0] is not (closest valid: [1, 8])"),
         ("+model.sample_dims.height=0", "model.sample_dims.height=0: must be in [1, 65536] (closest valid: 1)"),
         ("export.batch_axis=''", "export.batch_axis='': must name the dynamic batch axis (default: 'batch')"),
         ("bench.peers=[torchserve,torchserve]", "bench.peers=['torchserve', 'torchserve']: lists ['torchserve'] more than once"),
         ("int8.op_types=[MatMul,MatMul]", "int8.op_types=['MatMul', 'MatMul']: lists ['MatMul'] more than once"),
-    ],
-)
-def test_every_form_of_knob_is_checked_by_the_one_walker(override: str, line: str) -> None:
+    ]
+]
+
+
+@pytest.mark.parametrize("group", deal(EVERY_FORM, 2), ids=lambda g: f"{len(g)}-{g[0][1]}")
+def test_every_form_of_knob_is_checked_by_the_one_walker(group: list[Case]) -> None:
     """A list of lists (each inner list), a mapping of numbers (each value), a string that must not be empty, a list
     without repeats: the schema declares them (knob()), the walker in knobs.py reports them like any range."""
-    assert problems(override) == [line]
+    own = each_own_line(group)
+    assert all(own[key] == line for _, key, line in group), own
 
 
 def test_problems_collector_numbers() -> None:

@@ -63,10 +63,26 @@ def _dotted(node: dict[str, Any], prefix: str = "") -> list[str]:
     return out
 
 
+# What register() stored, per node: storing converts the defaults through OmegaConf, a tenth of a composition, and a
+# process's schema does not change, so a node still held as stored is not stored again.
+_STORED: dict[tuple[str, str], object] = {}
+
+
 def register() -> None:
-    """Store the schema's nodes in Hydra's ConfigStore (again on every call: the latest schema wins)."""
+    """Store the schema's nodes in Hydra's ConfigStore, unless it still holds exactly what an earlier call stored."""
     from hydra.core.config_store import ConfigStore  # lazy: stages load params.yaml without Hydra
 
     store = ConfigStore.instance()
     for (group, name), cls in NODES.items():
+        if _STORED.get((group, name)) is not None and _held(store.repo, group, name) is _STORED[(group, name)]:
+            continue
         store.store(name=name, group=group or None, node=defaults_of(cls))
+        _STORED[(group, name)] = _held(store.repo, group, name)
+
+
+def _held(repo: dict[str, Any], group: str, name: str) -> object:
+    """The ConfigNode Hydra's ConfigStore holds for ``group/name`` (None if none)."""
+    cur: Any = repo
+    for part in group.split("/") if group else []:
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return cur.get(f"{name}.yaml") if isinstance(cur, dict) else None
