@@ -7,7 +7,9 @@ client would do without Triton (tokenize one sentence, run ONNX Runtime with the
 order alternating; the ratio's median over rounds with its 90% bootstrap interval. Each round also runs the tensor
 endpoint at c=1 in the same server, so text and tensors are compared in the same paired rounds. From Triton's own
 statistics over the text runs: the share of the endpoint's server time spent outside the tensor model (tokenizing,
-Python, the BLS call). Then throughput at bench.text.concurrency on both variants.
+Python, the BLS call). Then throughput at bench.text.concurrency on both variants, and the response cache on a
+repeated-query workload (pipeline/bench/text_cache.py). Every run but the cache's own is of the text model with its
+response cache off, whatever the variant ships: a cached answer would time a lookup, not the endpoint's work.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bench import text_cache
 from pipeline.core.atomic import write_text
 from pipeline.core.config import BenchConfig, PipelineConfig
 from pipeline.serving import perf_analyzer as pa_mod
+from pipeline.serving.embedded import read_config
 from pipeline.serving.process import EmbeddedServer
 from pipeline.stats.estimate import Estimate, estimate
 from pipeline.stats.ort import OrtSettings, ort_session
@@ -60,6 +64,7 @@ class TextEndpointResult:
     python_share: float | None  # of the text endpoint's server time at c=1: outside the tensor model
     instances: dict[str, int]  # variant -> the text model's instance count
     throughput: dict[str, dict[int, Json]] = field(default_factory=dict)  # variant -> c -> {infer/s, p50, p99} or {error}
+    cache: text_cache.CacheResult | None = None  # the response cache on a repeated-query workload (None: not measured)
 
     def to_json(self) -> Json:
         return {
@@ -73,6 +78,7 @@ class TextEndpointResult:
                 for r in self.rounds
             ],
             "throughput": {v: {f"c{c}": m for c, m in pts.items()} for v, pts in self.throughput.items()},
+            "cache": self.cache.to_json() if self.cache else None,
         }
 
     @classmethod
@@ -87,6 +93,7 @@ class TextEndpointResult:
             d.get("python_share_of_server_time"),
             d.get("instances", {}),
             tput,
+            text_cache.CacheResult.from_json(d["cache"]) if d.get("cache") else None,
         )
 
     def summary(self) -> Json:
@@ -96,7 +103,7 @@ class TextEndpointResult:
         for v, pts in self.throughput.items():
             for c, m in pts.items():
                 out[f"text_{v}_c{c}_infer_s"] = m.get("throughput_infer_s")
-        return out
+        return out | (self.cache.summary() if self.cache else {})
 
 
 def sentences_input(path: Path, sentences: list[str]) -> Path:
@@ -237,6 +244,16 @@ def _in_process(cfg: PipelineConfig, tok: Any, onnx: Path, settings: OrtSettings
     return timed
 
 
+def _cache(cfg: PipelineConfig, perf: _Perf, models: tuple[str, str], sentences: list[str], served: Path, work: Path, log: Callable[[str], object]) -> text_cache.CacheResult:
+    """The response cache's rounds and check in the throughput variant's server (pipeline/bench/text_cache.py)."""
+    c = cfg.bench.text.cache
+    workload = text_cache.zipf_workload(sentences, c.requests, c.zipf_s, cfg.model.seed)
+    path = sentences_input(work / "cache_input.json", workload)
+    log(f"[bench] response cache: {c.requests} texts (Zipf s={c.zipf_s}, {len(set(workload))} distinct) at c={c.concurrency}, {c.rounds} rounds off/on")
+    outputs = [o.name for o in read_config(served / models[0] / "config.pbtxt").output]
+    return text_cache.measure(perf.run, perf.srv, models, (path, workload), c, outputs)
+
+
 def measure(
     cfg: PipelineConfig, repository: Path, onnx: Path, settings: OrtSettings, sentences: list[str], pa: pa_mod.PerfAnalyzer, work: Path, log: Callable[[str], object]
 ) -> TextEndpointResult:
@@ -250,6 +267,7 @@ def measure(
     for m in (name, text):
         shutil.copytree(repository / m, served / m, ignore=shutil.ignore_patterns("__pycache__"))
     repository = served
+    twin = text_cache.add_twin(served, text) if b.text.cache.enabled else None
     tokenizer = repository / text / str(cfg.repository.version) / "tokenizer.json"  # what ships, not what the config names
     tok = _tokenizer(cfg, tokenizer)  # loaded once: the tensor endpoint's inputs and the in-process side tokenize alike
     data = (sentences_input(work / "text_input.json", sentences), tensor_input(cfg, tok, sentences, work / "tensor_input.json"))
@@ -259,13 +277,25 @@ def measure(
     rounds: list[TextRound] = []
     instances: dict[str, int] = {}
     throughput: dict[str, dict[int, Json]] = {}
+    cache: text_cache.CacheResult | None = None
     for variant in ("latency", "throughput"):
-        with EmbeddedServer(repository, name, variant, timeout_s=b.server_timeout_s, also_load=(text,), ort_standin=True, log_dir=work / "logs") as srv:
+        cached = twin is not None and variant == "throughput"
+        with EmbeddedServer(
+            repository,
+            name,
+            variant,
+            timeout_s=b.server_timeout_s,
+            also_load=(text, twin) if cached and twin else (text,),
+            ort_standin=True,
+            log_dir=work / "logs",
+        ).with_cache(b.text.cache.size_mb * 2**20 if cached else 0) as srv:
             instances[variant] = _instance_count(srv, text)
             perf = _Perf(b, pa, srv, work)
             if variant == "latency":
                 rounds = [_round(perf, (text, name), data, timed, sentences, i) for i in range(b.text.rounds)]
             throughput[variant] = {c: _point(perf, text, data[0], c, variant) for c in b.text.concurrency}
+            if cached and twin:
+                cache = _cache(cfg, perf, (text, twin), sentences, repository, work, log)
     shares = [r.python_share for r in rounds if r.python_share is not None]
     return TextEndpointResult(
         text,
@@ -275,4 +305,5 @@ def measure(
         float(np.median(shares)) if shares else None,
         instances,
         throughput,
+        cache,
     )

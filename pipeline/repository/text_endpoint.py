@@ -87,6 +87,8 @@ def text_config(name: str, tensor_model: str, tok: TokenizerConfig, outputs: lis
     }
     for k, v in params.items():
         cfg.parameters[k].string_value = v
+    if variant.response_cache:
+        cfg.response_cache.enable = True
     return cfg
 
 
@@ -115,6 +117,8 @@ def write_text_model(cfg: PipelineConfig, out: Path, variants: dict[str, Variant
             + f") and calls '{cfg.model.name}' once (BLS).",
             "Scheduling as the tensor model's variant of the same name; serve both with the same --model-config-name.",
         ]
+        if variant.response_cache:
+            lines.append("Response cache on: a text answered before is answered from the cache; the server needs --cache-config (e.g. local,size=16777216).")
         rendered[key] = triton_config.render(pb, lines)
         (model_dir / "configs" / f"{key}.pbtxt").write_text(rendered[key], encoding="utf-8")
     (model_dir / "config.pbtxt").write_text(rendered[cfg.repository.default_variant], encoding="utf-8")

@@ -46,6 +46,11 @@ class TritonInstall:
     python_backend: Path  # pytriton/tritonserver/backends/python
     stub: Path  # python_backend_stubs/<X.Y>/triton_python_backend_stub
 
+    @property
+    def caches(self) -> Path:
+        """--cache-directory: the wheel's cache implementations (local/libtritoncache_local.so)."""
+        return self.binary.parent.parent / "caches"
+
 
 def site_packages() -> list[Path]:
     """Site-packages directories of the running interpreter (venv first)."""

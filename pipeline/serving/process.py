@@ -230,6 +230,7 @@ class EmbeddedServer(ServerProcess):
         # Serve shipped onnxruntime configs as they are, through native/pipeline_ort installed under that backend's name.
         self.ort_standin = ort_standin
         self.config_name = config_name
+        self.cache_bytes = 0  # with_cache()
         self.timeout_s = timeout_s
         self.requested_ports = ports
         self._log_dir = Path(log_dir) if log_dir else None
@@ -237,6 +238,12 @@ class EmbeddedServer(ServerProcess):
         self.http_port = self.grpc_port = self.metrics_port = 0
         # time.monotonic() at the spawn of the server that came up, and when it (and its models) answered ready
         self.spawned_at = self.ready_at = 0.0
+
+    def with_cache(self, size_bytes: int) -> EmbeddedServer:
+        """Start with Triton's local response cache of ``size_bytes`` (0: none): without one, a config's
+        ``response_cache { enable: true }`` loads and caches nothing."""
+        self.cache_bytes = size_bytes
+        return self
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -287,6 +294,8 @@ class EmbeddedServer(ServerProcess):
         ]
         if self.config_name:
             cmd.append(f"--model-config-name={self.config_name}")
+        if self.cache_bytes > 0:
+            cmd += [f"--cache-config=local,size={self.cache_bytes}", f"--cache-directory={inst.caches}"]
         return cmd
 
     def _backends(self, inst: TritonInstall) -> Path:

@@ -37,6 +37,9 @@ FAST = [
     "bench.overload.enabled=false",
     "bench.text.rounds=2",
     "bench.text.concurrency=[4]",
+    "bench.text.cache.rounds=2",
+    "bench.text.cache.requests=200",
+    "bench.text.cache.concurrency=4",
 ]
 SENTENCES = "# sample sentences\nThe cat sat on the mat.\nA dog ran fast\nred blue green\nthe model server batch queue token text\nslow\n"
 
@@ -61,10 +64,21 @@ def test_the_bench_measures_the_text_endpoint_beside_the_tensor_one(make_params:
     assert t.instances == {"latency": 1, "throughput": 1}
     for v in ("latency", "throughput"):
         assert t.throughput[v][4]["throughput_infer_s"] > 0, t.throughput
+    # The response cache: the shipped text model (cache off) against its cached twin, paired; a cached answer is the same bytes.
+    c = t.cache
+    assert c is not None and c.model == "tinytext_text_cached" and c.requests == 200 and 1 < c.distinct <= 5
+    assert [r.order for r in c.rounds] == ["off first", "on first"]
+    assert all(r.off_p50_ms and r.on_p50_ms and r.off_infer_s and r.on_infer_s for r in c.rounds), c.rounds
+    assert all(r.hit_ratio is not None and r.hit_ratio > 0.9 for r in c.rounds), c.rounds  # 5 texts, hundreds of requests
+    assert c.identical is True and c.checked == c.distinct and c.check_hits == 2 * c.checked  # each new text's second ask, each workload text
+    assert c.batched_max_abs is not None and c.batched_max_abs < 1e-5  # batching's rounding only: parity's fp32 tolerance
+    assert c.p50_speedup.has_interval and c.throughput_ratio.has_interval
     data = json.loads((out / "bench.json").read_text())
+    assert data["summary"]["text_endpoint"]["text_cache_hit_ratio"] == c.hit_ratio
     assert BenchResult.from_json(data).text == t  # round trip through bench.json
     assert data["summary"]["text_endpoint"]["text_c1_p50_vs_in_process_ci90_low"] is not None
     report = (out / "bench" / "report.md").read_text()
     assert "## Text endpoint (tinytext_text)" in report and "90% CI" in report.split("## Text endpoint", 1)[1]
+    assert "### Response cache (tinytext_text_cached, local, 16 MB)" in report and "byte-identical" in report
     assert not list(repo.rglob("__pycache__"))  # served from a copy: the stub's bytecode never lands in a DVC output
     assert not procs_mentioning(str(tmp_path))

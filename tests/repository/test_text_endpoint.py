@@ -75,6 +75,14 @@ def test_the_repository_ships_the_text_endpoint_with_its_tokenizer(text_cfg: Cal
     assert (d / "config.pbtxt").read_text() == (d / "configs" / "latency.pbtxt").read_text()
 
 
+def test_the_response_cache_option_turns_it_on_for_that_variant_of_the_text_endpoint_only(text_cfg: Callable[..., PipelineConfig], tmp_path: Path) -> None:
+    repo, _ = written(text_cfg("variants.throughput.response_cache=true"), tmp_path / "repo")
+    thr = (repo / "tinytext_text" / "configs" / "throughput.pbtxt").read_text()
+    assert triton_config.parse(repo / "tinytext_text" / "configs" / "throughput.pbtxt").response_cache.enable and "--cache-config" in thr
+    assert not triton_config.parse(repo / "tinytext_text" / "configs" / "latency.pbtxt").response_cache.enable
+    assert not any(triton_config.parse(pb).response_cache.enable for pb in (repo / "tinytext" / "configs").glob("*.pbtxt"))
+
+
 def test_a_model_without_a_tokenizer_gets_no_text_endpoint(tiny_cfg: Callable[..., PipelineConfig], tiny_onnx: Path, tmp_path: Path) -> None:
     repo, summary = written(tiny_cfg(), tmp_path / "repo", tiny_onnx)
     assert summary["text_endpoint"] is None and not list(repo.glob("*_text"))
@@ -115,10 +123,11 @@ def served(text_cfg: Callable[..., PipelineConfig], tmp_path: Path) -> Callable[
     """Start a server on the written repository (tensor and text model) with variant ``config_name``."""
     started: list[EmbeddedServer] = []
 
-    def _serve(config_name: str, *extra: str) -> tuple[EmbeddedServer, PipelineConfig]:
+    def _serve(config_name: str, *extra: str, cache_bytes: int = 0) -> tuple[EmbeddedServer, PipelineConfig]:
         cfg = text_cfg(*extra)
         repo, _ = written(cfg, tmp_path / f"repo-{config_name}-{len(started)}")
-        srv = EmbeddedServer(repo, "tinytext", config_name, also_load=("tinytext_text",), ort_standin=True, log_dir=tmp_path / "logs").__enter__()
+        srv = EmbeddedServer(repo, "tinytext", config_name, also_load=("tinytext_text",), ort_standin=True, log_dir=tmp_path / "logs")
+        srv = srv.with_cache(cache_bytes).__enter__()
         started.append(srv)
         return srv, cfg
 
@@ -167,3 +176,16 @@ def test_bad_requests_get_their_own_error_and_the_server_keeps_answering(served:
         with pytest.raises(th.InferenceServerException):
             c.infer("tinytext_text", [empty])
         assert infer(c, ["the cat"]).shape == (1, 8)  # still serving
+
+
+def test_the_shipped_response_cache_answers_repeats_from_the_cache_only_on_a_server_with_one(served: Callable[..., tuple[EmbeddedServer, PipelineConfig]]) -> None:
+    """variants.throughput.response_cache=true as shipped: on a server with --cache-config the second ask of a text is a
+    hit with the same bytes; on a server without one the config loads and caches nothing (why the bench starts its own)."""
+    for cache_bytes, hits in ((1 << 20, 1), (0, 0)):
+        srv, _ = served("throughput", "variants.throughput.response_cache=true", cache_bytes=cache_bytes)
+        with th.InferenceServerClient(srv.http_url) as c:
+            first, again = infer(c, ["The cat sat on the mat."]), infer(c, ["The cat sat on the mat."])
+            stats = c.get_inference_statistics("tinytext_text")["model_stats"][0]["inference_stats"]
+        assert first.tobytes() == again.tobytes()
+        assert int(stats["cache_hit"]["count"]) == hits and int(stats["cache_miss"]["count"]) == hits, stats  # a miss, then a hit
+        srv.stop()

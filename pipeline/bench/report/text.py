@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeline.bench.text import TextEndpointResult
+from pipeline.bench.text_cache import CacheResult
 
 
 def _ms(v: float | None) -> str:
@@ -34,4 +35,35 @@ def section(t: TextEndpointResult) -> list[str]:
             else:
                 lines.append(f"| {v} | {t.instances.get(v, '?')} | {c} | {_ms(m.get('throughput_infer_s'))} | {_ms(m.get('p50_ms'))} | {_ms(m.get('p99_ms'))} |")
     lines += ["", "The text model's instances are the tensor variant's of the same name: one tokenizing instance per ONNX Runtime instance."]
+    return lines + (_cache(t.cache) if t.cache else [])
+
+
+def _abs(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.1e}"
+
+
+def _cache(c: CacheResult) -> list[str]:
+    """The response cache: headline ratios, hit ratio, the byte-identity check, the rounds."""
+    hit = "n/a" if c.hit_ratio is None else f"{c.hit_ratio:.1%}"
+    same = {True: "byte-identical", False: "**not byte-identical**", None: "not checked"}[c.identical]
+    lines = [
+        "",
+        f"### Response cache ({c.model}, local, {c.size_mb} MB)",
+        "",
+        f"{c.requests} texts drawn from the {c.distinct} distinct sample sentences they use with a Zipf law (s={c.zipf_s}), sent at "
+        f"c={c.concurrency} to the throughput variant with the cache off and on, in paired rounds. With the cache: p50 "
+        f"**{c.p50_speedup.text()}** faster, infer/s **{c.throughput_ratio.text()}**; {hit} of the requests were answered from "
+        f"the cache (Triton's cache_hit / (cache_hit + cache_miss)). {c.checked} texts new to the cache, each asked once "
+        f"without it and twice with it (a miss, then a hit): {same}. The workload's texts as cached from the batches they "
+        f"rode in differ from each asked alone by at most {_abs(c.batched_max_abs)} (padding to a batch's longest row: "
+        "batching's rounding, with or without a cache). The sample is small, so after its first pass every text is "
+        "cached: a real query stream with a long tail of new texts hits less.",
+        "",
+        "| round | order | off p50 ms | on p50 ms | off infer/s | on infer/s | hit ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for i, r in enumerate(c.rounds, 1):
+        ratio = "n/a" if r.hit_ratio is None else f"{r.hit_ratio:.1%}"
+        lines.append(f"| {i} | {r.order} | {_ms(r.off_p50_ms)} | {_ms(r.on_p50_ms)} | {_ms(r.off_infer_s)} | {_ms(r.on_infer_s)} | {ratio} |")
+    lines += [f"- round {i}: {r.error}" for i, r in enumerate(c.rounds, 1) if r.error]
     return lines

@@ -195,6 +195,9 @@ class VariantConfig:
     # Triton runs these requests (a real sample row, under <model>/warmup/) while it loads the model, so a "ready"
     # server is a warm one; null: no warmup, the first request pays ONNX Runtime's first-run cost.
     warmup: Optional[WarmupConfig] = field(default_factory=WarmupConfig)
+    # The text endpoint's variant answers a text it has answered before from Triton's response cache (its config gets
+    # response_cache { enable: true }). Inert unless the server runs with --cache-config (e.g. local,size=16777216).
+    response_cache: bool = False
 
 
 @dataclass

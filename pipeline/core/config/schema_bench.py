@@ -151,13 +151,29 @@ class SoakConfig:
 
 
 @dataclass
+class TextCacheBenchConfig:
+    """Triton's response cache on the text endpoint, measured on a repeated-query workload: ``requests`` texts drawn
+    from the sample sentences with Zipf exponent ``zipf_s`` (rank = order in the file), sent at ``concurrency`` to the
+    throughput variant with the cache off and on, in ``rounds`` paired rounds (pipeline/bench/text.py)."""
+
+    enabled: bool = True
+    size_mb: int = knob(16, ge=1, le=65536)  # the server's local cache (--cache-config=local,size=...)
+    zipf_s: float = knob(1.1, gt=0, le=10)
+    requests: int = knob(1000, ge=10, le=1000000)  # perf_analyzer's input steps (it cycles through them)
+    concurrency: int = knob(8, ge=1, le=1024)
+    rounds: int = knob(3, ge=2)  # two at least: an interval needs two
+
+
+@dataclass
 class TextBenchConfig:
     """The text endpoint (``<model>_text``, when the repository has one): paired c=1 rounds against tokenize + ONNX
-    Runtime in process, then throughput at ``concurrency`` on each variant (pipeline/bench/text.py)."""
+    Runtime in process, then throughput at ``concurrency`` on each variant, then the response cache
+    (pipeline/bench/text.py)."""
 
     enabled: bool = True
     rounds: int = knob(4, ge=2)  # two at least: an interval needs two
     concurrency: list[int] = knob([8, 16], ge=1, unique=True)
+    cache: TextCacheBenchConfig = field(default_factory=TextCacheBenchConfig)
 
 
 @dataclass
