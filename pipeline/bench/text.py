@@ -28,6 +28,7 @@ import numpy as np
 from pipeline.bench import text_cache
 from pipeline.core.atomic import write_text
 from pipeline.core.config import BenchConfig, PipelineConfig
+from pipeline.core.tokenizer import load_tokenizer
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.embedded import read_config
 from pipeline.serving.process import EmbeddedServer
@@ -128,16 +129,9 @@ def _instance_count(srv: EmbeddedServer, model: str) -> int:
 
 
 def _tokenizer(cfg: PipelineConfig, path: Path) -> Any:  # noqa: ANN401 - tokenizers.Tokenizer
-    """The shipped tokenizer file ``path`` as the endpoint configures it: no padding (one sentence), cut at max_length."""
-    from tokenizers import Tokenizer
-
-    tok_cfg = cfg.model.tokenizer
-    assert tok_cfg is not None
-    tok = Tokenizer.from_file(str(path))
-    tok.no_padding()
-    if tok_cfg.truncation:
-        tok.enable_truncation(tok_cfg.max_length)
-    return tok
+    """The shipped tokenizer file ``path`` as the endpoint configures it (one sentence: no padding)."""
+    assert cfg.model.tokenizer is not None
+    return load_tokenizer(path, cfg.model.tokenizer)
 
 
 def tensor_input(cfg: PipelineConfig, tok: Any, sentences: list[str], path: Path) -> Path:  # noqa: ANN401 - tokenizers.Tokenizer

@@ -18,6 +18,7 @@ import numpy as np
 from pipeline.core.atomic import file_digest
 from pipeline.core.config import TokenizerConfig
 from pipeline.core.errors import ParityError
+from pipeline.core.tokenizer import load_tokenizer
 from pipeline.records.parity import TextParity
 
 EDGE_CASES = {
@@ -28,16 +29,10 @@ EDGE_CASES = {
 
 
 def _tokenizer(path: Path, tok: TokenizerConfig) -> Any:  # noqa: ANN401 - tokenizers.Tokenizer
-    from tokenizers import Tokenizer
-
     try:
-        t = Tokenizer.from_file(str(path))
+        return load_tokenizer(path, tok)
     except Exception as e:  # noqa: BLE001 - the library raises a bare Exception for a malformed file
         raise ParityError(f"cannot load the tokenizer {path}: {str(e).splitlines()[0][:200]}", fix="point model.tokenizer.path at the model's tokenizer.json") from None
-    t.no_padding()
-    if tok.truncation:
-        t.enable_truncation(tok.max_length)
-    return t
 
 
 def _feeds(encodings: list[Any], tok: TokenizerConfig, pad_id: int) -> dict[str, np.ndarray]:

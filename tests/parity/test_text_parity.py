@@ -82,3 +82,26 @@ def test_the_repository_and_a_release_ship_only_the_tokenizer_parity_checked(tmp
     with pytest.raises(ReleaseError) as e:
         parity_section(parity, version, ["embedding"])
     assert "is not the tokenizer parity checked" in str(e.value)
+
+
+@pytest.mark.parametrize("truncation", [True, False])
+def test_the_bench_and_the_gate_tokenize_alike(make_params: Callable[..., Path], tmp_path: Path, truncation: bool) -> None:
+    """bench/text.py and parity/text.py each load the shipped tokenizer.json as the endpoint configures it: on the tiny
+    tokenizer and MiniLM's own, they encode every edge case alike, and a batch of one needs no padding on either side."""
+    from pipeline.bench.text import _tokenizer as bench_tokenizer
+    from pipeline.core.config.files import tokenizer_file
+    from pipeline.parity.text import EDGE_CASES, _feeds, _tokenizer as gate_tokenizer
+
+    flag = f"model.tokenizer.truncation={str(truncation).lower()}"
+    for cfg in (load_config(make_params(*text_model_overrides(tmp_path / "tiny", 12), flag)), load_config(make_params(flag, name="minilm.yaml"))):
+        tok = cfg.model.tokenizer
+        assert tok is not None
+        path = tokenizer_file(tok.path, None)
+        bench, gate_tok = bench_tokenizer(cfg, path), gate_tokenizer(path, tok)
+        for s in [*EDGE_CASES.values(), *SENTENCES]:
+            a, b = bench.encode(s), gate_tok.encode(s)
+            assert (a.ids, a.attention_mask) == (b.ids, b.attention_mask), (cfg.model.name, s)
+            if s == EDGE_CASES["over max_length"]:
+                assert (len(a.ids) == tok.max_length) == truncation, len(a.ids)  # cut only when the config says so, whatever the file says
+            fed = _feeds([b], tok, pad_id=0)
+            assert {n: v[0].tolist() for n, v in fed.items()} == {n: list(getattr(a, str(f))) for n, f in tok.inputs.items()}
