@@ -29,6 +29,7 @@ from pipeline.bench import text_cache
 from pipeline.core.atomic import write_text
 from pipeline.core.config import BenchConfig, PipelineConfig
 from pipeline.core.tokenizer import load_tokenizer
+from pipeline.repository.text_endpoint import shipped_files
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.embedded import read_config
 from pipeline.serving.process import EmbeddedServer
@@ -66,6 +67,10 @@ class TextEndpointResult:
     instances: dict[str, int]  # variant -> the text model's instance count
     throughput: dict[str, dict[int, Json]] = field(default_factory=dict)  # variant -> c -> {infer/s, p50, p99} or {error}
     cache: text_cache.CacheResult | None = None  # the response cache on a repeated-query workload (None: not measured)
+    # sha256 of the text model's files as shipped (not the bench's altered copy): "model.py", "tokenizer.json" (of the
+    # version directory), "config.pbtxt", "configs/<variant>.pbtxt". A release of the endpoint carries this section's
+    # summary only when its own files are these (pipeline/release/evidence/reports.py).
+    files: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> Json:
         return {
@@ -80,6 +85,7 @@ class TextEndpointResult:
             ],
             "throughput": {v: {f"c{c}": m for c, m in pts.items()} for v, pts in self.throughput.items()},
             "cache": self.cache.to_json() if self.cache else None,
+            "files": self.files,
         }
 
     @classmethod
@@ -95,6 +101,7 @@ class TextEndpointResult:
             d.get("instances", {}),
             tput,
             text_cache.CacheResult.from_json(d["cache"]) if d.get("cache") else None,
+            d.get("files", {}),
         )
 
     def summary(self) -> Json:
@@ -256,6 +263,7 @@ def measure(
     b, name = cfg.bench, cfg.model.name
     text = name + SUFFIX
     (work / "logs").mkdir(parents=True, exist_ok=True)
+    files = shipped_files(repository / text, cfg.repository.version)
     # Served from a copy: the python backend's stub writes __pycache__ beside model.py, never into a DVC output.
     served = work / "repository"
     for m in (name, text):
@@ -300,4 +308,5 @@ def measure(
         instances,
         throughput,
         cache,
+        files,
     )

@@ -50,6 +50,13 @@ class TextEndpoint:
         }
 
 
+def shipped_files(model_dir: Path, version: int | str) -> dict[str, str]:
+    """sha256 of a text model's files (bench.json's text_endpoint.files): its version directory's by name, its configs
+    by their path in ``model_dir``."""
+    out = {p.name: atomic.file_digest(p)[0] for p in sorted((model_dir / str(version)).glob("*")) if p.is_file()}
+    return out | {str(p.relative_to(model_dir)): atomic.file_digest(p)[0] for p in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))] if p.is_file()}
+
+
 def check_tokenizer(tok: TokenizerConfig, path: Path, inputs: list[IOSpec]) -> None:
     """The tokenizer file loads, and it feeds exactly the graph's inputs; raises RepositoryError naming the file or key."""
     from tokenizers import Tokenizer  # lazy: only text models need it

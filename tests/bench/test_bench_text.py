@@ -4,6 +4,7 @@ Runtime in process (a headline with its interval), the server time outside the t
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from pipeline.bench.results import BenchResult
 from pipeline.bench.run import run_bench
 from pipeline.core.config import load_config
+from pipeline.release.evidence.reports import bench_section
 from pipeline.repository.writer import write_repository
 from tests.bench.test_bench import procs_mentioning
 from tests.helpers.tiny_text import text_model_overrides
@@ -80,5 +82,14 @@ def test_the_bench_measures_the_text_endpoint_beside_the_tensor_one(make_params:
     report = (out / "bench" / "report.md").read_text()
     assert "## Text endpoint (tinytext_text)" in report and "90% CI" in report.split("## Text endpoint", 1)[1]
     assert "### Response cache (tinytext_text_cached, local, 16 MB)" in report and "byte-identical" in report
+    # A release of the endpoint carries this summary only for the files measured: the tokenizer changed, none.
+    section = bench_section(out / "bench.json", "tinytext_text", repo / "tinytext_text", repo / "tinytext_text" / "1")
+    assert section.measured and section.summary == data["summary"]["text_endpoint"] and set(section.configs_sha256 or {}) == {"latency", "throughput"}
+    assert section.model_sha256 == data["model"]["sha256"]  # the tensor model's file the endpoint called
+    other = tmp_path / "other"
+    shutil.copytree(repo / "tinytext_text", other / "tinytext_text")
+    (other / "tinytext_text" / "1" / "tokenizer.json").write_text("{}", encoding="utf-8")
+    section = bench_section(out / "bench.json", "tinytext_text", other / "tinytext_text", other / "tinytext_text" / "1")
+    assert not section.measured and "differ: tokenizer.json" in str(section.reason), section.reason
     assert not list(repo.rglob("__pycache__"))  # served from a copy: the stub's bytecode never lands in a DVC output
     assert not procs_mentioning(str(tmp_path))

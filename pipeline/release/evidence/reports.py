@@ -23,6 +23,7 @@ from pipeline.core.errors import BenchError, ParityError, ReleaseError
 from pipeline.records.bench import BenchRecord
 from pipeline.records.parity import ArtifactResult, ParityReport, read_report
 from pipeline.records.release import BenchSection, ParitySection, SamplesSection, ServedFile
+from pipeline.repository.text_endpoint import SUFFIX as TEXT_SUFFIX, shipped_files
 
 ONNX_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
@@ -166,6 +167,8 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
     except BenchError as e:
         return BenchSection.absent(f"{path}: {e.what}")
     measured = record.model
+    if model == measured.name + TEXT_SUFFIX:
+        return _text_section(data, path, model, model_dir, version_dir, measured.sha256)
     if measured.name != model:
         return BenchSection.absent(f"{path} measured model '{measured.name}', not '{model}'")
     onnx = version_dir / ONNX_FILE
@@ -192,3 +195,20 @@ def bench_section(path: str | Path | None, model: str, model_dir: Path, version_
     if record.summary is None:
         return BenchSection.absent(f"{path} has no summary to record (rerun `dvc repro bench`)")
     return BenchSection("measured", report=str(path), model_sha256=sha, configs_sha256=configs, summary=record.summary)
+
+
+def _text_section(data: dict[str, Any], path: str | Path, model: str, model_dir: Path, version_dir: Path, tensor_sha: str | None) -> BenchSection:
+    """The text endpoint's bench summary for a release of ``<model>_text``: only if the bench measured exactly its files
+    (model.py, tokenizer.json, every config). ``model_sha256`` is then the tensor model's ONNX file the endpoint called."""
+    text = data.get("text_endpoint")
+    if not isinstance(text, dict) or text.get("model") != model:
+        return BenchSection.absent(f"{path} did not measure the text endpoint '{model}' (bench.text.enabled, and --sentences)")
+    measured, shipped = text.get("files") or {}, shipped_files(model_dir, version_dir.name)
+    if measured != shipped:
+        diff = sorted(k for k in measured.keys() | shipped.keys() if measured.get(k) != shipped.get(k))
+        return BenchSection.absent(f"{path} measured other files of '{model}' than the release ships (differ: {', '.join(diff)})")
+    summary = (data.get("summary") or {}).get("text_endpoint")
+    if not isinstance(summary, dict):
+        return BenchSection.absent(f"{path} has no text-endpoint summary to record (rerun `dvc repro bench`)")
+    configs = {k.removeprefix("configs/").removesuffix(".pbtxt"): v for k, v in shipped.items() if k.startswith("configs/")}
+    return BenchSection("measured", report=str(path), model_sha256=tensor_sha, configs_sha256=configs, summary=summary)
