@@ -5,8 +5,8 @@ served twice: as shipped with its response cache off, and as a twin (``<model>_t
 otherwise the same. perf_analyzer sends both the same workload, ``bench.text.cache.requests`` texts drawn from the
 sample sentences with a Zipf law (rank = order in the file; perf_analyzer cycles through them), at
 ``bench.text.cache.concurrency``, in paired rounds whose order alternates. Per round: p50 and infer/s of each side,
-and the twin's hit ratio over its run from Triton's own counters (cache_hit / (cache_hit + cache_miss)). Then every
-distinct text of the workload, made new to the cache, is asked of the uncached model and twice of the twin: the
+and the twin's hit ratio over its run from Triton's own counters (cache_hit / (cache_hit + cache_miss)). Then the
+workload's first ``bench.text.cache.checked`` distinct texts, each made new to the cache, are asked of the uncached model and twice of the twin: the
 answers must be the same bytes. (The workload's own texts were cached from whatever batch they rode in, padded to its
 longest row: those differ from an answer alone by batching's rounding, reported as ``batched_max_abs``.)
 """
@@ -70,7 +70,7 @@ class CacheResult:
     throughput_ratio: Estimate  # infer/s with the cache / without it
     hit_ratio: float | None  # the mean of the rounds' hit ratios
     identical: bool | None  # a text new to the cache: uncached, first (miss) and cached (hit) answers the same bytes
-    checked: int  # such texts, one per distinct text of the workload
+    checked: int  # such texts: the workload's first bench.text.cache.checked distinct ones
     check_hits: int  # cache hits while checking: one per checked text, plus the workload's own texts asked again
     # The workload's texts as cached during the rounds (computed in whatever batch they rode in, padded to its longest
     # row) against each asked alone without the cache: the largest absolute difference. Batching's, not the cache's.
@@ -232,8 +232,8 @@ def measure(run: Runner, srv: EmbeddedServer, models: tuple[str, str], data: tup
             )
         )
     ratios = [r.hit_ratio for r in rounds if r.hit_ratio is not None]
-    distinct = list(dict.fromkeys(workload))
-    check = _check(srv, models, distinct, outputs)
+    distinct = list(dict.fromkeys(workload))  # in order of first appearance: the frequent texts first
+    check = _check(srv, models, distinct[: c.checked], outputs)
     return CacheResult(
         twin,
         c.size_mb,

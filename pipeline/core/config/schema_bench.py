@@ -161,7 +161,8 @@ class TextCacheBenchConfig:
     zipf_s: float = knob(1.1, gt=0, le=10)
     requests: int = knob(1000, ge=10, le=1000000)  # perf_analyzer's input steps (it cycles through them)
     concurrency: int = knob(8, ge=1, le=1024)
-    rounds: int = knob(3, ge=2)  # two at least: an interval needs two
+    rounds: int = knob(2, ge=2)  # two at least: an interval needs two (the gap is tens of times: two show it)
+    checked: int = knob(20, ge=1, le=10000)  # texts asked uncached, on a miss and on a hit: the same bytes?
 
 
 @dataclass
