@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.core.errors import ReleaseError
-from pipeline.release.store import canaries
+from pipeline.release.store import canaries, pointer
 from pipeline.release.store.publish import unfinished
 from pipeline.release.store.store import ReleaseStore
 
@@ -42,10 +42,22 @@ def describe(st: ReleaseStore, mdl: str) -> tuple[list[list[str]], list[str]]:
     if st.fs.s3 is not None:
         lines += [f"  note: {mdl} {u.version}: {u.describe(st.lock_lease_s)}" for u in unfinished(st, mdl)]
     for env in st.environments:
-        lines.append(f"  {env}: serve with tritonserver --model-repository={st.env_repository(env)} --model-control-mode=explicit --load-model={mdl}")
+        serve = f"  {env}: serve with tritonserver --model-repository={st.env_repository(env)} --model-control-mode=explicit --load-model={mdl}"
+        if states[env].live is not None and _response_cache(st, env, mdl):
+            serve += " --cache-config=local,size=<bytes> (its config turns on the response cache, which caches nothing without one)"
+        lines.append(serve)
         rec = canaries.read(st.fs, env, mdl)
         if rec is not None:
             lines.append(f"  {env}: {rec.summary_line()}")
     if st.fs.s3 is not None:
         lines.append("  (tritonserver reads S3 with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION from its environment)")
     return rows, lines
+
+
+def _response_cache(st: ReleaseStore, env: str, mdl: str) -> bool:
+    """Whether the config ``env`` serves ``mdl`` with turns on Triton's response cache (False when it cannot be read:
+    ``release verify`` reports that)."""
+    try:
+        return pointer.parse_config(st.fs.read_text(f"{st.model_rel(env, mdl)}/config.pbtxt"), "the pointer").response_cache.enable
+    except (ReleaseError, OSError):
+        return False

@@ -195,3 +195,25 @@ def test_promote_and_rollback_switch_a_model_and_its_text_endpoint_as_one_set(tm
     other = project(tmp_path / "b", "tiny", "other")
     assert cli(tmp_path / "b", "build", "--unchecked-evidence", "--no-tag", *other).returncode == 0
     assert_one_message(cli(tmp_path / "b", "promote", "--to", "dev", "--no-tag", *other), "holds 2 models; say which one")
+
+
+def test_list_tells_to_start_the_cache_an_environment_s_config_turns_on(tmp_path: Path) -> None:
+    """A config with response_cache on caches nothing on a server started without --cache-config: the serve line says
+    so for the environment that serves it, and only there."""
+    from pipeline.release.build import BuildInputs, build_release
+    from pipeline.release.listing import describe
+    from pipeline.release.promote import promote
+    from pipeline.release.store.store import ReleaseStore
+    from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
+
+    repo = tiny_repository(tmp_path / "repo")
+    thr = repo / "tiny" / "configs" / "throughput.pbtxt"
+    thr.write_text(thr.read_text() + "response_cache {\n  enable: true\n}\n")
+    store = ReleaseStore(tmp_path / "store")
+    build_release(store, BuildInputs(repo, parity_report(tmp_path / "parity.json"), None, dvc_lock(tmp_path / "dvc.lock"), git_cwd=tmp_path), unchecked_evidence=True, tag=False)
+    promote(store, "dev", version=1, variant="throughput")
+    promote(store, "staging", version=1, variant="latency")
+    _, lines = describe(store, "tiny")
+    serve = {line.split(":", 1)[0].strip(): line for line in lines if "serve with tritonserver" in line}
+    assert "--cache-config=local,size=" in serve["dev"], serve
+    assert "--cache-config" not in serve["staging"] and "--cache-config" not in serve["production"], serve
