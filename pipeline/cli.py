@@ -262,7 +262,12 @@ def canary_cmd(
     ),
     share: Optional[float] = typer.Option(None, "--share", help="the candidate's share of a real load (implies --traffic real; default: release.canary.share)"),
     duration: Optional[str] = typer.Option(None, "--duration", help="traffic time, e.g. 60s or 2m (default: release.canary.duration_s)"),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help="more rows to replay: a Polygraphy inputs JSON or .npz (the releases' own samples are always sent)"),
+    inputs: Optional[Path] = typer.Option(
+        None,
+        "--inputs",
+        help="more rows to replay: a Polygraphy inputs JSON or .npz (the releases' own samples are always sent); "
+        "for a text endpoint (<model>_text), the sentences to send: a .txt file, one per line",
+    ),
     metrics: Optional[str] = typer.Option(None, "--metrics", help="Triton's metrics endpoint host:port for per-version numbers (default: the judging server's host, port 8002)"),
     abort: bool = typer.Option(False, "--abort", help="clean up after a canary that died: unload its candidate, serve what the pointer names"),
     variant: Optional[str] = typer.Option(None, "--variant", help="config variant of the candidate (default: the one the live version was promoted with)"),

@@ -127,6 +127,13 @@ def locate_perf_analyzer() -> PerfAnalyzer:
 
 
 # ---------------------------------------------------------------- input data
+def _content(a: np.ndarray) -> list:
+    """A tensor's values as perf_analyzer's JSON takes them: BYTES (numpy object) as strings."""
+    if a.dtype == np.object_:
+        return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in a.ravel()]
+    return a.ravel().astype(bool).tolist() if a.dtype == np.bool_ else a.ravel().tolist()
+
+
 def input_data_json(samples: list[Feed], batched: bool) -> dict:
     """perf_analyzer ``--input-data`` JSON from feed dicts, one step per batch-1 request.
 
@@ -140,7 +147,7 @@ def input_data_json(samples: list[Feed], batched: bool) -> dict:
             step = {}
             for name, arr in feed.items():
                 a = np.asarray(arr)[r] if batched else np.asarray(arr)
-                content = a.ravel().tolist() if a.dtype != np.bool_ else a.ravel().astype(bool).tolist()
+                content = _content(a)
                 step[name] = {"content": content, "shape": list(a.shape)}
             steps.append(step)
     if not steps:

@@ -24,7 +24,7 @@ from pipeline.core.config.problems import ConfigProblems, Problems
 from pipeline.core.config.rules import check_canary
 from pipeline.core.config.schema_release import CanaryConfig
 from pipeline.core.errors import ConfigError, ReleaseError
-from pipeline.core.samples import load_feed_file, request_rows
+from pipeline.core.samples import load_feed_file, read_sentences, request_rows
 from pipeline.parity import polygraphy as pg
 from pipeline.records.release import ReleaseManifest
 from pipeline.release.canary import traffic as ct
@@ -97,10 +97,32 @@ def _check_signatures(live: mc.ModelConfig, cand: mc.ModelConfig, lv: int, cv: i
         )
 
 
+def text_input(cfg: mc.ModelConfig) -> str | None:
+    """The one TYPE_STRING input of a text endpoint's config (``<model>_text``), else None."""
+    return cfg.input[0].name if len(cfg.input) == 1 and cfg.input[0].data_type == mc.TYPE_STRING else None
+
+
+def _text_rows(model: str, name: str, batched: bool, sentences: Path | None) -> tuple[list[ct.Feed], list[str]]:
+    """Batch-1 requests of a text endpoint: one sentence each, from ``sentences`` (one per line, ``#`` comments)."""
+    fix = "pass --inputs <a .txt file, one sentence per line> (the bench's are in pipeline/data/sentences.txt)"
+    if sentences is None or sentences.suffix != ".txt" or not sentences.is_file():
+        what = "no --inputs was given" if sentences is None else f"--inputs {sentences} is not a .txt file of sentences"
+        raise ReleaseError(f"'{model}' takes text, and {what}: a text endpoint's canary sends sentences", fix=fix)
+    texts = read_sentences(sentences)
+    if not texts:
+        raise ReleaseError(f"--inputs {sentences} holds no sentences", fix=fix)
+    shape = (1, 1) if batched else (1,)
+    return [{name: np.array([t.encode("utf-8")], dtype=object).reshape(shape)} for t in texts], [str(sentences)]
+
+
 def _rows(store: ReleaseStore, model: str, versions: list[int], cfg: mc.ModelConfig, extra: Path | None) -> tuple[list[ct.Feed], list[str]]:
-    """Batch-1 request rows: the releases' own samples (candidate's, else live's) plus ``extra``, in the config's dtypes."""
+    """Batch-1 request rows: the releases' own samples (candidate's, else live's) plus ``extra``, in the config's dtypes;
+    for a text endpoint, the sentences of ``extra``."""
     from tritonclient.utils import triton_to_np_dtype
 
+    text = text_input(cfg)
+    if text is not None:
+        return _text_rows(model, text, cfg.max_batch_size > 0, extra)
     feeds, sources = [], []
     for v in versions:
         rel = f"{store.release_rel(model, v)}/files/{reports.SAMPLES_FILE}"
@@ -160,8 +182,9 @@ def _tolerance(m: ReleaseManifest, parity: ParityConfig) -> tuple[str, Tolerance
     return kind, getattr(parity, kind)
 
 
-def _check_servers(urls: list[str], model: str, live: int, timeout_s: float) -> None:
-    """Every server reachable, in explicit mode, serving the live version, without a candidate left over."""
+def _check_servers(urls: list[str], model: str, live: int, timeout_s: float, calls: tuple[str, int | None] | None = None) -> None:
+    """Every server reachable, in explicit mode, serving the live version, without a candidate left over; and, for a
+    text endpoint, serving the live version of the tensor model its copies call (``calls``: its name and version)."""
     for u in urls:
         with contextlib.closing(TritonReloader(u, model, timeout_s)) as r:
             r.check()
@@ -171,9 +194,23 @@ def _check_servers(urls: list[str], model: str, live: int, timeout_s: float) -> 
                     f"Triton at {r.url} does not serve version {live} of '{model}', the live version of this environment",
                     fix="start it on the environment (`release list` prints the command) and --load-model the model",
                 )
+            if calls is not None and (calls[1] is None or not r.ready(calls[1], calls[0])):
+                raise ReleaseError(
+                    f"Triton at {r.url} does not serve the tensor model '{calls[0]}' the text endpoint calls"
+                    + (f" (version {calls[1]}, live in this environment)" if calls[1] is not None else " (nothing of it is live in this environment)"),
+                    fix=f"promote '{calls[0]}' to the environment and --load-model it; the canary's copies call it as production does",
+                )
             left = loaded_copies(r, model)
             if left:
                 raise ReleaseError(f"copies of an earlier canary ({', '.join(left)}) are still loaded on {r.url}", fix="run `release canary --env <env> --abort` first")
+
+
+def _calls(store: ReleaseStore, env: str, cfg: mc.ModelConfig) -> tuple[str, int | None] | None:
+    """For a text endpoint: the tensor model its copies call (as the served one does) and its live version in ``env``."""
+    if text_input(cfg) is None or "tensor_model" not in cfg.parameters:
+        return None
+    tensor = cfg.parameters["tensor_model"].string_value
+    return tensor, store.env_state(env, tensor).live
 
 
 @dataclass(frozen=True)
@@ -217,5 +254,5 @@ def prepare(store: ReleaseStore, cand: Candidate, opts: SwitchOptions, cfg: Cana
     tags.check_assignable(opts.git_repo, model, version, m.commit)
     rows, sources = _rows(store, model, [version, live], cand_cfg, inputs)
     files = {live: _model_files(store, model, live, store.verify_release(model, live)), version: _model_files(store, model, version, m)}
-    _check_servers(list(opts.reload), model, live, cfg.load_timeout_s)
+    _check_servers(list(opts.reload), model, live, cfg.load_timeout_s, _calls(store, env, cand_cfg))
     return Prepared(model, live, variant, variant_name, state, {live: live_cfg, version: cand_cfg}, files, rows, sources, _tolerance(m, parity))
