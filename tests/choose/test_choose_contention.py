@@ -102,9 +102,9 @@ def test_a_hog_during_the_reference_side_leaves_the_estimate_with_the_quiet_figu
     quiet = [run(files).latency_speedup("int8")]
     # The hog on the reference's side in every other round: those rounds read the candidate several times faster.
     # That is the control, a fact about the runner rather than the stage: a runner whose scheduler spared the
-    # reference (seen: 1.08x, and twice in a row the quiet figure itself, instead of >1.25x) gets up to two more
-    # contended runs before the control is judged.
-    for _attempt in range(3):
+    # reference (seen: 1.08x, three times in a row the quiet figure or below it, instead of >1.25x) gets up to four
+    # more contended runs before the control is judged.
+    for _attempt in range(5):
         t = run(files, hog_during_reference(hogs, set(range(0, 100, 2))))
         contended = [r for r in t.rounds if r.index % 2 == 0]
         hogged = float(np.median([r.p50_ms["fp32"] / r.p50_ms["int8"] for r in contended]))
