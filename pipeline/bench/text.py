@@ -123,8 +123,7 @@ def sentences_input(path: Path, sentences: list[str]) -> Path:
 def _server_ms(srv: EmbeddedServer, model: str) -> tuple[int, float]:
     """(successful requests, their summed server time in ms: queue + compute) of ``model`` so far."""
     with contextlib.closing(srv.client()) as c:
-        stats = c.model_statistics(model).get("model_stats") or [{}]
-    inf = stats[0].get("inference_stats", {})
+        inf = c.inference_stats(model)
     ns = sum(int(inf.get(k, {}).get("ns", 0)) for k in ("queue", "compute_input", "compute_infer", "compute_output"))
     return int(inf.get("success", {}).get("count", 0)), ns / 1e6
 
@@ -281,23 +280,23 @@ def measure(
     throughput: dict[str, dict[int, Json]] = {}
     cache: text_cache.CacheResult | None = None
     for variant in ("latency", "throughput"):
-        cached = twin is not None and variant == "throughput"
+        here = twin if variant == "throughput" else None  # the cached twin is measured beside the throughput variant
         with EmbeddedServer(
             repository,
             name,
             variant,
             timeout_s=b.server_timeout_s,
-            also_load=(text, twin) if cached and twin else (text,),
+            also_load=(text, here) if here else (text,),
             ort_standin=True,
             log_dir=work / "logs",
-        ).with_cache(b.text.cache.size_mb * 2**20 if cached else 0) as srv:
+        ).with_cache(b.text.cache.size_mb * 2**20 if here else 0) as srv:
             instances[variant] = _instance_count(srv, text)
             perf = _Perf(b, pa, srv, work)
             if variant == "latency":
                 rounds = [_round(perf, (text, name), data, timed, sentences, i) for i in range(b.text.rounds)]
             throughput[variant] = {c: _point(perf, text, data[0], c, variant) for c in b.text.concurrency}
-            if cached and twin:
-                cache = _cache(cfg, perf, (text, twin), sentences, repository, work, log)
+            if here:
+                cache = _cache(cfg, perf, (text, here), sentences, repository, work, log)
     shares = [r.python_share for r in rounds if r.python_share is not None]
     return TextEndpointResult(
         text,

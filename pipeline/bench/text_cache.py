@@ -159,8 +159,7 @@ def add_twin(served: Path, text: str) -> str:
 def _counts(srv: EmbeddedServer, model: str) -> tuple[int, int]:
     """(cache hits, cache misses) of ``model`` so far, from Triton's statistics."""
     with contextlib.closing(srv.client()) as c:
-        stats = c.model_statistics(model).get("model_stats") or [{}]
-    inf = stats[0].get("inference_stats", {})
+        inf = c.inference_stats(model)
     return int(inf.get("cache_hit", {}).get("count", 0)), int(inf.get("cache_miss", {}).get("count", 0))
 
 

@@ -169,6 +169,11 @@ class TritonClient:
             return {}
         return dict(stats) if self.protocol == "http" else _rest_json(stats)
 
+    def inference_stats(self, name: str) -> dict[str, Any]:
+        """The ``inference_stats`` of ``name``'s first version in :meth:`model_statistics` ({} when it has none)."""
+        stats = self.model_statistics(name).get("model_stats") or [{}]
+        return dict(stats[0].get("inference_stats", {}))
+
     def model_config(self, name: str) -> mc.ModelConfig | None:
         """The config ``name`` is served with, as Triton's schema (None when unreachable or not loaded)."""
         got = self._quiet(lambda: self._call("get_model_config", name), None)

@@ -53,6 +53,11 @@ def deal(cases: list[Case], depth: int) -> list[list[Case]]:
     return groups
 
 
+def group_id(group: list[Case]) -> str:
+    """A group's test id: its size and its first key."""
+    return f"{len(group)}-{group[0][1]}"
+
+
 def each_own_line(group: list[Case]) -> dict[str, str]:
     """Compose every override of ``group`` at once; each gives exactly one problem line, its own: key -> line."""
     lines = problems(*(c[0] for c in group))
@@ -167,7 +172,7 @@ CLOSED_SETS = [
 ]
 
 
-@pytest.mark.parametrize("group", deal(CLOSED_SETS, 1), ids=lambda g: f"{len(g)}-{g[0][1]}")
+@pytest.mark.parametrize("group", deal(CLOSED_SETS, 1), ids=group_id)
 def test_closed_sets_suggest_the_closest_value(group: list[Case]) -> None:
     own = each_own_line(group)
     for _, key, suggestion in group:
@@ -236,7 +241,7 @@ RANGES = [
 ]
 
 
-@pytest.mark.parametrize("group", deal(RANGES, 2), ids=lambda g: f"{len(g)}-{g[0][1]}")
+@pytest.mark.parametrize("group", deal(RANGES, 2), ids=group_id)
 def test_ranges(group: list[Case]) -> None:
     """Each override out of its range gives exactly one problem line, its own (composed together, as a user's many
     overrides are: every problem is listed)."""
@@ -272,7 +277,7 @@ EVERY_FORM = [
 ]
 
 
-@pytest.mark.parametrize("group", deal(EVERY_FORM, 2), ids=lambda g: f"{len(g)}-{g[0][1]}")
+@pytest.mark.parametrize("group", deal(EVERY_FORM, 2), ids=group_id)
 def test_every_form_of_knob_is_checked_by_the_one_walker(group: list[Case]) -> None:
     """A list of lists (each inner list), a mapping of numbers (each value), a string that must not be empty, a list
     without repeats: the schema declares them (knob()), the walker in knobs.py reports them like any range."""

@@ -74,7 +74,8 @@ def register() -> None:
 
     store = ConfigStore.instance()
     for (group, name), cls in NODES.items():
-        if _STORED.get((group, name)) is not None and _held(store.repo, group, name) is _STORED[(group, name)]:
+        held = _held(store.repo, group, name)
+        if held is not None and held is _STORED.get((group, name)):
             continue
         store.store(name=name, group=group or None, node=defaults_of(cls))
         _STORED[(group, name)] = _held(store.repo, group, name)
