@@ -4,6 +4,7 @@ and the markers: what a test starts, added from its fixtures and checked against
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.config import PipelineConfig, load_config
-from pipeline.params import compose
 from tests.helpers.markers import PROCESS_MARKERS, STARTED, starts
-from tests.helpers.project import Builds, Built, Recipe
+from tests.helpers.project import Builds, Built, Recipe, composed
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]  # tests/test_markers.py runs pytest on a conftest of its own
@@ -77,6 +77,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda it: -per_file[it.nodeid.split("::")[0]])
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for ``-n auto`` (pyproject's addopts): every core for a run over folders, one process (no workers) for a
+    run that judges time (``-m timing``) or names files or single tests (a debugging run, where workers only cost
+    their start-up)."""
+    if re.search(r"(?<!not )\btiming\b", config.getoption("markexpr") or ""):
+        return 0
+    if config.args and all(a.split("::")[0].endswith(".py") for a in config.args):
+        return 0
+    return len(os.sched_getaffinity(0))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("timing") and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         pytest.skip("judges time: runs alone, in the serial pass (`python -m pytest -m timing`, without -n)")
@@ -110,7 +121,7 @@ def make_params(tmp_path: Path) -> Callable[..., Path]:
 
     def _make(*overrides: str, name: str = "params.yaml") -> Path:
         path = tmp_path / name
-        path.write_text(compose(list(overrides)), encoding="utf-8")
+        path.write_text(composed(overrides), encoding="utf-8")
         return path
 
     return _make

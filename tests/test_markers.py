@@ -3,6 +3,7 @@ that the markers come from the fixtures a test uses."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -131,3 +132,25 @@ def test_marked():
     res.assert_outcomes(passed=1, failed=1)
     assert any("test_unmarked started tritonserver or perf_analyzer" in ln and "add @pytest.mark.triton" in ln for ln in res.outlines), res.outlines
     STARTED.seen.clear()
+
+
+@pytest.mark.parametrize(
+    ("args", "workers"),
+    [
+        ([], "cores"),
+        (["-m", "not slow"], "cores"),
+        (["-m", "not timing"], "cores"),
+        (["tests/core", "tests/stats"], "cores"),
+        (["-m", "timing"], 0),
+        (["-m", "slow and timing"], 0),
+        (["tests/core/test_config.py"], 0),
+        (["tests/core/test_config.py::test_x", "tests/stats/test_estimate.py"], 0),
+    ],
+)
+def test_the_default_run_uses_every_core_except_for_timing_and_named_tests(pytester: pytest.Pytester, args: list[str], workers: object) -> None:
+    """pyproject's `-n auto` starts one worker per core for a run over folders, none for `-m timing` (judged alone)
+    or for named files and tests."""
+    from tests.conftest import pytest_xdist_auto_num_workers
+
+    config = pytester.parseconfig("-p", "no:cacheprovider", *args)
+    assert pytest_xdist_auto_num_workers(config) == (len(os.sched_getaffinity(0)) if workers == "cores" else workers)

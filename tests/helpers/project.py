@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import signal
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,34 @@ def make_project(dest: Path, overrides: list[str] | tuple[str, ...], extra: tupl
 def write_params(project: Path, overrides: list[str] | tuple[str, ...]) -> None:
     """Compose the project's conf/ with ``overrides`` into its params.yaml (what `python -m pipeline.params` does)."""
     (project / "params.yaml").write_text(compose(list(overrides), project / "conf"), encoding="utf-8")
+
+
+_COMPOSED: dict[tuple[str, ...], tuple[str, str]] = {}
+
+
+def composed(overrides: Sequence[str]) -> str:
+    """``compose(overrides)`` for this checkout's conf/, run once per process for each list of overrides.
+
+    The checkout does not change during a session, and a Hydra composition (about 0.2 s) is most of a config test's
+    time. The notes a composition prints are printed again on a repeat, so a test reading them sees what a fresh
+    composition prints. A failure is never kept, and overrides that name a file (a ``/``, or a ``path`` or
+    ``checkpoint`` key) are composed every time: the file may change between calls.
+    """
+    key = tuple(overrides)
+    if any("/" in o or o.split("=", 1)[0].endswith(("path", "checkpoint")) for o in key):
+        return compose(list(key))
+    if key in _COMPOSED:
+        text, printed = _COMPOSED[key]
+        sys.stderr.write(printed)
+        return text
+    notes = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(notes):
+            text = compose(list(key))
+    finally:
+        sys.stderr.write(notes.getvalue())
+    _COMPOSED[key] = (text, notes.getvalue())
+    return text
 
 
 def commit(project: Path, message: str = "commit") -> None:
