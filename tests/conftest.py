@@ -79,9 +79,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for ``-n auto`` (pyproject's addopts): every core for a run over folders, one process (no workers) for a
-    run that judges time (``-m timing``) or names files or single tests (a debugging run, where workers only cost
-    their start-up)."""
-    if re.search(r"(?<!not )\btiming\b", config.getoption("markexpr") or ""):
+    run that judges time (``-m timing``) or builds engines on the one GPU (``-m gpu``), or that names files or single
+    tests (a debugging run, where workers only cost their start-up)."""
+    if re.search(r"(?<!not )\b(timing|gpu)\b", config.getoption("markexpr") or ""):
         return 0
     if config.args and all(a.split("::")[0].endswith(".py") for a in config.args):
         return 0

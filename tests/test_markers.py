@@ -143,6 +143,7 @@ def test_marked():
         (["tests/core", "tests/stats"], "cores"),
         (["-m", "timing"], 0),
         (["-m", "slow and timing"], 0),
+        (["-m", "gpu", "tests/gpu"], 0),
         (["tests/core/test_config.py"], 0),
         (["tests/core/test_config.py::test_x", "tests/stats/test_estimate.py"], 0),
     ],
