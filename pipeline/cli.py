@@ -12,7 +12,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +22,9 @@ from pipeline import exit_with
 from pipeline.core.config import PipelineConfig, ReleaseConfig, load_config
 from pipeline.cli_print import print_build, print_switch
 from pipeline.core.errors import CanaryRejected, PipelineError, ReleaseError, print_error
+
+if TYPE_CHECKING:
+    from pipeline.release.store.store import ReleaseStore
 
 _interrupt_said = False
 
@@ -195,16 +198,19 @@ def promote_cmd(
     tag: bool = TagOpt,
 ) -> None:
     """Verify a release, install it in an environment and flip the environment's pointer to it."""
-    from pipeline.release.promote import promote
+    from pipeline.release.promote import SwitchOptions, promote
+    from pipeline.release.promote_set import promote_set
 
     cfg = _config(params)
     st = _store(store, params, cfg.release, allow_unchecked=allow_unchecked)
-    names = st.model_set(model, _companions(cfg))
-    res = promote(st, to, names[0], version, variant, reload, str(public_key) if public_key else None, _git_repo(tag))
-    print_switch(out, res, tag)
-    for name in names[1:]:  # the text endpoint and the TensorRT model: the releases built with that version
-        res2 = promote(st, to, name, st.built_with(name, names[0], res.version), variant, reload, str(public_key) if public_key else None, _git_repo(tag))
-        print_switch(out, res2, tag)
+    names, follow = _set_of(st, model, cfg)
+    key = str(public_key) if public_key else None
+    if len(names) == 1:
+        print_switch(out, promote(st, to, names[0], version, variant, reload, key, _git_repo(tag)), tag)
+        return
+    # The text endpoint and the TensorRT model switch with the model, at the releases built with that version.
+    for res in promote_set(st, to, names, version, variant, SwitchOptions.of(reload, key, _git_repo(tag)), follow):
+        print_switch(out, res, tag)
 
 
 @release_app.command("rollback")
@@ -219,12 +225,28 @@ def rollback_cmd(
     tag: bool = TagOpt,
 ) -> None:
     """Make the previously live version live again (the newer release is kept)."""
-    from pipeline.release.promote import rollback
+    from pipeline.release.promote import SwitchOptions, rollback
+    from pipeline.release.promote_set import rollback_set
 
     cfg = _config(params)
     st = _store(store, params, cfg.release)
-    for name in st.model_set(model, _companions(cfg)):
-        print_switch(out, rollback(st, env, name, reload, str(public_key) if public_key else None, _git_repo(tag)), tag)
+    names, follow = _set_of(st, model, cfg)
+    key = str(public_key) if public_key else None
+    if len(names) == 1:
+        print_switch(out, rollback(st, env, names[0], reload, key, _git_repo(tag)), tag)
+        return
+    for res in rollback_set(st, env, names, SwitchOptions.of(reload, key, _git_repo(tag)), follow):
+        print_switch(out, res, tag)
+
+
+def _set_of(st: ReleaseStore, model: str | None, cfg: PipelineConfig) -> tuple[list[str], bool]:
+    """The models one promote or rollback switches, the model first, and whether the others only follow it: a model
+    named with --model switches alone, and its companions (a text endpoint calls it) keep their versions but call its
+    new one."""
+    if model is None:
+        return st.model_set(None, _companions(cfg)), False
+    models = st.models()
+    return [st.resolve_model(model), *(model + sfx for sfx in _companions(cfg) if model + sfx in models)], True
 
 
 def _companions(cfg: PipelineConfig) -> tuple[str, ...]:

@@ -89,6 +89,8 @@ class Switch:
     state: EnvState
     variant: str | None = None  # None: the release's config.pbtxt
     event: HistoryEvent = field(default_factory=lambda: HistoryEvent())  # more for the history event (rolled_back, canary)
+    pin: int | None = None  # a text endpoint: the version of its tensor model it calls (pointer.pinned)
+    keep: int | None = None  # served beside the target after the flip, until the set's companions switched (promote_set)
 
 
 def default_version(store: ReleaseStore, model: str, env: str) -> tuple[int, str]:
@@ -127,7 +129,7 @@ def switch(store: ReleaseStore, sw: Switch, opts: SwitchOptions, guard: HeldLock
     if sw.state.live is not None and not store.is_release(sw.model, sw.state.live):
         res.notes.append(f"the pointer named version {sw.state.live}, which is not a release in the store; it now names {sw.target}")
     with _timed(res.timings, "verify_release_s"):
-        m, cfg, variant_name = _check_target(store, sw, opts)
+        m, cfg, variant_name = check_target(store, sw, opts)
     with _timed(res.timings, "install_s"):
         res.copy = store.install_version(sw.env, sw.model, sw.target, m)
     _switch_installed(store, sw, opts, guard, (cfg, variant_name), res)
@@ -139,7 +141,7 @@ def switch(store: ReleaseStore, sw: Switch, opts: SwitchOptions, guard: HeldLock
     return res
 
 
-def _check_target(store: ReleaseStore, sw: Switch, opts: SwitchOptions) -> tuple[ReleaseManifest, mc.ModelConfig, str]:
+def check_target(store: ReleaseStore, sw: Switch, opts: SwitchOptions) -> tuple[ReleaseManifest, mc.ModelConfig, str]:
     """Step 1: the verified manifest of the target, and the config (and variant name) the environment will serve.
 
     Raises:
@@ -150,6 +152,7 @@ def _check_target(store: ReleaseStore, sw: Switch, opts: SwitchOptions) -> tuple
     if sw.action != "rollback":  # a rollback goes back to a version this environment already accepted
         store.check_evidence(m, sw.env)
     cfg, variant_name = store.release_config(sw.model, sw.target, sw.variant)  # a variant not in the manifest stops here, before any copy
+    cfg = pointer.pinned(cfg, sw.pin)
     # With tagging on, a version GTO does not know is refused here, before anything changes.
     tags.check_assignable(opts.git_repo, sw.model, sw.target, m.commit)
     return m, cfg, variant_name
@@ -167,7 +170,7 @@ def _switch_installed(store: ReleaseStore, sw: Switch, opts: SwitchOptions, guar
     flipped = False
     try:
         _check_warmup(store, sw, cfg)
-        data = pointer.render(cfg, sw.env, sw.model, sw.target, variant_name)
+        data = pointer.render(cfg, sw.env, sw.model, sw.target, variant_name, sw.keep)
         if reloaders:
             with _timed(res.timings, "triton_load_new_s"):
                 for r in reloaders:  # every server reachable before any of them changes
@@ -182,9 +185,9 @@ def _switch_installed(store: ReleaseStore, sw: Switch, opts: SwitchOptions, guar
             store.flip(sw.env, sw.model, data, sw.state.pointer_tag)  # the one atomic step
             flipped = True
             faults.point("after_flip")
-        if reloaders:
+        if reloaders and sw.keep is None:
             with _timed(res.timings, "triton_retire_old_s"):
-                res.retry += _retire(reloaders, sw, cfg)
+                res.retry += retire_old(reloaders, sw, cfg)
     except BaseException:
         if not flipped:
             _take_back(store, sw, res.copy, staged)
@@ -220,7 +223,7 @@ def _event(sw: Switch, opts: SwitchOptions, variant_name: str, pointer_bytes: by
     )
 
 
-def _retire(reloaders: list[TritonReloader], sw: Switch, cfg: mc.ModelConfig) -> list[str]:
+def retire_old(reloaders: list[TritonReloader], sw: Switch, cfg: mc.ModelConfig) -> list[str]:
     """Step 6 on every server; the switch happened, so a failure is a step to retry (returned), not an error."""
     retry = []
     for r in reloaders:
@@ -289,23 +292,44 @@ def promote(
     else:
         store.manifest(model, version)  # a clear "does not exist" before anything else
     state = store.env_state(env, model)
+    pin = live_pin(store, env, model, version, variant)
     live_variant = variant_of(state.history, version) or "default"
     if state.live == version and variant is not None and variant != live_variant:
         notes.append(f"version {version} is live in '{env}' with variant '{live_variant}': switching it to '{variant}'")
     elif state.live == version:
-        repair = _repair(store, env, model, version, state)
+        repair = _repair(store, env, model, version, state, pin)
         if repair is None:
             return SwitchResult("noop", env, model, version, version, "present", notes=notes + [f"version {version} is already live in '{env}'"])
         notes.append(repair)
         variant = variant_of(state.history, version)  # a repair keeps the live config's variant
     with store.env_lock(env, model, f"promote {model} v{version} to {env}") as guard:
         state = store.env_state(env, model)  # re-read under the lock: its tags guard the flip
-        res = switch(store, Switch(env, model, version, "promote", state, variant), SwitchOptions.of(reload_url, public_key, git_repo), guard)
+        res = switch(store, Switch(env, model, version, "promote", state, variant, pin=pin), SwitchOptions.of(reload_url, public_key, git_repo), guard)
     res.notes = notes + res.notes
     return res
 
 
-def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvState) -> str | None:
+def live_pin(store: ReleaseStore, env: str, model: str, version: int, variant: str | None) -> int | None:
+    """For a text endpoint switched on its own: the version of its tensor model live in ``env``, which it will call
+    (None for any other model).
+
+    Raises:
+        ReleaseError: the tensor model is not served in ``env`` (the endpoint would answer nothing).
+    """
+    cfg, _ = store.release_config(model, version, variant)
+    tensor = pointer.calls(cfg)
+    if tensor is None:
+        return None
+    live = store.env_state(env, tensor).live if tensor in store.models() else None
+    if live is None:
+        raise ReleaseError(
+            f"'{model}' calls '{tensor}', which '{env}' does not serve, so it could answer nothing there",
+            fix=f"switch the set: `release promote --to {env}` without --model promotes '{tensor}' and '{model}' together",
+        )
+    return live
+
+
+def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvState, pin: int | None = None) -> str | None:
     """Why the live ``version`` must be installed and flipped to again (None: it is as the release renders it).
 
     Raises:
@@ -320,6 +344,7 @@ def _repair(store: ReleaseStore, env: str, model: str, version: int, state: EnvS
             "promote another version, then promote this one again to rewrite the copy",
         )
     cfg, variant_name = store.release_config(model, version, variant_of(state.history, version))
+    cfg = pointer.pinned(cfg, pin)
     stale = store.fs.read_bytes(f"{store.model_rel(env, model)}/config.pbtxt") != pointer.render(cfg, env, model, version, variant_name)
     stack = live_stack(state.history)
     unrecorded = not stack or stack[-1] != version
@@ -348,12 +373,13 @@ def rollback(
     model = store.resolve_model(model)
     with store.env_lock(env, model, f"rollback {model} in {env}") as guard:
         state = store.env_state(env, model)
-        live, target = _rollback_target(store, env, state)
-        sw = Switch(env, model, target, "rollback", state, variant_of(state.history, target), HistoryEvent(rolled_back=live))
+        live, target = rollback_target(store, env, state)
+        variant = variant_of(state.history, target)
+        sw = Switch(env, model, target, "rollback", state, variant, HistoryEvent(rolled_back=live), pin=live_pin(store, env, model, target, variant))
         return switch(store, sw, SwitchOptions.of(reload_url, public_key, git_repo), guard)
 
 
-def _rollback_target(store: ReleaseStore, env: str, state: EnvState) -> tuple[int, int]:
+def rollback_target(store: ReleaseStore, env: str, state: EnvState) -> tuple[int, int]:
     """The live version, and the version that was live before it.
 
     Raises:

@@ -15,12 +15,16 @@ import os
 import posixpath
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import ReleaseError
 from pipeline.records.release import ReleaseManifest
 from pipeline.release.store import env_copy, pointer, publish, signing
 from pipeline.release.store.history import live_stack, variant_of
 from pipeline.release.store.store import EnvState, ReleaseStore
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 STAGING = ".staging-"
 
@@ -144,6 +148,21 @@ def _pointer_warmup(store: ReleaseStore, env: str, model: str, live: int) -> lis
     ]
 
 
+def _set_problems(store: ReleaseStore, env: str, model: str, cfg: mc.ModelConfig) -> list[str]:
+    """A text endpoint must call a version of its tensor model that ``env`` serves: the set a fleet server loads."""
+    tensor, pin = pointer.calls(cfg), pointer.pin_of(cfg)
+    if tensor is None or pin is None:
+        return []
+    raw = store.fs.read_text(f"{store.model_rel(env, tensor)}/config.pbtxt") if store.fs.exists(f"{store.model_rel(env, tensor)}/config.pbtxt") else None
+    served = pointer.live_versions(pointer.parse_config(raw, "the pointer")) if raw is not None else []
+    if pin in served:
+        return []
+    return [
+        f"env {env}: '{model}' calls version {pin} of '{tensor}', which '{env}' serves {served or 'no version'} of: not one set"
+        f" (fix: `release promote --to {env}` without --model switches them together)"
+    ]
+
+
 def served_problems(store: ReleaseStore, env: str, model: str, st: EnvState, manifests: dict[int, ReleaseManifest]) -> list[str]:
     """Problems with what ``env`` serves for ``model`` (its pointer, history and directory)."""
     rel = store.model_rel(env, model)
@@ -153,8 +172,11 @@ def served_problems(store: ReleaseStore, env: str, model: str, st: EnvState, man
         variant = variant_of(st.history, st.live)
         try:
             cfg, name = store.release_config(model, st.live, variant)
-            if store.fs.read_bytes(f"{rel}/config.pbtxt") != pointer.render(cfg, env, model, st.live, name):
+            served = store.fs.read_bytes(f"{rel}/config.pbtxt")
+            cfg = pointer.pinned(cfg, pointer.pin_of(pointer.parse_config(served.decode("utf-8"), "the pointer")))
+            if served != pointer.render(cfg, env, model, st.live, name):
                 out.append(f"env {env}: config.pbtxt is not the config release {st.live} renders (variant {name}): edited by hand? (fix: {fix})")
+            out += _set_problems(store, env, model, cfg)
         except Exception as e:  # noqa: BLE001 - a variant the release lacks is reported, not raised
             out.append(f"env {env}: cannot render release {st.live}'s config (variant {variant or 'default'}): {getattr(e, 'what', e)}")
     if st.live is not None:

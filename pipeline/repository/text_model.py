@@ -14,7 +14,9 @@ Parameters (config.pbtxt ``parameters``), all written by the repository stage:
 - ``tensor_model``: the model that computes the outputs (the same repository's ONNX model);
 - ``max_length``: the longest row in tokens, special tokens included; ``truncation``: ``true`` cuts a longer row
   to it (as the reference does), ``false`` answers that request with an error naming its length;
-- ``inputs``: JSON ``{graph input: "ids" | "attention_mask" | "type_ids"}``; ``outputs``: JSON list of output names.
+- ``inputs``: JSON ``{graph input: "ids" | "attention_mask" | "type_ids"}``; ``outputs``: JSON list of output names;
+- ``tensor_version`` (optional, written by ``release promote`` in an environment): the version of ``tensor_model``
+  to call, so that the endpoint answers only with the model it was switched with; absent, the served one.
 
 A request with an empty batch, or with bytes that are not UTF-8, gets an error of its own; the other requests of
 the batch are answered. This file runs inside the python-backend stub: it imports only numpy, tokenizers and
@@ -51,6 +53,8 @@ class TritonPythonModel:
         self.truncation = _param(config, "truncation") == "true"
         self.inputs: dict[str, str] = json.loads(_param(config, "inputs"))
         self.outputs: list[str] = json.loads(_param(config, "outputs"))
+        pin = config.get("parameters", {}).get("tensor_version", {}).get("string_value", "")
+        self.tensor_version = int(pin) if pin.isdigit() else -1  # -1: the version Triton serves
         path = os.path.join(args["model_repository"], args["model_version"], "tokenizer.json")
         self.tokenizer = Tokenizer.from_file(path)
         pad = self.tokenizer.padding  # the file's own padding (often fixed-length): its pad id, before it is turned off
@@ -115,9 +119,10 @@ class TritonPythonModel:
                 values = getattr(e, f)
                 arrays[f][i, : len(values)] = values
         inputs = [pb_utils.Tensor(name, arrays[field]) for name, field in self.inputs.items()]
-        response = pb_utils.InferenceRequest(model_name=self.tensor_model, requested_output_names=self.outputs, inputs=inputs).exec()
+        response = pb_utils.InferenceRequest(model_name=self.tensor_model, model_version=self.tensor_version, requested_output_names=self.outputs, inputs=inputs).exec()
         if response.has_error():
-            error = pb_utils.TritonError(f"the tensor model '{self.tensor_model}' failed: {response.error().message()}")
+            which = f"'{self.tensor_model}'" + (f" version {self.tensor_version}" if self.tensor_version >= 0 else "")
+            error = pb_utils.TritonError(f"the tensor model {which} failed: {response.error().message()}")
             for r, _, _ in kept:
                 answers[r] = pb_utils.InferenceResponse(error=error)
             return

@@ -109,3 +109,26 @@ def reference(onnx_path: Path, tokenizer_path: Path, sentences: list[str], max_l
         feed = {"input_ids": np.array([e.ids], np.int64), "attention_mask": np.array([e.attention_mask], np.int64)}
         rows.append(sess.run(["embedding"], feed)[0][0])
     return np.stack(rows)
+
+
+def release_text_repository(store: object, cfg: object, where: Path, git_cwd: Path, models: tuple[str, ...] = ("tinytext", "tinytext_text")) -> None:
+    """Write the repository stage's output for the tiny text model's ``cfg`` under ``where`` (a new folder) and release
+    ``models`` of it into ``store``, with a parity report that vouches for its ONNX file and tokenizer."""
+    import json
+
+    from pipeline.core.atomic import file_digest
+    from pipeline.records.parity import TextParity
+    from pipeline.release.build import BuildInputs, build_release
+    from pipeline.repository.writer import write_repository
+    from tests.helpers.release_repo import dvc_lock, parity_report
+
+    repo = where / "repo"
+    repo.mkdir(parents=True)
+    write_repository(cfg, Path(str(cfg.model.path)), repo)  # type: ignore[attr-defined]
+    parity = parity_report(where / "parity.json", onnx=repo / "tinytext" / "1" / "model.onnx", model="tinytext")
+    report = json.loads(parity.read_text())
+    report["text_endpoint"] = TextParity(file_digest(repo / "tinytext_text" / "1" / "tokenizer.json")[0], True, 0.0, 1e-4, 7).to_json()
+    parity.write_text(json.dumps(report))
+    inputs = BuildInputs(repo, parity, None, dvc_lock(where / "dvc.lock"), git_cwd=git_cwd)
+    for model in models:
+        build_release(store, inputs, model=model, unchecked_evidence=True, tag=False)  # type: ignore[arg-type]

@@ -14,28 +14,27 @@ The latency bound is loose here: this test judges the text path; tests/release/t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+import tritonclient.http as th
 
-from pipeline.core.atomic import file_digest
 from pipeline.core.config import ParityConfig, load_config
 from pipeline.core.config.enums import CanaryTraffic
 from pipeline.core.config.schema_release import CanaryConfig
 from pipeline.core.errors import ReleaseError
-from pipeline.records.parity import TextParity
-from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.canary.prepare import Candidate
 from pipeline.release.canary.run import run_canary
 from pipeline.release.promote import SwitchOptions, promote
+from pipeline.release.store import pointer
+from pipeline.release.verify import verify_store
 from pipeline.release.store.store import ReleaseStore
-from pipeline.repository.writer import write_repository
 from pipeline.serving.process import EmbeddedServer
-from tests.helpers.release_repo import dvc_lock, parity_report
-from tests.helpers.tiny_text import text_model_overrides
+from tests.repository.test_text_endpoint import infer
+from tests.helpers.tiny_text import release_text_repository, text_model_overrides
 
 pytestmark = pytest.mark.triton
 SENTENCES = "# a text canary's sentences\nThe cat sat on the mat.\nA dog ran fast\nred blue green\nthe model server batch queue token text long short the cat sat\nslow\n"
@@ -44,18 +43,7 @@ LOOSE = CanaryConfig(duration_s=3, rounds=3, min_round_requests=5, max_p99_ratio
 
 def _release(store: ReleaseStore, cfg_of: Callable[[int], object], tmp: Path, n: int, max_length: int, text_only: bool) -> None:
     """Write the repository for ``max_length`` and release it (the text model alone when ``text_only``)."""
-    cfg = cfg_of(max_length)
-    repo = tmp / f"repo{n}"
-    repo.mkdir()
-    write_repository(cfg, Path(str(cfg.model.path)), repo)  # type: ignore[attr-defined]
-    parity = parity_report(tmp / f"parity{n}.json", onnx=repo / "tinytext" / "1" / "model.onnx", model="tinytext")
-    report = json.loads(parity.read_text())
-    sha = file_digest(repo / "tinytext_text" / "1" / "tokenizer.json")[0]
-    report["text_endpoint"] = TextParity(sha, True, 0.0, 1e-4, 7).to_json()
-    parity.write_text(json.dumps(report))
-    inputs = BuildInputs(repo, parity, None, dvc_lock(tmp / f"dvc{n}.lock"), git_cwd=tmp)
-    for model in ("tinytext_text",) if text_only else ("tinytext", "tinytext_text"):
-        build_release(store, inputs, model=model, unchecked_evidence=True, tag=False)
+    release_text_repository(store, cfg_of(max_length), tmp / f"set{n}", tmp, ("tinytext_text",) if text_only else ("tinytext", "tinytext_text"))
 
 
 def test_a_text_canary_sends_sentences_fails_other_embeddings_and_promotes_the_same(make_params: Callable[..., Path], tmp_path: Path) -> None:
@@ -94,3 +82,16 @@ def test_a_text_canary_sends_sentences_fails_other_embeddings_and_promotes_the_s
         assert rep["outputs"]["outputs"]["embedding"]["max_abs"] == 0.0 and rep["errors"]["failed"] == 0, rep
         assert rep["errors"]["triton"]["candidate"]["success"] > 5, rep["errors"]
         assert store.env_state("dev", "tinytext_text").live == 2 and store.env_state("dev", "tinytext").live == 1
+
+        # A canary of the tensor model: on a pass the endpoint keeps its version and calls the model's new one.
+        _release(store, cfg_of, tmp_path, 4, 12, text_only=False)  # tinytext 2 (the same files), tinytext_text 4
+        rows = tmp_path / "rows.npz"
+        np.savez(rows, input_ids=np.array([[2, 4, 5, 3]], np.int64), attention_mask=np.ones((1, 4), np.int64))
+        before = infer(th.InferenceServerClient(srv.http_url), ["The cat sat on the mat."])
+        tensor = run_canary(store, Candidate("dev", 2, "tinytext"), opts, LOOSE, ParityConfig(), inputs=rows)
+        assert tensor.passed, tensor.report.to_json()["verdict"]
+        served = pointer.parse_config(store.fs.read_text(f"{store.model_rel('dev', 'tinytext_text')}/config.pbtxt"), "pointer")
+        assert store.env_state("dev", "tinytext").live == 2 and store.env_state("dev", "tinytext_text").live == 2 and pointer.pin_of(served) == 2
+        assert [e["version"] for e in store.env_state("dev", "tinytext_text").history][-1] == 2  # re-pinned, not switched
+        np.testing.assert_array_equal(infer(th.InferenceServerClient(srv.http_url), ["The cat sat on the mat."]), before)
+        verify_store(store)

@@ -207,9 +207,9 @@ def _check_servers(urls: list[str], model: str, live: int, timeout_s: float, cal
 
 def _calls(store: ReleaseStore, env: str, cfg: mc.ModelConfig) -> tuple[str, int | None] | None:
     """For a text endpoint: the tensor model its copies call (as the served one does) and its live version in ``env``."""
-    if text_input(cfg) is None or "tensor_model" not in cfg.parameters:
+    tensor = pointer.calls(cfg)
+    if text_input(cfg) is None or tensor is None:
         return None
-    tensor = cfg.parameters["tensor_model"].string_value
     return tensor, store.env_state(env, tensor).live
 
 
@@ -227,6 +227,26 @@ class Prepared:
     rows: list[ct.Feed]
     sources: list[str]  # where the rows come from
     tolerance: tuple[str, ToleranceConfig]  # the parity kind and tolerance the outputs are compared with
+    own: OwnModel | None = None  # a text candidate built with another version of the model the environment serves
+
+
+@dataclass(frozen=True)
+class OwnModel:
+    """The version of the model a text candidate was built with (the same commit), when the environment serves another:
+    the candidate's copy calls a copy of it, and a pass switches both as one set."""
+
+    name: str
+    version: int
+    live: int
+    variant: str | None  # the variant the model is served with
+    config: mc.ModelConfig
+    files: dict[str, bytes]
+
+    def called_by(self, cfg: mc.ModelConfig, copy: str) -> mc.ModelConfig:
+        """``cfg`` (the candidate's) calling ``copy``, the copy of this version."""
+        out = pointer.pinned(cfg, self.version)
+        out.parameters[pointer.CALLS].string_value = copy
+        return out
 
 
 def prepare(store: ReleaseStore, cand: Candidate, opts: SwitchOptions, cfg: CanaryConfig, parity: ParityConfig, inputs: Path | None) -> Prepared:
@@ -254,5 +274,27 @@ def prepare(store: ReleaseStore, cand: Candidate, opts: SwitchOptions, cfg: Cana
     tags.check_assignable(opts.git_repo, model, version, m.commit)
     rows, sources = _rows(store, model, [version, live], cand_cfg, inputs)
     files = {live: _model_files(store, model, live, store.verify_release(model, live)), version: _model_files(store, model, version, m)}
-    _check_servers(list(opts.reload), model, live, cfg.load_timeout_s, _calls(store, env, cand_cfg))
-    return Prepared(model, live, variant, variant_name, state, {live: live_cfg, version: cand_cfg}, files, rows, sources, _tolerance(m, parity))
+    calls = _calls(store, env, cand_cfg)
+    _check_servers(list(opts.reload), model, live, cfg.load_timeout_s, calls)
+    # Both copies of a text endpoint call the tensor version the environment serves, as the candidate will once promoted,
+    # unless the candidate was built with another version of it: then its copy calls a copy of that one (run.py).
+    pin = calls[1] if calls else None
+    configs = {live: pointer.pinned(live_cfg, pin), version: pointer.pinned(cand_cfg, pin)}
+    own = _own_model(store, env, model, version, calls)
+    return Prepared(model, live, variant, variant_name, state, configs, files, rows, sources, _tolerance(m, parity), own)
+
+
+def _own_model(store: ReleaseStore, env: str, model: str, version: int, calls: tuple[str, int | None] | None) -> OwnModel | None:
+    """The model release the text candidate was built with, if the environment serves another version of that model."""
+    if calls is None or calls[1] is None:
+        return None
+    tensor, live = calls[0], calls[1]
+    try:
+        built = store.built_with(tensor, model, version)
+    except ReleaseError:
+        return None  # no release of the model from the candidate's commit: it calls the one served
+    if built == live:
+        return None
+    variant = variant_of(store.env_state(env, tensor).history, live)
+    cfg, _ = store.release_config(tensor, built, variant)
+    return OwnModel(tensor, built, live, variant, cfg, _model_files(store, tensor, built, store.verify_release(tensor, built)))

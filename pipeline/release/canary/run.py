@@ -26,6 +26,7 @@ guard does. Until step 5's flip the pointer never moves.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
@@ -43,8 +44,9 @@ from pipeline.release.canary import report as cr
 from pipeline.release.canary import traffic as ct
 from pipeline.release.canary.guard import Guard, GuardSpec, mark, restore, sibling_name
 from pipeline.release.canary.prepare import Candidate, Prepared, prepare
-from pipeline.release.promote import Switch, SwitchOptions, SwitchResult, reload_urls, switch
-from pipeline.release.store import canaries
+from pipeline.release.promote import Switch, SwitchOptions, SwitchResult, reload_urls
+from pipeline.release.promote_set import callee, followers, run_plan, switch_followed
+from pipeline.release.store import canaries, pointer
 from pipeline.release.store.history import HistoryEvent, now
 from pipeline.release.store.lock import HeldLock
 from pipeline.release.store.store import ReleaseStore
@@ -117,7 +119,12 @@ def run_canary(
     store.manifest(str(cand.model), cand.version)  # "does not exist" first, with the versions that do
     if not opts.reload:
         raise ReleaseError("a canary needs the Triton server(s) serving the environment", fix="pass --reload <host:port> (HTTP, explicit model-control mode)")
-    with store.env_lock(cand.env, str(cand.model), f"canary {cand.model} v{cand.version} in {cand.env}") as lock:
+    with contextlib.ExitStack() as locks:
+        lock = locks.enter_context(store.env_lock(cand.env, str(cand.model), f"canary {cand.model} v{cand.version} in {cand.env}"))
+        # The models that call this one (its text endpoint) call its new version after a pass: their locks too.
+        # The model a text endpoint calls too: a candidate built with another version of it switches with it.
+        related = [*followers(store, cand.env, str(cand.model)), *callee(store, str(cand.model), cand.version)]
+        follow = {m: locks.enter_context(store.env_lock(cand.env, m, f"canary of {cand.model} v{cand.version} in {cand.env}")) for m in related}
         p = prepare(store, cand, opts, cfg, parity, inputs)
         rid = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-v{cand.version}"
         rec = _new_record(rid, cand.env, cand.version, p, list(opts.reload), cfg)
@@ -128,7 +135,7 @@ def run_canary(
         run.timings["checks_s"] = time.perf_counter() - t0
         judge = TritonReloader(run.rec.server, p.model, cfg.load_timeout_s)
         try:
-            run.judge_and_switch(judge, metrics or f"{judge.url.rsplit(':', 1)[0]}:8002", lock)
+            run.judge_and_switch(judge, metrics or f"{judge.url.rsplit(':', 1)[0]}:8002", {str(cand.model): lock, **follow})
         except BaseException as e:
             run.put_back(e)
             raise
@@ -166,7 +173,7 @@ class _Run:
         """The baseline copy of the live version and the candidate's copy, beside the served model."""
         return [ct.Endpoint(side, name, self.p.live if side == ct.LIVE else self.cand.version) for side, name in self.rec.copies.items()]
 
-    def judge_and_switch(self, judge: TritonReloader, metrics_url: str, lock: HeldLock) -> None:
+    def judge_and_switch(self, judge: TritonReloader, metrics_url: str, locks: dict[str, HeldLock]) -> None:
         """Steps 3-5: load the copies, send the traffic, judge, unload; on a pass, switch every server."""
         p, sides, version = self.p, self.sides, self.cand.version
         mb = sum(len(b) for f in p.files.values() for b in f.values()) / 1e6
@@ -175,8 +182,14 @@ class _Run:
             f"({mb:.1f} MB); '{p.model}' keeps serving production"
         )
         t = time.perf_counter()
+        configs = dict(p.configs)
+        own = sibling_name(p.model, self.rec.id, "candidate-model") if p.own is not None else None
+        if p.own is not None and own is not None:  # the candidate's copy calls a copy of the model it was built with
+            self.say(f"  set: the candidate calls version {p.own.version} of '{p.own.name}' (built with it; the environment serves {p.own.live}) as {own}")
+            judge.load_beside(own, p.own.config, p.own.version, p.own.files)
+            configs[version] = p.own.called_by(configs[version], own)
         for ep in sides:
-            judge.load_beside(ep.model, p.configs[ep.version], ep.version, p.files[ep.version])
+            judge.load_beside(ep.model, configs[ep.version], ep.version, p.files[ep.version])
         self.timings["load_copies_s"] = time.perf_counter() - t
         self.say(f"  traffic: {self.cfg.traffic} for {self.cfg.duration_s:g} s ({len(p.rows)} sample rows from {', '.join(p.sources)})")
         t = time.perf_counter()
@@ -184,19 +197,29 @@ class _Run:
         self.timings["traffic_s"] = time.perf_counter() - t
         for ep in sides:
             judge.unload_beside(ep.model, ep.version)
+        if p.own is not None and own is not None:
+            judge.unload_beside(own, p.own.version)
         if self.rec.verdict is not None and self.rec.verdict.passed:
-            self._switch(lock)
+            self._switch(locks)
         self.rec.status = "passed" if self.promotion else "failed"
 
-    def _switch(self, lock: HeldLock) -> None:
+    def _switch(self, locks: dict[str, HeldLock]) -> None:
         """Step 5 on a pass: promote exactly as ``release promote --reload`` does, on every server."""
         p, env, version = self.p, self.cand.env, self.cand.version
         self.say(f"  switch: promoting version {version} on {', '.join(self.opts.reload)} (load beside {p.live}, flip the pointer, retire {p.live})")
         self.guard.tell("switching")
         self.switching = True
         t = time.perf_counter()
-        sw = Switch(env, p.model, version, "promote", p.state, p.variant, HistoryEvent(canary=self.rec.id))
-        promotion = self.promotion = switch(self.store, sw, self.opts, lock)
+        event = HistoryEvent(canary=self.rec.id)
+        if p.own is not None:  # the set: the model at the version the candidate was judged with, then the candidate
+            own = p.own
+            model_sw = Switch(env, own.name, own.version, "promote", self.store.env_state(env, own.name), own.variant, event)
+            sw = Switch(env, p.model, version, "promote", p.state, p.variant, event, pin=own.version)
+            promotion = self.promotion = run_plan(self.store, [model_sw, sw], own.name, self.opts, locks)[-1]
+        else:
+            pin = pointer.pin_of(p.configs[version])  # a text endpoint: the tensor version its copy was judged with
+            sw = Switch(env, p.model, version, "promote", p.state, p.variant, event, pin=pin)
+            promotion = self.promotion = switch_followed(self.store, sw, self.opts, locks)[0]
         self.timings["switch_s"] = time.perf_counter() - t
         self.rec.promotion = Promotion(p.live, version, promotion.copy, promotion.timings, str(promotion.tag) if promotion.tag else None)
         if self.rec.verdict is not None:

@@ -91,10 +91,41 @@ def handover(cfg: mc.ModelConfig, model: str, old: int | None, new: int) -> mc.M
     return out
 
 
-def render(cfg: mc.ModelConfig, env: str, model: str, version: int, variant: str) -> bytes:
-    """The bytes of an environment's config.pbtxt pointing at ``version``."""
-    body = text_format.MessageToString(with_policy(cfg, model, [version]))
-    return (HEADER.format(env=env, version=version, model=model, variant=variant) + body).encode("utf-8")
+def render(cfg: mc.ModelConfig, env: str, model: str, version: int, variant: str, keep: int | None = None) -> bytes:
+    """The bytes of an environment's config.pbtxt pointing at ``version``; with ``keep``, serving ``keep`` beside it
+    (the model of a set while its text endpoint switches: :mod:`pipeline.release.promote_set`)."""
+    body = text_format.MessageToString(handover(cfg, model, keep, version) if keep is not None else with_policy(cfg, model, [version]))
+    head = HEADER.format(env=env, version=version, model=model, variant=variant)
+    if keep is not None:
+        head += f"# Version {keep} is served beside it until the models of its set have switched.\n"
+    return (head + body).encode("utf-8")
+
+
+# A text endpoint's parameters (repository/text_model.py): the model it calls, and in an environment, which version.
+CALLS = "tensor_model"
+PIN = "tensor_version"
+
+
+def calls(cfg: mc.ModelConfig) -> str | None:
+    """The model a text endpoint's config calls (None for any other model)."""
+    return (cfg.parameters[CALLS].string_value or None) if CALLS in cfg.parameters else None
+
+
+def pin_of(cfg: mc.ModelConfig) -> int | None:
+    """The version of its tensor model a text endpoint's config calls (None: unpinned, or not a text endpoint)."""
+    value = cfg.parameters[PIN].string_value if PIN in cfg.parameters else ""
+    return int(value) if value.isdigit() else None
+
+
+def pinned(cfg: mc.ModelConfig, version: int | None) -> mc.ModelConfig:
+    """``cfg`` calling ``version`` of its tensor model: a text endpoint in an environment answers only with the
+    version it was switched with. Other models' configs, and ``version`` None, are returned unchanged."""
+    if version is None or calls(cfg) is None:
+        return cfg
+    out = mc.ModelConfig()
+    out.CopyFrom(cfg)
+    out.parameters[PIN].string_value = str(version)
+    return out
 
 
 def to_json(cfg: mc.ModelConfig) -> str:
