@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.bench import text_cache
+from pipeline.bench import text_cache, text_instances
 from pipeline.core.atomic import write_text
 from pipeline.core.config import BenchConfig, PipelineConfig
+from pipeline.core.host import cores_available
 from pipeline.core.tokenizer import load_tokenizer
 from pipeline.repository.text_endpoint import shipped_files
 from pipeline.serving import perf_analyzer as pa_mod
@@ -67,6 +68,7 @@ class TextEndpointResult:
     instances: dict[str, int]  # variant -> the text model's instance count
     throughput: dict[str, dict[int, Json]] = field(default_factory=dict)  # variant -> c -> {infer/s, p50, p99} or {error}
     cache: text_cache.CacheResult | None = None  # the response cache on a repeated-query workload (None: not measured)
+    instance_choice: text_instances.InstanceChoice | None = None  # the throughput variant's count against the other
     # sha256 of the text model's files as shipped (not the bench's altered copy): "model.py", "tokenizer.json" (of the
     # version directory), "config.pbtxt", "configs/<variant>.pbtxt". A release of the endpoint carries this section's
     # summary only when its own files are these (pipeline/release/evidence/reports.py).
@@ -85,6 +87,7 @@ class TextEndpointResult:
             ],
             "throughput": {v: {f"c{c}": m for c, m in pts.items()} for v, pts in self.throughput.items()},
             "cache": self.cache.to_json() if self.cache else None,
+            "instance_choice": self.instance_choice.to_json() if self.instance_choice else None,
             "files": self.files,
         }
 
@@ -101,6 +104,7 @@ class TextEndpointResult:
             d.get("instances", {}),
             tput,
             text_cache.CacheResult.from_json(d["cache"]) if d.get("cache") else None,
+            text_instances.InstanceChoice.from_json(d["instance_choice"]) if d.get("instance_choice") else None,
             d.get("files", {}),
         )
 
@@ -111,7 +115,7 @@ class TextEndpointResult:
         for v, pts in self.throughput.items():
             for c, m in pts.items():
                 out[f"text_{v}_c{c}_infer_s"] = m.get("throughput_infer_s")
-        return out | (self.cache.summary() if self.cache else {})
+        return out | (self.cache.summary() if self.cache else {}) | (self.instance_choice.summary() if self.instance_choice else {})
 
 
 def sentences_input(path: Path, sentences: list[str]) -> Path:
@@ -269,6 +273,9 @@ def measure(
         shutil.copytree(repository / m, served / m, ignore=shutil.ignore_patterns("__pycache__"))
     repository = served
     twin = text_cache.add_twin(served, text) if b.text.cache.enabled else None
+    shipped = read_config(served / text / "configs" / "throughput.pbtxt").instance_group[0].count
+    other = text_instances.other_count(shipped, cores_available()) if b.text.instances.enabled else None
+    other_twin = text_instances.add_twin(served, text, other) if other is not None else None
     tokenizer = repository / text / str(cfg.repository.version) / "tokenizer.json"  # what ships, not what the config names
     tok = _tokenizer(cfg, tokenizer)  # loaded once: the tensor endpoint's inputs and the in-process side tokenize alike
     data = (sentences_input(work / "text_input.json", sentences), tensor_input(cfg, tok, sentences, work / "tensor_input.json"))
@@ -279,14 +286,17 @@ def measure(
     instances: dict[str, int] = {}
     throughput: dict[str, dict[int, Json]] = {}
     cache: text_cache.CacheResult | None = None
+    choice: text_instances.InstanceChoice | None = None
     for variant in ("latency", "throughput"):
-        here = twin if variant == "throughput" else None  # the cached twin is measured beside the throughput variant
+        # The cached twin and the other instance count are measured beside the throughput variant.
+        here = twin if variant == "throughput" else None
+        twins = tuple(t for t in (here, other_twin) if t is not None) if variant == "throughput" else ()
         with EmbeddedServer(
             repository,
             name,
             variant,
             timeout_s=b.server_timeout_s,
-            also_load=(text, here) if here else (text,),
+            also_load=(text, *twins),
             ort_standin=True,
             log_dir=work / "logs",
         ).with_cache(b.text.cache.size_mb * 2**20 if here else 0) as srv:
@@ -295,6 +305,10 @@ def measure(
             if variant == "latency":
                 rounds = [_round(perf, (text, name), data, timed, sentences, i) for i in range(b.text.rounds)]
             throughput[variant] = {c: _point(perf, text, data[0], c, variant) for c in b.text.concurrency}
+            if variant == "throughput" and other_twin is not None and other is not None:
+                c = max(b.text.concurrency)
+                log(f"[bench] text model instances: {shipped} (shipped) against {other}, at c={c}, {b.text.instances.rounds} paired rounds")
+                choice = text_instances.measure(perf.run, (text, other_twin), data[0], c, (shipped, other), b.text.instances.rounds)
             if here:
                 cache = _cache(cfg, perf, (text, here), sentences, repository, work, log)
     shares = [r.python_share for r in rounds if r.python_share is not None]
@@ -307,5 +321,6 @@ def measure(
         instances,
         throughput,
         cache,
+        choice,
         files,
     )

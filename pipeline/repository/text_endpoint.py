@@ -6,8 +6,9 @@ Layout (model M, version V), beside the tensor model M:
     <out>/M_text/V/model.py                pipeline/repository/text_model.py: tokenize the batch, call M (BLS)
     <out>/M_text/V/tokenizer.json          the configured tokenizer, copied and checksummed like the model
 
-Each variant batches as the tensor model's variant of the same name does (max_batch_size, dynamic batching,
-instance count), so ``--model-config-name=latency`` serves text and tensors alike without a queue.
+Each variant batches as the tensor model's variant of the same name does (max_batch_size, dynamic batching, and
+instance count unless ``text_instances`` sets its own), so ``--model-config-name=latency`` serves text and tensors
+alike without a queue.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def text_config(name: str, tensor_model: str, tok: TokenizerConfig, outputs: lis
     text = IOSpec(TEXT_INPUT, "object", ("batch", 1) if variant.max_batch_size > 0 else (-1,))
     cfg = triton_config.base_config(name, [text], outputs, variant, f"variants.{key}", "cpu")
     cfg.backend = "python"
+    if variant.text_instances:
+        cfg.instance_group[0].count = variant.text_instances
     params = {
         "tensor_model": tensor_model,
         "max_length": str(tok.max_length),

@@ -75,13 +75,19 @@ def test_the_bench_measures_the_text_endpoint_beside_the_tensor_one(make_params:
     assert c.identical is True and c.checked == c.distinct and c.check_hits == 2 * c.checked  # each new text's second ask, each workload text
     assert c.batched_max_abs is not None and c.batched_max_abs < 1e-5  # batching's rounding only: parity's fp32 tolerance
     assert c.p50_speedup.has_interval and c.throughput_ratio.has_interval
+    # The text model's instance count: the shipped 1 against a served copy with 2 (two cores here), paired.
+    ic = t.instance_choice
+    assert ic is not None and (ic.shipped, ic.other, ic.concurrency) == (1, 2, 4) and len(ic.rounds) == 2
+    assert all(s and o for s, o in ic.rounds) and ic.ratio.has_interval, ic
     data = json.loads((out / "bench.json").read_text())
     assert data["summary"]["text_endpoint"]["text_cache_hit_ratio"] == c.hit_ratio
+    assert data["summary"]["text_endpoint"]["text_instances_other"] == 2
     assert BenchResult.from_json(data).text == t  # round trip through bench.json
     assert data["summary"]["text_endpoint"]["text_c1_p50_vs_in_process_ci90_low"] is not None
     report = (out / "bench" / "report.md").read_text()
     assert "## Text endpoint (tinytext_text)" in report and "90% CI" in report.split("## Text endpoint", 1)[1]
     assert "### Response cache (tinytext_text_cached, local, 16 MB)" in report and "byte-identical" in report
+    assert f"**Chosen: {ic.verdict}.**" in report and "2 instances against the shipped 1" in report
     # A release of the endpoint carries this summary only for the files measured: the tokenizer changed, none.
     section = bench_section(out / "bench.json", "tinytext_text", repo / "tinytext_text", repo / "tinytext_text" / "1")
     assert section.measured and section.summary == data["summary"]["text_endpoint"] and set(section.configs_sha256 or {}) == {"latency", "throughput"}

@@ -83,6 +83,13 @@ def test_the_response_cache_option_turns_it_on_for_that_variant_of_the_text_endp
     assert not any(triton_config.parse(pb).response_cache.enable for pb in (repo / "tinytext" / "configs").glob("*.pbtxt"))
 
 
+def test_text_instances_set_the_text_models_count_in_that_variant_only(text_cfg: Callable[..., PipelineConfig], tmp_path: Path) -> None:
+    repo, _ = written(text_cfg("variants.throughput.text_instances=2"), tmp_path / "repo")
+    text = {v: triton_config.parse(repo / "tinytext_text" / "configs" / f"{v}.pbtxt").instance_group[0].count for v in ("latency", "throughput")}
+    tensor = {v: triton_config.parse(repo / "tinytext" / "configs" / f"{v}.pbtxt").instance_group[0].count for v in ("latency", "throughput")}
+    assert text == {"latency": 1, "throughput": 2} and tensor == {"latency": 1, "throughput": 1}
+
+
 def test_a_model_without_a_tokenizer_gets_no_text_endpoint(tiny_cfg: Callable[..., PipelineConfig], tiny_onnx: Path, tmp_path: Path) -> None:
     repo, summary = written(tiny_cfg(), tmp_path / "repo", tiny_onnx)
     assert summary["text_endpoint"] is None and not list(repo.glob("*_text"))

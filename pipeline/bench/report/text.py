@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline.bench.text import TextEndpointResult
 from pipeline.bench.text_cache import CacheResult
+from pipeline.bench.text_instances import InstanceChoice
 
 
 def _ms(v: float | None) -> str:
@@ -34,8 +35,20 @@ def section(t: TextEndpointResult) -> list[str]:
                 lines.append(f"| {v} | {t.instances.get(v, '?')} | {c} | not measured: {m['error']} | | |")
             else:
                 lines.append(f"| {v} | {t.instances.get(v, '?')} | {c} | {_ms(m.get('throughput_infer_s'))} | {_ms(m.get('p50_ms'))} | {_ms(m.get('p99_ms'))} |")
-    lines += ["", "The text model's instances are the tensor variant's of the same name: one tokenizing instance per ONNX Runtime instance."]
+    lines += ["", _instances(t.instance_choice)]
     return lines + (_cache(t.cache) if t.cache else [])
+
+
+def _instances(c: InstanceChoice | None) -> str:
+    """The text model's instance count: the shipped one, and what measuring the other said."""
+    rule = "The text model's instances are the tensor variant's of the same name unless `variants.<v>.text_instances` sets them."
+    if c is None:
+        return rule + " The other count was not measured (bench.text.instances.enabled, or no other count fits the cores)."
+    rounds = ", ".join(f"{_ms(s)} vs {_ms(o)}" for s, o in c.rounds)
+    return (
+        f"{rule} Throughput variant, c={c.concurrency}: {c.other} instances against the shipped {c.shipped}, infer/s "
+        f"{c.ratio.text()} (paired rounds, shipped vs other: {rounds}). **Chosen: {c.verdict}.**"
+    )
 
 
 def _abs(v: float | None) -> str:

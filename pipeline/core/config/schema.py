@@ -198,6 +198,9 @@ class VariantConfig:
     # The text endpoint's variant answers a text it has answered before from Triton's response cache (its config gets
     # response_cache { enable: true }). Inert unless the server runs with --cache-config (e.g. local,size=16777216).
     response_cache: bool = False
+    # The text endpoint's instances in this variant (each tokenizes a batch and calls the tensor model); 0: as many as
+    # the tensor model's instance_count. The bench measures the other count beside it (bench.text.instances).
+    text_instances: int = knob(0, ge=0, le=LIMITS["instance_count"])
 
 
 @dataclass

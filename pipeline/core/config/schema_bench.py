@@ -166,6 +166,16 @@ class TextCacheBenchConfig:
 
 
 @dataclass
+class TextInstancesBenchConfig:
+    """The throughput variant's text-endpoint instance count, judged by measurement: a copy of the text model with
+    the other count (1 beside 2, 2 beside 1; never more instances than cores) served beside the shipped one, both at
+    the highest of bench.text.concurrency in ``rounds`` paired rounds, the order alternating (pipeline/bench/text.py)."""
+
+    enabled: bool = True
+    rounds: int = knob(2, ge=2)  # two at least: an interval needs two
+
+
+@dataclass
 class TextBenchConfig:
     """The text endpoint (``<model>_text``, when the repository has one): paired c=1 rounds against tokenize + ONNX
     Runtime in process, then throughput at ``concurrency`` on each variant, then the response cache
@@ -175,6 +185,7 @@ class TextBenchConfig:
     rounds: int = knob(4, ge=2)  # two at least: an interval needs two
     concurrency: list[int] = knob([8, 16], ge=1, unique=True)
     cache: TextCacheBenchConfig = field(default_factory=TextCacheBenchConfig)
+    instances: TextInstancesBenchConfig = field(default_factory=TextInstancesBenchConfig)
 
 
 @dataclass

@@ -1,0 +1,30 @@
+"""The text model's instance count beside the shipped one: which count is measured, and what the rounds say."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.bench.text_instances import InstanceChoice, other_count
+from pipeline.stats.estimate import estimate
+
+
+@pytest.mark.parametrize(("shipped", "cores", "other"), [(1, 2, 2), (2, 2, 1), (1, 1, None), (3, 8, 4), (4, 4, 3)])
+def test_the_other_count_is_one_more_while_the_cores_allow(shipped: int, cores: int, other: int | None) -> None:
+    assert other_count(shipped, cores) == other
+
+
+def _choice(pairs: list[tuple[float | None, float | None]]) -> InstanceChoice:
+    return InstanceChoice(1, 2, 16, pairs, estimate([o / s if s and o else None for s, o in pairs]))
+
+
+def test_the_verdict_follows_the_interval_and_round_trips() -> None:
+    faster = _choice([(100.0, 130.0), (110.0, 140.0), (105.0, 138.0)])
+    assert faster.ratio.low is not None and faster.ratio.low > 1
+    assert faster.verdict == "2 instances serve more: set variants.throughput.text_instances=2"
+    slower = _choice([(100.0, 80.0), (110.0, 85.0), (105.0, 82.0)])
+    assert slower.verdict == "kept 1: 2 instances serve less"
+    same = _choice([(100.0, 104.0), (110.0, 101.0), (105.0, 99.0)])
+    assert same.verdict == "kept 1: the interval cannot tell 2 instances from 1"
+    assert _choice([(None, 100.0), (100.0, None)]).verdict == "kept 1: the comparison gave no number"
+    assert InstanceChoice.from_json(faster.to_json()) == faster
+    assert faster.summary()["text_instances_other"] == 2 and faster.summary()["text_instances_other_vs_shipped"] == faster.ratio.value
