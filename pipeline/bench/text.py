@@ -307,8 +307,9 @@ def measure(
             throughput[variant] = {c: _point(perf, text, data[0], c, variant) for c in b.text.concurrency}
             if variant == "throughput" and other_twin is not None and other is not None:
                 c = max(b.text.concurrency)
-                log(f"[bench] text model instances: {shipped} (shipped) against {other}, at c={c}, {b.text.instances.rounds} paired rounds")
-                choice = text_instances.measure(perf.run, (text, other_twin), data[0], c, (shipped, other), b.text.instances.rounds)
+                log(f"[bench] text model instances: {shipped} (shipped) against {other}, at c={c}, {b.text.instances.rounds} paired rounds (the first opened by the run above)")
+                first = throughput[variant][c].get("throughput_infer_s")  # the shipped model at c, just measured
+                choice = text_instances.measure(perf.run, (text, other_twin), data[0], c, (shipped, other), b.text.instances, first)
             if here:
                 cache = _cache(cfg, perf, (text, here), sentences, repository, work, log)
     shares = [r.python_share for r in rounds if r.python_share is not None]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.config.schema_bench import TextInstancesBenchConfig
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.embedded import read_config, write_config
 from pipeline.stats.estimate import Estimate, estimate
@@ -33,6 +34,7 @@ class InstanceChoice:
     concurrency: int
     rounds: list[tuple[float | None, float | None]]  # per round: (shipped, other) infer/s
     ratio: Estimate  # other / shipped infer/s
+    min_gain: float = 0.05  # what the other count must gain (the interval's low end) to be chosen
 
     @property
     def verdict(self) -> str:
@@ -40,10 +42,12 @@ class InstanceChoice:
         r = self.ratio
         if r.value is None:
             return f"kept {self.shipped}: the comparison gave no number"
-        if r.has_interval and r.low is not None and r.low > 1:
+        if r.has_interval and r.low is not None and r.low > 1 + self.min_gain:
             return f"{self.other} instances serve more: set variants.throughput.text_instances={self.other}"
         if r.has_interval and r.high is not None and r.high < 1:
             return f"kept {self.shipped}: {self.other} instances serve less"
+        if r.has_interval and r.low is not None and r.low > 1:
+            return f"kept {self.shipped}: {self.other} instances serve more, but by less than the {self.min_gain:.0%} a change must gain"
         return f"kept {self.shipped}: the interval cannot tell {self.other} instances from {self.shipped}"
 
     def to_json(self) -> dict[str, Any]:
@@ -53,13 +57,14 @@ class InstanceChoice:
             "concurrency": self.concurrency,
             "rounds": [{"shipped_infer_s": s, "other_infer_s": o} for s, o in self.rounds],
             "other_vs_shipped_infer_s": self.ratio.to_json(),
+            "min_gain": self.min_gain,
             "verdict": self.verdict,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> InstanceChoice:
         rounds = [(r.get("shipped_infer_s"), r.get("other_infer_s")) for r in d.get("rounds", [])]
-        return cls(int(d["shipped"]), int(d["other"]), int(d["concurrency"]), rounds, Estimate.from_json(d["other_vs_shipped_infer_s"]))
+        return cls(int(d["shipped"]), int(d["other"]), int(d["concurrency"]), rounds, Estimate.from_json(d["other_vs_shipped_infer_s"]), float(d.get("min_gain", 0.05)))
 
     def summary(self) -> dict[str, Any]:
         """Flat numbers for dvc metrics."""
@@ -87,15 +92,16 @@ def add_twin(served: Path, text: str, count: int) -> str:
     return twin
 
 
-def measure(run: Run, models: tuple[str, str], data: Path, concurrency: int, counts: tuple[int, int], rounds: int) -> InstanceChoice:
-    """``rounds`` paired rounds of the shipped text model and its twin (``models``; ``counts``: their instance counts)
-    at ``concurrency``, the order alternating."""
+def measure(run: Run, models: tuple[str, str], data: Path, concurrency: int, counts: tuple[int, int], cfg: TextInstancesBenchConfig, first: float | None) -> InstanceChoice:
+    """``cfg.rounds`` paired rounds of the shipped text model and its twin (``models``; ``counts``: their instance
+    counts) at ``concurrency``, the order alternating. ``first``: the shipped model's infer/s from the run just before
+    at this concurrency (the throughput point), which opens round 0 instead of a run of its own."""
     pairs: list[tuple[float | None, float | None]] = []
-    for i in range(rounds):
-        got: dict[int, float | None] = {}
-        for k in (0, 1) if i % 2 == 0 else (1, 0):
+    for i in range(cfg.rounds):
+        got: dict[int, float | None] = {0: first} if i == 0 and first is not None else {}
+        for k in [k for k in ((0, 1) if i % 2 == 0 else (1, 0)) if k not in got]:
             r = run(models[k], data, concurrency, f"text_instances{counts[k]}_round{i}")
             got[k] = r.row.get("throughput_infer_s") if r.valid else None
         pairs.append((got[0], got[1]))
     ratio = estimate([o / s if s and o else None for s, o in pairs])
-    return InstanceChoice(counts[0], counts[1], concurrency, pairs, ratio)
+    return InstanceChoice(counts[0], counts[1], concurrency, pairs, ratio, cfg.min_gain)

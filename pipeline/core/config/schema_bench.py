@@ -173,6 +173,9 @@ class TextInstancesBenchConfig:
 
     enabled: bool = True
     rounds: int = knob(2, ge=2)  # two at least: an interval needs two
+    # The other count is chosen only when its interval's low end clears 1 + min_gain: a few percent is within what
+    # two rounds on a drifting machine can tell.
+    min_gain: float = knob(0.05, ge=0, le=1)
 
 
 @dataclass
