@@ -119,7 +119,8 @@ class TritonPythonModel:
                 values = getattr(e, f)
                 arrays[f][i, : len(values)] = values
         inputs = [pb_utils.Tensor(name, arrays[field]) for name, field in self.inputs.items()]
-        response = pb_utils.InferenceRequest(model_name=self.tensor_model, model_version=self.tensor_version, requested_output_names=self.outputs, inputs=inputs).exec()
+        pinned = {"model_version": self.tensor_version} if self.tensor_version >= 0 else {}  # unpinned: exactly the call before pins
+        response = pb_utils.InferenceRequest(model_name=self.tensor_model, requested_output_names=self.outputs, inputs=inputs, **pinned).exec()
         if response.has_error():
             which = f"'{self.tensor_model}'" + (f" version {self.tensor_version}" if self.tensor_version >= 0 else "")
             error = pb_utils.TritonError(f"the tensor model {which} failed: {response.error().message()}")
