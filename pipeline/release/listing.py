@@ -42,7 +42,9 @@ def describe(st: ReleaseStore, mdl: str) -> tuple[list[list[str]], list[str]]:
     if st.fs.s3 is not None:
         lines += [f"  note: {mdl} {u.version}: {u.describe(st.lock_lease_s)}" for u in unfinished(st, mdl)]
     for env in st.environments:
-        serve = f"  {env}: serve with tritonserver --model-repository={st.env_repository(env)} --model-control-mode=explicit --load-model={mdl}"
+        # A text endpoint calls its model: the server loads the set, the model first.
+        load = " ".join(f"--load-model={m}" for m in [*_calls(st, env, mdl), mdl])
+        serve = f"  {env}: serve with tritonserver --model-repository={st.env_repository(env)} --model-control-mode=explicit {load}"
         if states[env].live is not None and _response_cache(st, env, mdl):
             serve += " --cache-config=local,size=<bytes> (its config turns on the response cache, which caches nothing without one)"
         lines.append(serve)
@@ -52,6 +54,15 @@ def describe(st: ReleaseStore, mdl: str) -> tuple[list[list[str]], list[str]]:
     if st.fs.s3 is not None:
         lines.append("  (tritonserver reads S3 with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION from its environment)")
     return rows, lines
+
+
+def _calls(st: ReleaseStore, env: str, mdl: str) -> list[str]:
+    """The model ``env``'s config of ``mdl`` calls (a text endpoint's tensor model), as a list of at most one."""
+    try:
+        called = pointer.calls(pointer.parse_config(st.fs.read_text(f"{st.model_rel(env, mdl)}/config.pbtxt"), "the pointer"))
+    except (ReleaseError, OSError):
+        return []
+    return [called] if called else []
 
 
 def _response_cache(st: ReleaseStore, env: str, mdl: str) -> bool:

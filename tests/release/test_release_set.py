@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.config import load_config
+from pipeline.release.listing import describe
 from pipeline.release.promote import SwitchOptions
 from pipeline.release.promote_set import promote_set, rollback_set
 from pipeline.release.store import faults, pointer
@@ -60,6 +61,8 @@ def test_a_set_switches_as_one_and_a_failure_between_its_members_puts_the_model_
     res = promote_set(store, "dev", SET, 1, None, none)
     assert [(r.model, r.version) for r in res] == [("tinytext", 1), ("tinytext_text", 1)]
     assert _served(store, "dev") == [1] and _pin(store, "dev") == 1
+    serve = [ln for ln in describe(store, "tinytext_text")[1] if ln.strip().startswith("dev: serve")]
+    assert serve and serve[0].endswith("--load-model=tinytext --load-model=tinytext_text"), serve  # a fleet server loads the set
 
     # A disk that fills after the model switched (serving 1 beside 2) and before the endpoint did: the model goes back.
     monkeypatch.setenv(faults.ENV, "between_set_members:enospc")
