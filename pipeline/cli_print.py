@@ -39,7 +39,10 @@ def print_switch(out: Console, res: Any, tag: bool) -> None:
     if res.action == "noop":
         return
     prev = "(none)" if res.previous is None else res.previous
-    out.print(f"{res.action}: {res.model} version {prev} -> {res.version} in '{res.env}' ({res.copy})")
+    if getattr(res, "repin", False):  # a text endpoint that stays at its version and calls its model's new one
+        out.print(f"re-pinned: {res.model} version {res.version} in '{res.env}' now calls the version of its model switched above")
+    else:
+        out.print(f"{res.action}: {res.model} version {prev} -> {res.version} in '{res.env}' ({res.copy})")
     out.print("wall time (s): " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.3f}" for k, v in res.timings.items()))
     if res.tag is not None:
         out.print(f"git tag: {res.tag}" + (f" ({res.tag.note})" if res.tag.tag and res.tag.note != "assigned" else ""))

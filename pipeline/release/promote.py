@@ -62,6 +62,7 @@ class SwitchResult:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     retry: list[str] = field(default_factory=list)  # steps after the flip that failed: the switch stands, these must be redone
+    repin: bool = False  # a text endpoint kept at its version, now calling its model's new one (promote_set)
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,9 @@ def run_plan(store: ReleaseStore, plan: list[Switch], base: str, opts: SwitchOpt
     results = [switch(store, plan[0], opts, guards[plan[0].model])]
     try:
         faults.point("between_set_members")
-        results += [switch(store, sw, opts, guards[sw.model]) for sw in plan[1:]]
+        for sw in plan[1:]:
+            results.append(switch(store, sw, opts, guards[sw.model]))
+            results[-1].repin = sw.state.live == sw.target
     except BaseException as e:
         if keep is not None:
             _undo(store, plan[0], opts, guards[base], e)

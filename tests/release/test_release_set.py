@@ -86,7 +86,7 @@ def test_a_set_switches_as_one_and_a_failure_between_its_members_puts_the_model_
 
     # The model switched alone: the endpoint keeps its version and calls the model's new one.
     res = promote_set(store, "dev", SET, 2, None, none, follow=True)
-    assert [(r.model, r.version) for r in res] == [("tinytext", 2), ("tinytext_text", 1)]
+    assert [(r.model, r.version, r.repin) for r in res] == [("tinytext", 2, False), ("tinytext_text", 1, True)]
     assert _served(store, "dev") == [2] and _pin(store, "dev") == 2 and store.env_state("dev", "tinytext_text").live == 1
     verify_store(store)
 
