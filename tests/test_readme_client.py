@@ -20,12 +20,15 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+import tritonclient.http as th
 
 from pipeline.convert import export, simplify
 from pipeline.core.config import load_config
+from pipeline.core.samples import read_sentences
 from pipeline.repository.writer import write_repository
 from pipeline.serving.process import EmbeddedServer
 from tests.conftest import ROOT
+from tests.repository.test_text_endpoint import infer
 
 CLIENT = ROOT / "examples" / "client.py"
 README = ROOT / "README.md"
@@ -87,6 +90,10 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
             cwd=tmp_path,
         )
         curl = subprocess.run(["bash", "-c", readme_curl().replace("localhost:8000", srv.http_url)], capture_output=True, text=True, timeout=60)
+        # 20 real sentences through the text endpoint, in batches of mixed lengths (the latency variant takes up to 8).
+        real = read_sentences(ROOT / "pipeline" / "data" / "sentences.txt")[:20]
+        client = th.InferenceServerClient(srv.http_url)
+        served = np.concatenate([infer(client, real[i : i + 5], text_model) for i in range(0, len(real), 5)])
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
     emb, cos = np.array(out["embeddings"], dtype=np.float32), np.array(out["cosine"])
@@ -118,4 +125,15 @@ def test_readme_client_against_served_minilm(make_params, tmp_path: Path) -> Non
     answer = json.loads(curl.stdout)["outputs"][0]
     assert answer["name"] == "embedding" and answer["shape"] == [2, 384]
     assert np.abs(np.array(answer["data"], np.float32).reshape(2, 384) - emb[:2]).max() < 1e-5
-    print(f"build {t1 - t0:.1f} s, serve + client {time.perf_counter() - t1:.1f} s; cosine similar {similar:.3f}, unrelated max {max(unrelated):.3f}")
+    # ... equal sentence-transformers' own encode() of the same package, within parity's fp32 tolerance.
+    from sentence_transformers import SentenceTransformer
+
+    from pipeline.models.minilm import model_dir
+
+    reference = SentenceTransformer(str(model_dir()), device="cpu").encode(real, convert_to_numpy=True)
+    assert len(real) == 20 and served.shape == reference.shape == (20, 384)
+    assert np.abs(served - reference).max() < 1e-5, np.abs(served - reference).max()
+    print(
+        f"build {t1 - t0:.1f} s, serve + client {time.perf_counter() - t1:.1f} s; cosine similar {similar:.3f}, unrelated max {max(unrelated):.3f}; "
+        f"20 sentences against sentence-transformers' encode(): max abs {np.abs(served - reference).max():.1e}"
+    )

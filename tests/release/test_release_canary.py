@@ -327,7 +327,8 @@ def test_unversioned_requests_go_to_the_highest_ready_version(served: tuple[Rele
         r.retire(2, 1, cfg)
     assert served_versions(srv.http_url) == [1]
     production = load()
-    with contextlib.closing(th.InferenceServerClient(srv.http_url)) as c:
+    # The unload returns once in-flight requests are done: under a full CI pass that took over the client's default 60 s.
+    with contextlib.closing(th.InferenceServerClient(srv.http_url, network_timeout=240)) as c:
         c.unload_model("tiny")
     # perf_analyzer exits at its first failed request; on a busy machine the unload itself can take seconds
     production.proc.wait(timeout=90)
