@@ -67,8 +67,14 @@ def test_health_and_metadata(srv: EmbeddedServer, protocol: str) -> None:
 
 def test_statistics_have_the_rest_shape_over_both_protocols(srv: EmbeddedServer) -> None:
     """gRPC statistics read like REST's: zero counters present, 64-bit counters as numbers."""
-    _infer(srv, "tiny", 3)
     with srv.client("http") as h, srv.client("grpc") as g:
+        before = h.model_statistics("tiny")["model_stats"][0]["inference_count"]
+        _infer(srv, "tiny", 3)
+        # Triton counts a request once it is released, which may be after its response reached us (a busy CI pass
+        # once read REST before and gRPC after): compare once the counters hold the three rows.
+        deadline = time.monotonic() + 30
+        while h.model_statistics("tiny")["model_stats"][0]["inference_count"] < before + 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         rest, grpc = h.model_statistics("tiny"), g.model_statistics("tiny")
     assert grpc == rest
     st = rest["model_stats"][0]
