@@ -27,6 +27,9 @@ from tests.helpers.release_repo import dvc_lock, parity_report, tiny_repository
 from tests.helpers.project import RELEASE_CLI, ROOT
 
 
+LAPSED_S = 2.5  # a killed holder's lease (release.lock_lease_s=1) has lapsed on S3's one-second clock
+
+
 def two_releases(tmp: Path, store: ReleaseStore, sign_key: Path | None = None) -> None:
     parity, lock = parity_report(tmp / "parity.json"), dvc_lock(tmp / "dvc.lock")
     for i in (1, 2):
@@ -107,7 +110,9 @@ def test_a_kill_or_a_full_disk_at_the_flip_leaves_pointer_and_history_agreeing(
     # Killed after the intent, before the flip: version 1 still live, the intent reads as aborted.
     r = _promote_with_fault(tmp_path, url, "before_flip:kill", env)
     assert r.returncode == -9, r.stderr
-    time.sleep(1.5)  # past the lease of the dead holder's lock (S3)
+    # Past the dead holder's 1 s lease as S3 measures it: LastModified and Date both have one-second resolution, so a
+    # lock 1.5 s old can read as 1 s, which has not lapsed (seen in a full CI pass).
+    time.sleep(LAPSED_S)
     agree(1)
     assert store.env_state("dev", "tiny").interrupted is not None
     assert any("never flipped the pointer" in ln for ln in verify_store(store))
@@ -122,7 +127,7 @@ def test_a_kill_or_a_full_disk_at_the_flip_leaves_pointer_and_history_agreeing(
     # Killed right after the flip: version 2 is live and the history says so; rollback works.
     r = _promote_with_fault(tmp_path, url, "after_flip:kill", env)
     assert r.returncode == -9, r.stderr
-    time.sleep(1.5)
+    time.sleep(LAPSED_S)
     agree(2)
     assert rollback(store, "dev").version == 1
     agree(1)

@@ -193,7 +193,7 @@ def test_upload_killed_halfway_is_never_a_release(tmp_path: Path, s3: S3Server, 
     assert r.returncode == 0 and ("tiny 1: upload in progress" in r.stdout or "tiny 1: unfinished upload" in r.stdout), r.stdout
     with pytest.raises(ReleaseError, match="there are no releases of 'tiny'"):
         promote(store, "dev")
-    time.sleep(1.5)  # past the lease: the claim's holder is dead
+    time.sleep(2.5)  # past the 1 s lease on S3's one-second clock (LastModified and Date): the claim's holder is dead
     assert "release tiny 1: unfinished upload (" in "\n".join(verify_store(store))
 
     # The next build takes over the dead claim (older than the lease), removes the leftovers and reuses the number.
