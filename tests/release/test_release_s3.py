@@ -244,7 +244,7 @@ def test_promotion_killed_mid_copy_leaves_the_pointer_and_a_lock_that_expires(tm
         promote(store, "production", version=2)
     assert f"pid {proc.pid}" in e.value.render() and "lock expires" in e.value.render()
     # After it: taken over; the half-copied version dir is rewritten from the verified release.
-    time.sleep(3.5)
+    time.sleep(4.5)  # past the 3 s lease on S3's one-second clock (LastModified and Date)
     res = promote(store, "production", version=2)
     assert res.copy == "replaced" and any("took over a lock abandoned" in n for n in res.notes), res
     assert live_and_history(store) == (2, [("promote", 1), ("promote", 2)])
