@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipeline.core.errors import ReleaseError
 from pipeline.release.store import canaries, pointer
 from pipeline.release.store.publish import unfinished
 from pipeline.release.store.store import ReleaseStore
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import model_config_pb2 as mc
 
 COLUMNS = ("version", "created UTC", "commit", "parity", "files", "MB", "live in", "installed in")
 
@@ -42,10 +47,12 @@ def describe(st: ReleaseStore, mdl: str) -> tuple[list[list[str]], list[str]]:
     if st.fs.s3 is not None:
         lines += [f"  note: {mdl} {u.version}: {u.describe(st.lock_lease_s)}" for u in unfinished(st, mdl)]
     for env in st.environments:
+        served = _served(st, env, mdl)
         # A text endpoint calls its model: the server loads the set, the model first.
-        load = " ".join(f"--load-model={m}" for m in [*_calls(st, env, mdl), mdl])
+        calls = pointer.calls(served) if served is not None else None
+        load = " ".join(f"--load-model={m}" for m in [*([calls] if calls else []), mdl])
         serve = f"  {env}: serve with tritonserver --model-repository={st.env_repository(env)} --model-control-mode=explicit {load}"
-        if states[env].live is not None and _response_cache(st, env, mdl):
+        if states[env].live is not None and served is not None and served.response_cache.enable:
             serve += " --cache-config=local,size=<bytes> (its config turns on the response cache, which caches nothing without one)"
         lines.append(serve)
         rec = canaries.read(st.fs, env, mdl)
@@ -56,19 +63,10 @@ def describe(st: ReleaseStore, mdl: str) -> tuple[list[list[str]], list[str]]:
     return rows, lines
 
 
-def _calls(st: ReleaseStore, env: str, mdl: str) -> list[str]:
-    """The model ``env``'s config of ``mdl`` calls (a text endpoint's tensor model), as a list of at most one."""
+def _served(st: ReleaseStore, env: str, mdl: str) -> mc.ModelConfig | None:
+    """The config ``env`` serves ``mdl`` with (None when there is none or it cannot be read: ``release verify`` reports
+    that)."""
     try:
-        called = pointer.calls(pointer.parse_config(st.fs.read_text(f"{st.model_rel(env, mdl)}/config.pbtxt"), "the pointer"))
+        return st.served_config(env, mdl)
     except (ReleaseError, OSError):
-        return []
-    return [called] if called else []
-
-
-def _response_cache(st: ReleaseStore, env: str, mdl: str) -> bool:
-    """Whether the config ``env`` serves ``mdl`` with turns on Triton's response cache (False when it cannot be read:
-    ``release verify`` reports that)."""
-    try:
-        return pointer.parse_config(st.fs.read_text(f"{st.model_rel(env, mdl)}/config.pbtxt"), "the pointer").response_cache.enable
-    except (ReleaseError, OSError):
-        return False
+        return None

@@ -124,8 +124,8 @@ def followers(store: ReleaseStore, env: str, model: str) -> list[str]:
     """The models ``env`` serves that call ``model`` (its text endpoint): they must call its new version when it switches."""
     out = []
     for m in store.models():
-        rel = f"{store.model_rel(env, m)}/config.pbtxt"
-        if m != model and store.fs.exists(rel) and pointer.calls(pointer.parse_config(store.fs.read_text(rel), store.fs.path(rel))) == model:
+        served = store.served_config(env, m) if m != model else None
+        if served is not None and pointer.calls(served) == model:
             out.append(m)
     return out
 
@@ -151,8 +151,8 @@ def _repins(store: ReleaseStore, sw: Switch) -> bool:
     cfg, _ = store.release_config(sw.model, sw.target, sw.variant)
     if pointer.calls(cfg) is None:
         return False
-    served = pointer.parse_config(store.fs.read_text(f"{store.model_rel(sw.env, sw.model)}/config.pbtxt"), "the pointer")
-    return pointer.pin_of(served) != sw.pin
+    served = store.served_config(sw.env, sw.model)
+    return served is None or pointer.pin_of(served) != sw.pin
 
 
 def run_plan(store: ReleaseStore, plan: list[Switch], base: str, opts: SwitchOptions, guards: dict[str, HeldLock]) -> list[SwitchResult]:

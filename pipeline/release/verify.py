@@ -153,8 +153,8 @@ def _set_problems(store: ReleaseStore, env: str, model: str, cfg: mc.ModelConfig
     tensor, pin = pointer.calls(cfg), pointer.pin_of(cfg)
     if tensor is None or pin is None:
         return []
-    raw = store.fs.read_text(f"{store.model_rel(env, tensor)}/config.pbtxt") if store.fs.exists(f"{store.model_rel(env, tensor)}/config.pbtxt") else None
-    served = pointer.live_versions(pointer.parse_config(raw, "the pointer")) if raw is not None else []
+    tensor_cfg = store.served_config(env, tensor)
+    served = pointer.live_versions(tensor_cfg) if tensor_cfg is not None else []
     if pin in served:
         return []
     return [

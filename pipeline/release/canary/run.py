@@ -183,8 +183,8 @@ class _Run:
         )
         t = time.perf_counter()
         configs = dict(p.configs)
-        own = sibling_name(p.model, self.rec.id, "candidate-model") if p.own is not None else None
-        if p.own is not None and own is not None:  # the candidate's copy calls a copy of the model it was built with
+        own = sibling_name(p.model, self.rec.id, "candidate-model")  # used when the candidate brings its own model
+        if p.own is not None:  # the candidate's copy calls a copy of the model it was built with
             self.say(f"  set: the candidate calls version {p.own.version} of '{p.own.name}' (built with it; the environment serves {p.own.live}) as {own}")
             judge.load_beside(own, p.own.config, p.own.version, p.own.files)
             configs[version] = p.own.called_by(configs[version], own)
@@ -197,7 +197,7 @@ class _Run:
         self.timings["traffic_s"] = time.perf_counter() - t
         for ep in sides:
             judge.unload_beside(ep.model, ep.version)
-        if p.own is not None and own is not None:
+        if p.own is not None:
             judge.unload_beside(own, p.own.version)
         if self.rec.verdict is not None and self.rec.verdict.passed:
             self._switch(locks)

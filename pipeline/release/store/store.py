@@ -274,6 +274,16 @@ class ReleaseStore:
         history, interrupted = hist_mod.reconcile(history, ptr[0] if ptr else None, live)
         return EnvState(env, model, live, present, history, ptr[1] if ptr else None, hist[1] if hist else None, interrupted)
 
+    def served_config(self, env: str, model: str) -> mc.ModelConfig | None:
+        """The config ``env`` serves ``model`` with (its pointer), parsed; None when the environment has no pointer for it.
+
+        Raises:
+            ReleaseError: the pointer is not a Triton config.
+        """
+        rel = f"{self.model_rel(env, model)}/config.pbtxt"
+        got = self.fs.read_tagged(rel)
+        return pointer.parse_config(got[0].decode("utf-8"), self.fs.path(rel)) if got is not None else None
+
     def verify_env_copy(self, env: str, model: str, version: int, m: ReleaseManifest) -> list[Mismatch]:
         """Differences between the environment's copy of ``version`` (``<N>/`` and ``warmup/<N>/``) and the release manifest."""
         return env_copy.verify(self, env, model, version, m)
