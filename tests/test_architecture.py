@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.imports import PKG, ROOT, module_name, pipeline_imports
 
-SUBSYSTEMS = ["core", "records", "stats", "models", "convert", "parity", "engines", "repository", "serving", "bench", "choose", "release", "stages"]
+SUBSYSTEMS = ["core", "records", "stats", "models", "convert", "parity", "engines", "repository", "serving", "bench", "choose", "tune", "release", "stages"]
 
 MODULES = {module_name(p) for p in PKG.rglob("*.py")}
 GRAPH = {module_name(p): pipeline_imports(p) - {module_name(p), "pipeline"} for p in PKG.rglob("*.py")}

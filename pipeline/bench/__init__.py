@@ -12,6 +12,5 @@ peers/      the side by side with TorchServe: archives, serving, rounds; their r
 results.py  the whole result (every part's records); bench.json's header and summary go through pipeline.records.bench
 analysis/   what the result says: the headline ratios and the diagnosis rules (readiness's among them)
 report/     how people read it: report.md, bench.png, curves, the console line (rendering only)
-tune.py     the throughput variant's scheduling, by measurement
 run.py      the run end to end, step by step
 """

@@ -18,13 +18,15 @@ from typing import Any
 from pipeline.stats.estimate import Estimate
 from pipeline.bench.measure.inputs import InputsInfo
 from pipeline.bench.measure.machine import Machine
-from pipeline.bench.measure.results import Baseline, Json, Point, Sweep, Tuning
+from pipeline.bench.measure.results import Baseline, Json, Point, Sweep
 from pipeline.bench.peers.results import PeersResult
 from pipeline.bench.text import TextEndpointResult
 from pipeline.bench.readiness.results import Production
 from pipeline.bench.rounds.results import C1Rounds, ThroughputRounds
 from pipeline.core.config import BenchConfig, from_plain
+from pipeline.core.errors import BenchError
 from pipeline.records.bench import SCHEMA, BenchRecord, MeasuredModel
+from pipeline.records.tune import TuneRecord
 
 
 @dataclass
@@ -190,7 +192,7 @@ class BenchResult:
     variants: dict[str, Sweep]
     paired_c1: C1Rounds | None = None
     paired_throughput: dict[int, ThroughputRounds] = field(default_factory=dict)
-    tuning: Tuning | None = None
+    tune: TuneRecord | None = None  # the tune stage's record of the throughput variant shipped (its file's, else None)
     ratios: Ratios | None = None
     diagnosis: list[Finding] = field(default_factory=list)
     schema: int = SCHEMA
@@ -268,7 +270,18 @@ class BenchResult:
             | ({"production": self._production_summary()} if self.production else {})
             | ({"peers": self.peers.summary()} if self.peers else {})
             | ({"text_endpoint": self.text.summary()} if self.text else {})
+            | ({"tune": self._tune_summary()} if self.tune else {})
         )
+
+    def _tune_summary(self) -> Json:
+        """Where the throughput variant came from and, when measured, its paired ratios (winner over the configured
+        variant and over Model Analyzer's best, with their 90% intervals)."""
+        assert self.tune is not None
+        out: Json = {"source": self.tune.source, "partial": self.tune.partial}
+        for name, c in (("vs_start", self.tune.vs_start), ("vs_model_analyzer", self.tune.vs_model_analyzer)):
+            if c is not None:
+                out |= {name: _r4(c.ratio.value), f"{name}_ci90_low": _r4(c.ratio.low), f"{name}_ci90_high": _r4(c.ratio.high)}
+        return out
 
     def record(self) -> BenchRecord:
         """What other stages read of bench.json: the schema, the files measured, the summary (when ratios were taken)."""
@@ -288,8 +301,8 @@ class BenchResult:
             d["paired_c1"] = self.paired_c1.to_json()
         if self.paired_throughput:
             d["paired_throughput"] = {f"c{c}": p.to_json() for c, p in self.paired_throughput.items()}
-        if self.tuning is not None:
-            d["tuning"] = self.tuning.to_json()
+        if self.tune is not None:
+            d["tune"] = self.tune.to_json()
         if self.ratios is not None:
             d["ratios"] = self.ratios.to_json()
         if self.production is not None:
@@ -318,7 +331,7 @@ class BenchResult:
             variants={v: Sweep.from_json(s) for v, s in d["variants"].items()},
             paired_c1=C1Rounds.from_json(d["paired_c1"]) if d.get("paired_c1") else None,
             paired_throughput={int(k[1:]): ThroughputRounds.from_json(p, int(k[1:])) for k, p in (d.get("paired_throughput") or {}).items()},
-            tuning=Tuning.from_json(d["tuning"]) if d.get("tuning") else None,
+            tune=TuneRecord.from_json(d["tune"], "bench.json's tune", BenchError) if d.get("tune") else None,
             ratios=Ratios.from_json(d["ratios"]) if "ratios" in d else None,
             diagnosis=[Finding(**f) for f in d.get("diagnosis", [])],
             schema=head.schema,

@@ -6,8 +6,8 @@ the batch size actually formed; beside it, ORT timed in this process on the same
 inputs and thread counts. The headline ratios are measured in paired rounds (served runs
 bracketed by in-process timings, see rounds/pairing.py), because this VM's speed drifts within a
 minute. Writes bench.json (dvc metrics), per-variant curves (dvc plots), a markdown report
-with a PNG, and a diagnosis. The steps: inputs, baseline, sweep per variant, pairing, tuning,
-outputs; each is a function below.
+with a PNG, and a diagnosis. The steps: inputs, baseline, sweep per variant, pairing, outputs; each
+is a function below. The throughput variant's scheduling is the tune stage's (pipeline/tune), before the repository.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
@@ -25,7 +25,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 from pipeline.bench.measure import inputs as inputs_mod
 from pipeline.bench.peers import run as peers_mod
 from pipeline.bench import text as text_mod
-from pipeline.bench import tune
 from pipeline.bench.readiness import run as readiness
 from pipeline.bench.report import render
 from pipeline.bench.measure.baseline import Gauges, baseline_latency, baseline_throughput
@@ -33,7 +32,7 @@ from pipeline.bench.analysis.diagnose import diagnose
 from pipeline.bench.measure.inputs import BenchInputs
 from pipeline.bench.measure.inserver import WARM_RUNS
 from pipeline.bench.measure.machine import cpu_budget, loadavg, machine
-from pipeline.bench.measure.results import Baseline, Sweep, Tuning, fitted_window_ms
+from pipeline.bench.measure.results import Baseline, Sweep, fitted_window_ms
 from pipeline.stats.ort import OrtSettings
 from pipeline.bench.rounds.run import RoundsPlan, measure_rounds
 from pipeline.bench.progress import Progress
@@ -48,18 +47,18 @@ from pipeline.bench.measure.sweep import Sweeper, check_readiness
 from pipeline.core import samples
 from pipeline.core.atomic import atomic_path, file_digest, remove_stale, write_json, write_text
 from pipeline.core.config import BenchConfig, BenchProfile, BenchServer, PipelineConfig
-from pipeline.core.errors import ConfigError, PipelineError
+from pipeline.core.errors import BenchError, PipelineError
+from pipeline.records.tune import TuneRecord, read_tune
 from pipeline.serving import perf_analyzer as pa_mod
-from pipeline.serving.embedded import ShippedModel, find_shipped, read_config, write_config
+from pipeline.serving.embedded import ShippedModel, find_shipped, read_config
 from pipeline.serving.torchserve import TorchServeInstall
 
 
-def run_bench(
-    cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None = None, sentences: Path | None = None
-) -> BenchResult:
+def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Path, curves_dir: Path, sentences: Path | None = None, tune: Path | None = None) -> BenchResult:
     """Benchmark the shipped model ``repository/<model.name>``; write every output; return the result.
 
     ``sentences`` (one per line): what the text endpoint ``<model.name>_text`` is measured with, when it ships.
+    ``tune`` (tune.json): the tune stage's record, embedded when it was searched on the throughput file measured here.
 
     The config was checked when it was composed (pipeline.core.config); only what the built
     repository holds is checked here.
@@ -71,7 +70,7 @@ def run_bench(
     remove_stale(out_json, out_dir, curves_dir)  # a failed run must not leave the last run's numbers behind
     pa = pa_mod.locate_perf_analyzer()  # fail before starting any server
     ts_inst = peers_mod.check() if b.peers else None  # so do TorchServe and its Java (bench.peers)
-    shipped, configs = shipped_configs(repository / cfg.model.name, b.tune.enabled)
+    shipped, configs = shipped_configs(repository / cfg.model.name)
     main_cfg = main_config(configs)
     inp = inputs_mod.prepare(cfg.model, shipped.onnx, main_cfg, b.input_shapes)
     mach = machine(pa)
@@ -88,12 +87,11 @@ def run_bench(
             b = run.cfg.bench
             baseline_again(base, shipped.onnx_for("latency"), OrtSettings.from_config(main_cfg), inp, b)
             mach.loadavg_end = loadavg()
-            res = BenchResult(
-                mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, served.tuning, production=served.production, peers=served.peers, text=text
-            )
+            res = BenchResult(mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, production=served.production, peers=served.peers, text=text)
+            res.tune = tune_of(tune, shipped, progress.log)
             res.ratios = ratios(res)
             res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue.share_threshold, b.queue.min_ms)
-            write_outputs(res, shipped, configs, served.logs, out_dir, curves_dir, tuned_config)
+            write_outputs(res, shipped, served.logs, out_dir, curves_dir)
     write_json(out_json, res.to_json())
     if served.production.soak is not None and served.production.soak.partial:
         raise KeyboardInterrupt  # the soak was interrupted: its partial data is written (marked partial), now stop as asked
@@ -115,13 +113,12 @@ class Run:
 
 @dataclass
 class Served:
-    """What the servers measured: the sweeps, the rounds, tuning, readiness and the side by side, and their logs."""
+    """What the servers measured: the sweeps, the rounds, readiness and the side by side, and their logs."""
 
     server: ServerInfo
     variants: dict[str, Sweep]
     pc1: C1Rounds | None
     pairs: dict[int, ThroughputRounds]
-    tuning: Tuning | None
     production: Production
     peers: PeersResult | None
     logs: Path
@@ -144,7 +141,7 @@ def measure_baseline(run: Run) -> tuple[Run, Baseline, Gauges]:
     b = fit_windows(b, base, progress.log)
     run = replace(run, cfg=replace(run.cfg, bench=b))
     progress.expect(expected_seconds(b, run.plan, base.latency.p50_ms))  # the fitted windows, priced at the model's latency
-    # The in-process side of the rounds and tuning: the served variant's settings, timed like the baseline.
+    # The in-process side of the rounds: the served variant's settings, timed like the baseline.
     gauges = Gauges((lat_onnx, thr_onnx), lat_s, thr_s, inp.rows, base.throughput.best_batch, b.baseline.warmup_runs, b.baseline.runs, b.rounds.measurement_interval_ms / 1000)
     return run, base, gauges
 
@@ -168,7 +165,7 @@ def measure_text(run: Run, repository: Path, sentences: Path | None, pa: pa_mod.
 
 def measure_served(run: Run, pa: pa_mod.PerfAnalyzer, ts_inst: TorchServeInstall | None, gauges: Gauges, work: Path, t_start: float) -> Served:
     """Everything measured on a server, in ``work``: cold start, the sweep, the rounds (with overload and soak on their
-    server), tuning, the side by side. A failure names a copy of the logs (:func:`_keeping_logs`).
+    server), the side by side. A failure names a copy of the logs (:func:`_keeping_logs`).
 
     Raises:
         PipelineError: whatever a measurement raised, with ``logs kept in`` among its details.
@@ -211,16 +208,12 @@ def _serve(run: Run, mode: Mode, sweeper: Sweeper, gauges: Gauges, prep: peers_m
     variants = {v: variants[v] if v in variants else from_rounds[v] for v in configs if v in variants or v in from_rounds}
     # One variant without a valid point is a finding for the report; none at all is a failure.
     check_readiness([p for s in variants.values() for p in s.points], "any variant")
-    tuning = side = None
-    # bench.tune.enabled=true and bench.peers compose only with bench.server=embedded (pipeline.core.config).
-    if b.tune.enabled:
-        assert isinstance(mode, EmbeddedMode)
-        progress.phase("tuning")
-        tuning = tune.tune(mode, sweeper, b, gauges.best_infer_s)
+    side = None
+    # bench.peers composes only with bench.server=embedded (pipeline.core.config).
     if prep is not None:
         assert isinstance(mode, EmbeddedMode)
         side = peers_mod.measure(run.cfg, prep, mode, sweeper, prod.cold_start, logs, progress)
-    return Served(server, variants, pc1, pairs, tuning, prod, side, logs)
+    return Served(server, variants, pc1, pairs, prod, side, logs)
 
 
 def fit_windows(b: BenchConfig, base: Baseline, log: Callable[[str], None]) -> BenchConfig:
@@ -252,7 +245,6 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
     rounds = most if b.profile == BenchProfile.full else min(most, max(least, b.rounds.budget_s + per_round))
     warmups = run * ((plan.c1 or bool(plan.concurrency)) + (plan.c1_throughput or bool(plan.concurrency)))
     sweep = len(plan.swept) * (5.0 + len(b.sweep.concurrency) * (3 * b.sweep.measurement_interval_ms / 1000 + 1.0 + 2 * req))
-    tuning = (len(tune.candidates(b, 1 << 30)) * (3 * b.sweep.measurement_interval_ms / 1000 + 8.0)) if b.tune.enabled else 0.0
     baseline = 5.0 + len(b.baseline.batch_sizes) * b.baseline.seconds
     embedded = b.server == BenchServer.embedded
     cold = 4 * 5.0 * (embedded and b.readiness.cold_start)  # two variants, with and without warmup, a fresh server each
@@ -265,7 +257,6 @@ def expected_seconds(b: BenchConfig, plan: RoundsPlan, p50_ms: float = 0.0) -> d
         "rounds": rounds + warmups,
         "overload": overload,
         "soak": b.soak.duration_s * embedded,
-        "tuning": tuning,
         "peers": peers,
         "report": 8.0 + (b.baseline.warmup_runs + b.baseline.runs) * req,
     }
@@ -282,20 +273,22 @@ def main_config(configs: dict[str, mc.ModelConfig]) -> mc.ModelConfig:
     return configs.get("latency") or next(iter(configs.values()))
 
 
-def shipped_configs(model_dir: Path, tuning: bool) -> tuple[ShippedModel, dict[str, mc.ModelConfig]]:
-    """The shipped model and its variants' configs (latency first, then throughput, then any other).
-
-    Raises:
-        ConfigError: bench.tune.enabled=true and the built repository has no throughput variant to tune.
-    """
+def shipped_configs(model_dir: Path) -> tuple[ShippedModel, dict[str, mc.ModelConfig]]:
+    """The shipped model and its variants' configs (latency first, then throughput, then any other)."""
     shipped = find_shipped(model_dir)
-    configs = {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
-    if tuning and "throughput" not in configs:
-        raise ConfigError(
-            f"bench.tune.enabled=true but {shipped.model_dir} has no throughput variant (variants: {sorted(configs)})",
-            fix="build the repository with a throughput variant, or set bench.tune.enabled=false",
-        )
-    return shipped, configs
+    return shipped, {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
+
+
+def tune_of(path: Path | None, shipped: ShippedModel, log: Callable[[str], None]) -> TuneRecord | None:
+    """The tune record, when it was searched on the throughput variant's file measured here (a report carries only
+    what was produced from its own files: a record of another file is left out, and the log says so)."""
+    if path is None or "throughput" not in shipped.files:
+        return None
+    record = read_tune(path, BenchError)
+    if record.onnx_sha256 != file_digest(shipped.onnx_for("throughput"))[0]:
+        log(f"[bench] {path} is of another file than the throughput variant measured: left out of the report")
+        return None
+    return record
 
 
 def measured_model(shipped: ShippedModel) -> MeasuredModel:
@@ -357,8 +350,8 @@ def _keeping_logs(e: PipelineError, logs: Path) -> PipelineError:
 
 
 # ---------------------------------------------------------------- outputs
-def write_outputs(res: BenchResult, shipped: ShippedModel, configs: dict[str, mc.ModelConfig], logs: Path, out_dir: Path, curves_dir: Path, tuned_config: Path | None) -> None:
-    """report.md, bench.png, logs, the configs measured and the tuned config into ``out_dir``; curves into ``curves_dir``."""
+def write_outputs(res: BenchResult, shipped: ShippedModel, logs: Path, out_dir: Path, curves_dir: Path) -> None:
+    """report.md, bench.png, logs and the configs measured into ``out_dir``; curves into ``curves_dir``."""
     with atomic_path(out_dir) as tmp:
         render.write_outputs(res, tmp)
         (tmp / "logs").mkdir()
@@ -366,21 +359,7 @@ def write_outputs(res: BenchResult, shipped: ShippedModel, configs: dict[str, mc
             os.replace(f, tmp / "logs" / f.name)
         for v, p in shipped.configs.items():
             write_text(tmp / "configs" / f"{v}.pbtxt", p.read_text())
-        if res.tuning and res.tuning.chosen:
-            _write_tuned(tmp / "tuned" / "throughput.pbtxt", res.tuning, configs["throughput"], shipped.configs["throughput"], res.settings)
     with atomic_path(curves_dir) as tmp:
         tmp.mkdir()
         for v in res.variants:
             write_text(tmp / f"{v}.csv", render.curves_csv(res, v))
-    if res.tuning and res.tuning.chosen and tuned_config is not None:
-        # Explicit request (e.g. --tuned-config <repo>/<model>/configs/throughput.pbtxt): write it there too.
-        shutil.copy2(out_dir / "tuned" / "throughput.pbtxt", tuned_config)
-
-
-def _write_tuned(path: Path, tuning: Tuning, shipped_cfg: mc.ModelConfig, shipped_file: Path, b: BenchConfig) -> None:
-    """The shipped (onnxruntime) throughput config with the chosen scheduling values."""
-    assert tuning.chosen is not None  # the caller checked
-    # Keep the shipped file's explanatory header (graph level meaning etc.) above ours.
-    shipped_header = "".join(ln + "\n" for ln in shipped_file.read_text().splitlines() if ln.startswith("#"))
-    header = f"# Tuned by the bench stage (concurrency {b.tune.concurrency}, p99 budget {b.tune.latency_budget_ms} ms): {asdict(tuning.chosen)}\n"
-    write_config(path, tune.apply(shipped_cfg, tuning.chosen), header + shipped_header)

@@ -8,12 +8,15 @@ config, so each variant loads its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core import atomic
+from pipeline.core.atomic import file_digest
 from pipeline.records.choice import read_choice
+from pipeline.records.tune import TuneKnobs, read_tune
 from pipeline.core.config import PipelineConfig
 from pipeline.core.errors import RepositoryError
 
@@ -70,3 +73,31 @@ def file_names(served: Mapping[str, Served], default_variant: str) -> dict[str, 
     """The file name in the version directory per served precision: the default variant's is ``model.onnx``."""
     first = served[default_variant].precision
     return {s.precision: DEFAULT_FILE if s.precision == first else f"model.{s.precision}.onnx" for s in served.values()}
+
+
+def tuned(cfg: PipelineConfig, tune_path: Path, onnx: Path | dict[str, Served]) -> tuple[PipelineConfig, str]:
+    """``cfg`` with the throughput variant the tune stage chose, and a line that says which and why.
+
+    Raises:
+        RepositoryError: the record is not one, or it was found on another file than the throughput variant serves now
+        (a stale tune must never ship: rerun it).
+    """
+    record = read_tune(tune_path, RepositoryError)
+    path = Path(onnx["throughput"].path) if isinstance(onnx, dict) else Path(onnx)
+    sha = file_digest(path)[0]
+    if record.onnx_sha256 != sha:
+        raise RepositoryError(
+            f"{tune_path} was searched on another file than the throughput variant serves ({path})",
+            fix="rerun the tune stage on this one: dvc repro tune",
+            details={"tune searched sha256": record.onnx_sha256, "served sha256": sha},
+        )
+    now = TuneKnobs.of_variant(cfg.variants.throughput)
+    if record.start != now:
+        raise RepositoryError(
+            f"{tune_path} started from another throughput variant than params.yaml configures",
+            fix="rerun the tune stage with this config: dvc repro tune",
+            details={"tune started from": record.start.label(), "configured": now.label()},
+        )
+    variant = record.winner.onto_variant(cfg.variants.throughput)
+    note = f"throughput variant: {record.winner.label()} ({record.source}: {record.reason})"
+    return dataclasses.replace(cfg, variants=dataclasses.replace(cfg.variants, throughput=variant)), note

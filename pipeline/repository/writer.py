@@ -253,3 +253,33 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
     """What was shipped (dvc metrics); each variant's precision is the choose stage's metric."""
     engines = summary["engines"] or {}
     return {"version": summary["version"], "precision": summary["precision"], "engines_shipped": len(engines.get("included") or {})}
+
+
+class CandidateWriter:
+    """Throughput-variant candidates rendered exactly as the repository renders the throughput variant (the tune stage
+    measures these; the repository then ships the winner through the same code), each a model of its own named after
+    the candidate, serving the throughput variant's file (linked, not copied)."""
+
+    def __init__(self, cfg: PipelineConfig, onnx: Path | dict[str, Served], parity: Path | None) -> None:
+        """Raises RepositoryError when the file did not pass ``parity``, and OnnxModelError when it does not load."""
+        self.cfg = cfg
+        self.serving = TargetConfig(name=cfg.serving.target, kind=cfg.serving.kind, precision=cfg.serving.precision)
+        self.shipped = _Shipped.of(cfg, onnx, parity)
+        self.served = self.shipped.served["throughput"]
+
+    def write(self, repo: Path, candidates: dict[str, VariantConfig]) -> dict[str, str]:
+        """``repo/<candidate>/`` for each candidate (config.pbtxt, the version directory, warmup files); returns
+        candidate -> model name (the same)."""
+        s = self.served
+        name = self.shipped.names[s.precision]
+        for cand, variant in candidates.items():
+            model_dir = repo / cand
+            (model_dir / "configs").mkdir(parents=True)
+            (model_dir / str(self.cfg.repository.version)).mkdir()
+            (model_dir / str(self.cfg.repository.version) / name).symlink_to(Path(s.path).resolve())
+            model = dataclasses.replace(self.cfg.model, name=cand)
+            cfg = dataclasses.replace(self.cfg, model=model, variants=dataclasses.replace(self.cfg.variants, throughput=variant))
+            _VariantConfigs(cfg, model_dir, self.serving).write("throughput", s, name, self.shipped.io[s.precision])
+            (model_dir / "configs" / "throughput.pbtxt").rename(model_dir / "config.pbtxt")
+            (model_dir / "configs").rmdir()
+        return {c: c for c in candidates}

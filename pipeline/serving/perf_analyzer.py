@@ -53,7 +53,7 @@ def _find_binary() -> Path | None:
     return next((p for p in candidates if p.is_file() and os.access(p, os.X_OK)), None)
 
 
-def _lib_dirs() -> list[str]:
+def lib_dirs() -> list[str]:
     """Directories holding libb64.so.0d and libcudart.so.12, creating the libb64 link if needed."""
     dirs: list[str] = []
     links = cache_dir() / "perf-analyzer-libs"
@@ -104,7 +104,7 @@ def locate_perf_analyzer() -> PerfAnalyzer:
             fix="pip install 'tritonclient[http]==2.51.0' (the wheel ships bin/perf_analyzer; newer wheels need glibc 2.38)",
             details={"searched": f"{sysconfig.get_paths()['scripts']}, PATH"},
         )
-    lib_path = os.pathsep.join(_lib_dirs())
+    lib_path = os.pathsep.join(lib_dirs())
     missing = _missing_libs(binary, lib_path)
     if missing:
         raise ToolError(

@@ -22,7 +22,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", required=True, type=Path, help="report.md, bench.png, perf logs")
     p.add_argument("--curves-dir", required=True, type=Path, help="<variant>.csv plot data (dvc plots)")
     p.add_argument("--sentences", type=Path, help="real sentences, one per line: the text endpoint's requests (when the repository has one)")
-    p.add_argument("--tuned-config", type=Path, default=None, help="also write the tuned throughput.pbtxt here (bench.tune.enabled=true); it is always in <out-dir>/tuned/")
+    p.add_argument("--tune", type=Path, help="tune.json: the tune stage's record, shown in the report when it is of the file measured")
 
 
 def _body(args: argparse.Namespace) -> None:
@@ -30,7 +30,7 @@ def _body(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     if args.metrics is not None:
         remove_stale(args.metrics)  # never leave the last run's headline beside a failed run
-    res = run_bench(cfg, args.repository, args.out_json, args.out_dir, args.curves_dir, args.tuned_config, args.sentences)
+    res = run_bench(cfg, args.repository, args.out_json, args.out_dir, args.curves_dir, args.sentences, args.tune)
     if args.metrics is not None:
         write_json(args.metrics, res.summary())
     print(render.console_line(res, time.perf_counter() - t0))

@@ -11,7 +11,7 @@ from pipeline.core import atomic
 from pipeline.core.config import load_config
 from pipeline.core.errors import RepositoryError
 from pipeline.core.stage import add_report_args, main as stage_main, write_report
-from pipeline.repository.served import from_choice
+from pipeline.repository.served import from_choice, tuned
 from pipeline.repository.writer import headline, write_repository
 
 
@@ -24,6 +24,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     add_report_args(p)
     p.add_argument("--parity", required=True, type=Path, help="parity.json: refuse to ship a file that did not pass it")
     p.add_argument("--engines", type=Path, help="artifacts/engines: <target>/{manifest.json,model.plan} per GPU target")
+    p.add_argument("--tune", type=Path, help="tune.json: the throughput variant ships the tune stage's winner")
 
 
 def _body(a: argparse.Namespace) -> None:
@@ -31,6 +32,9 @@ def _body(a: argparse.Namespace) -> None:
     if (a.choice is None) == (a.onnx is None):
         raise RepositoryError("say what the ONNX Runtime model serves: --choice choose.json with the ONNX files, or --onnx <file>")
     onnx = from_choice(cfg, a.choice, {"fp32": a.fp32, "fp16": a.fp16, "int8": a.int8}) if a.choice else a.onnx
+    if a.tune is not None:
+        cfg, note = tuned(cfg, a.tune, onnx)
+        print(f"[repository] {note}")
     with atomic.atomic_path(a.out) as tmp:
         tmp.mkdir()
         summary = write_repository(cfg, onnx, tmp, a.parity, a.engines)

@@ -15,18 +15,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
 from pipeline.serving import perf_analyzer as pa_mod
 from pipeline.serving.embedded import build_embedded_repository
 from pipeline.serving.process import EmbeddedServer
-from pipeline.bench import tune
 from pipeline.core.config import PipelineConfig, TensorSpec, load_config
-from pipeline.core.errors import ConfigError, ToolError
+from pipeline.core.errors import ToolError
 from pipeline.bench.run import run_bench
-from tests.tiny_triton import shipped_repository, variant_config
+from tests.tiny_triton import shipped_repository
 from tests.helpers.project import ROOT
 from tests.helpers.stages import bench_args
 
@@ -237,16 +235,6 @@ def test_missing_perf_analyzer_fails_before_any_server(tmp_path: Path, monkeypat
     assert not (out / "bench.json").exists()
 
 
-def test_tuning_without_a_throughput_variant_fails_before_any_server(tmp_path: Path) -> None:
-    shipped_repository(tmp_path / "repo", "tiny", {"latency": variant_config("tiny", "latency")})
-    cfg = tiny_cfg()
-    cfg.bench.tune.enabled = True
-    out = tmp_path / "out"
-    with pytest.raises(ConfigError, match="no throughput variant") as e:
-        run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves")
-    assert "['latency']" in e.value.what and not out.exists()
-
-
 def stage_process(tmp_path: Path, cfg: PipelineConfig) -> subprocess.Popen:
     """The bench stage as DVC runs it on ``tmp_path/repo`` with ``cfg``, its temp dirs under tmp_path so its processes are findable."""
     params = tmp_path / "params.yaml"
@@ -309,36 +297,3 @@ def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: P
                 live = json.load(r)
         assert live["dynamic_batching"]["preferred_batch_size"] == [4, 8]
         assert "External Triton" in mode.description
-
-
-@TIMING
-@pytest.mark.triton
-def test_tuning_writes_a_named_throughput_variant(tmp_path: Path) -> None:
-    shipped_repository(tmp_path / "repo", "tiny")
-    cfg = tiny_cfg()
-    b = cfg.bench
-    b.sweep.concurrency, b.tune.enabled, b.tune.concurrency, b.tune.latency_budget_ms = [4], True, 4, 1000.0
-    b.profile, b.rounds.c1.min, b.rounds.throughput.min = "full", 0, 0  # the sweep's one point, then tuning
-    b.tune.queue_delays_us, b.tune.preferred_batch_sizes, b.tune.instance_counts = [0, 1000], [[4, 8]], [1]
-    out = tmp_path / "out"
-    res = run_bench(cfg, tmp_path / "repo", out / "bench.json", out / "bench", out / "curves", tuned_config=out / "throughput.pbtxt")
-    t = res.to_json()["tuning"]
-    assert len(t["candidates"]) == 2 and t["chosen"] in [{k: c[k] for k in ("max_queue_delay_us", "preferred_batch_sizes", "instance_count")} for c in t["candidates"]]
-    # Each candidate sits between in-process gauges; the winner is the steady one with the best share of in-process.
-    for c in t["candidates"]:
-        assert len(c["gauges"]) == 2 and 1 <= c["rounds"] <= cfg.bench.tune.max_rounds
-        if c["vs_ort_best"] is not None:
-            assert c["vs_ort_best"] == pytest.approx(c["throughput_infer_s"] / np.mean(c["gauges"]), rel=0.01)
-    won = t["candidates"][tune.choose(res.tuning.candidates)]
-    assert won["steady"] and t["chosen"]["max_queue_delay_us"] == won["max_queue_delay_us"]
-    other = next(c for c in t["candidates"] if c is not won)
-    if other["steady"] and other["within_budget"]:
-        assert t["lead_over_next"] == pytest.approx(won["vs_ort_best"] / other["vs_ort_best"] - 1)
-        assert "ahead of the next candidate" in (out / "bench" / "report.md").read_text()
-    from pipeline.serving.embedded import read_config
-
-    tuned = read_config(out / "throughput.pbtxt")
-    assert tuned.backend == "onnxruntime"  # the shipped form, not the python stand-in
-    assert tuned.dynamic_batching.max_queue_delay_microseconds == t["chosen"]["max_queue_delay_us"]
-    assert "dvc exp run -S" in t["persist"]
-    assert "Tuning of the throughput variant" in (out / "bench" / "report.md").read_text()

@@ -5,24 +5,25 @@ Assertions read the results as bench.json has them (``to_json()``): the keys oth
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from pipeline.bench import tune
 from pipeline.bench.measure import baseline, sweep
 from pipeline.bench.report import render
 from pipeline.bench.analysis.diagnose import diagnose
-from pipeline.bench.measure.results import Baseline, Candidate, Point, Scheduling, Sweep, Throughput, Tuning
+from pipeline.bench.measure.results import Baseline, Point, Sweep, Throughput
+from pipeline.records.tune import Comparison, Interval, Trial, TuneKnobs, TuneRecord
 from pipeline.stats.ort import Latency, OrtSettings
 from pipeline.bench.analysis.ratios import ratios, standin_cost_ms
 from pipeline.bench.measure.inputs import InputsInfo
 from pipeline.bench.measure.machine import Machine
 from pipeline.bench.results import BenchResult, ServerInfo
 from pipeline.records.bench import MeasuredModel
-from pipeline.core.config import BenchConfig, RoundsConfig, SweepConfig, ThroughputRoundsConfig, TuneConfig
+from pipeline.core.config import BenchConfig, RoundsConfig, SweepConfig, ThroughputRoundsConfig
 from tests.tiny_triton import variant_config
 
 
@@ -203,19 +204,20 @@ def test_baseline_throughput_interleaves_batch_sizes(tmp_path: Path, monkeypatch
     assert out["best_infer_s"] == max(out["per_batch_infer_s"].values())
 
 
-def _cand(thr: float, gauge: float, steady: bool = True, p99: float = 50.0, budget: float = 100.0, delay: int = 0) -> Candidate:
-    return Candidate(Scheduling(delay, [4, 8], 1), True, "", 2.0, 1, [gauge, gauge], 0.0, steady, thr / gauge, p99 <= budget, p99, p99 / 2, thr)
-
-
-def test_tuning_ranks_against_the_gauge_and_never_picks_a_drifted_candidate() -> None:
-    # 0: most infer/s, measured in a fast minute (0.67 of in-process); 1: fewer infer/s in a slow minute, but 0.8 of
-    # in-process: the better config. 2: best ratio but its gauges drifted. 3: best ratio but over the p99 budget.
-    rows = [_cand(240, 360), _cand(200, 250), _cand(230, 240, steady=False), _cand(250, 260, p99=120)]
-    assert tune.choose(rows) == 1
-    assert tune.choose([rows[2], rows[3]]) is None
-
-
 # ---------------------------------------------------------------- typed results <-> bench.json
+def _tune_record() -> TuneRecord:
+    """The tune stage's record of a search that moved the queue delay from 0 to 500 us."""
+    start = TuneKnobs(1, 8, (4, 8), 0, 2, 1, 1)
+    won = dataclasses.replace(start, max_queue_delay_us=500)
+    ratio = Interval(1.2, 1.1, 1.3, 6)
+    vs = Comparison("winner", "start", won, start, ratio, 240.0, 200.0, 40.0, 35.0)
+    trials = [
+        Trial(0, "max_queue_delay_us", start, Interval(1.0, 1.0, 1.0, 3), 200.0, 35.0, 3, True, "incumbent"),
+        Trial(0, "max_queue_delay_us", won, ratio, 240.0, 40.0, 3, True, "moved the search"),
+    ]
+    return TuneRecord(True, "search", "perf_throughput", 100.0, [16], start, won, "moved max_queue_delay_us: 0 -> 500", trials=trials, vs_start=vs)
+
+
 def _full_result() -> BenchResult:
     """A result with every section: c=1 rounds (embedded), throughput rounds, tuning, ratios, diagnosis."""
     res = _res(
@@ -229,8 +231,7 @@ def _full_result() -> BenchResult:
 
     res.paired_c1 = c1_rounds([(4.7, 4.35), (6.1, 5.9), (4.8, 4.5)], [[(4.4, 4.3), (4.5, 4.3)]] * 3, tax=[1.8, 1.9, 2.0])
     res.paired_throughput = {8: throughput_rounds(8, [(200, 250)] * 2, [300, 300]), 16: throughput_rounds(16, [(200, 260), (None, 250)], [300, 210])}
-    cands = [_cand(240, 360), _cand(200, 250, delay=500), _cand(230, 240, steady=False, delay=2000)]
-    res.tuning = Tuning(8, 100.0, 0.1, cands, cands[1].scheduling, "dvc exp run -S ...", 0.2)
+    res.tune = _tune_record()
     res.ratios = ratios(res)
     res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
     return res
@@ -246,7 +247,7 @@ def test_bench_json_round_trips_through_the_typed_result() -> None:
     assert render.markdown(back) == render.markdown(res)  # a report rendered again from bench.json has the same text
     # What other code reads (releases, dvc metrics, the stage's console line).
     assert data["model"]["name"] == "m" and data["model"]["sha256"] == "ab" * 32 and data["model"]["configs_sha256"] == {"latency": "cd" * 32}
-    assert data["summary"] == res.summary() and set(data["summary"]) == {"server", "ort_p50_ms", "ort_best_infer_s", "ratios", "variants"}
+    assert data["summary"] == res.summary() and set(data["summary"]) == {"server", "ort_p50_ms", "ort_best_infer_s", "ratios", "variants", "tune"}
     assert data["summary"]["variants"]["latency"] == {"c1_p50_ms": 4.7, "c1_p99_ms": round(4.7 * 1.2, 4), "peak_infer_s": 200}
     assert data["variants"]["latency"]["points"]["c1"]["p50_ms"] == 4.7 and data["variants"]["latency"]["points"]["c16"]["valid"] is False
     assert data["server"]["mode"] == "embedded" and data["machine"]["loadavg_end"] == [1.0, 0.5, 0.2]
@@ -254,56 +255,15 @@ def test_bench_json_round_trips_through_the_typed_result() -> None:
     assert set(data["diagnosis"][0]) == {"rule", "severity", "variant", "message", "fix"}
     assert data["settings"]["server"] == "embedded" and type(data["settings"]["server"]) is str  # plain JSON, not an Enum
     assert back.settings == res.settings and back.settings.server is res.settings.server  # Enums again when read back
-    assert data["tuning"]["chosen"] == {"max_queue_delay_us": 500, "preferred_batch_sizes": [4, 8], "instance_count": 1}
+    assert data["tune"]["winner"]["max_queue_delay_us"] == 500 and data["tune"]["winner"]["preferred_batch_sizes"] == [4, 8]
+    assert data["summary"]["tune"] == {"source": "search", "partial": False, "vs_start": 1.2, "vs_start_ci90_low": 1.1, "vs_start_ci90_high": 1.3}
+    assert "Tuning of the throughput variant (the tune stage)" in render.markdown(res)
     assert data["paired_throughput"]["c16"]["rounds"][1]["latency"]["valid"] is False
-
-
-def test_tuning_chooses_with_the_tested_rule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """tune.tune picks its winner with tune.choose (no copy of the rule), ranked against the gauge, within the p99 budget."""
-    import contextlib
-    import dataclasses
-
-    class Mode:
-        added: dict[str, mc.ModelConfig] = {}
-
-        def embedded_config(self, variant: str) -> mc.ModelConfig:
-            return variant_config("m", variant)
-
-        def add_variant(self, name: str, cfg: mc.ModelConfig) -> None:
-            self.added[name] = cfg
-
-        @contextlib.contextmanager
-        def serve(self, name: str):  # noqa: ANN202
-            yield name
-
-    # infer/s and p99 per queue delay: 2000 us gives the most infer/s but misses the 100 ms p99 budget.
-    measured = {0: (500.0, 40.0), 500: (700.0, 60.0), 2000: (800.0, 150.0)}
-
-    @dataclasses.dataclass
-    class FakeSweeper:
-        mode: Mode
-        probe_row: object = None
-
-        def run(self, t: str, conc: list[int], tag: str, interval_ms: int | None = None) -> list[Point]:
-            thr, p99 = measured[self.mode.added[t].dynamic_batching.max_queue_delay_microseconds]
-            return [Point(conc[0], True, "", {"throughput_infer_s": thr, "p99_ms": p99, "p50_ms": p99 / 2}, 4.0)]
-
-    calls = []
-    real = tune.choose
-    monkeypatch.setattr(tune, "choose", lambda rows: calls.append(len(rows)) or real(rows))
-    b = BenchConfig(tune=TuneConfig(enabled=True, queue_delays_us=[0, 500, 2000], preferred_batch_sizes=[[4, 8]], instance_counts=[1]))
-    mode = Mode()
-    t = tune.tune(mode, FakeSweeper(mode), b, lambda: 1000.0)
-    assert calls == [3]
-    assert t.chosen == Scheduling(500, [4, 8], 1) and t.lead_over_next == pytest.approx(700 / 500 - 1)
-    assert [c.within_budget for c in t.candidates] == [True, True, False] and all(c.steady for c in t.candidates)
-    assert "max_queue_delay_us=500" in t.persist
-    assert not hasattr(tune, "shipped_form")  # one function writes the shipped form: tune.apply
 
 
 def test_bench_talks_to_triton_only_through_the_one_client() -> None:
     """No bench module builds Triton REST URLs by hand (servers.py belongs to the serving migration)."""
-    bench = Path(tune.__file__).parent
+    bench = Path(render.__file__).parent.parent
     offenders = [p.relative_to(bench).as_posix() for p in bench.rglob("*.py") if p.name != "servers.py" and "urllib" in p.read_text()]
     assert offenders == []
 

@@ -26,13 +26,13 @@ def _problems(*overrides: str) -> dict[str, str]:
     [
         (-1, 10, 0.1, "bench.rounds.c1.min", "bench.rounds.c1.min=-1: must be >= 0"),
         (5, 3, 0.1, "bench.rounds.c1.max", "must be >= bench.rounds.c1.min=5"),
-        (5, 10, 0.0, "bench.tune.max_drift", "bench.tune.max_drift=0.0: must be > 0"),
+        (5, 10, -0.1, "tune.min_gain", "tune.min_gain=-0.1: must be in [0, 1]"),
         (1, 10, 0.1, "bench.rounds.c1.min", "must be 0 (no rounds) or >= 2: an interval needs two rounds"),
         (0, 10, 0.1, "bench.rounds.c1.min", "bench.profile=default measures the latency variant only in rounds"),
     ],
 )
 def test_bad_pairing_settings_fail_at_composition(rounds: int, max_rounds: int, drift: float, key: str, needle: str) -> None:
-    found = _problems(f"bench.rounds.c1.min={rounds}", f"bench.rounds.c1.max={max_rounds}", f"bench.tune.max_drift={drift}")
+    found = _problems(f"bench.rounds.c1.min={rounds}", f"bench.rounds.c1.max={max_rounds}", f"tune.min_gain={drift}")
     assert list(found) == [key] and needle in found[key], found
 
 
@@ -52,13 +52,13 @@ def test_bad_throughput_pairing_settings_fail_at_composition(rounds: int, max_ro
 @pytest.mark.parametrize(
     ("server", "max_rounds", "conc", "key", "needle"),
     [
-        ("external", 3, 8, "bench.tune.enabled", "needs bench.server=embedded"),
-        ("embedded", 0, 8, "bench.tune.max_rounds", "bench.tune.max_rounds=0: must be >= 1"),
-        ("embedded", 3, 0, "bench.tune.concurrency", "bench.tune.concurrency=0: must be >= 1"),
+        (300, 1, "[16]", "tune.rounds", "tune.rounds=1: must be in [2, 20]"),
+        (300, 3, "[0]", "tune.concurrency", "tune.concurrency=[0]"),
+        (5, 3, "[16]", "tune.budget_s", "cannot hold one paired comparison"),
     ],
 )
-def test_bad_tuning_settings_fail_at_composition(server: str, max_rounds: int, conc: int, key: str, needle: str) -> None:
-    found = _problems("bench.tune.enabled=true", f"bench.server={server}", "bench.url=127.0.0.1:1", f"bench.tune.max_rounds={max_rounds}", f"bench.tune.concurrency={conc}")
+def test_bad_tuning_settings_fail_at_composition(server: int, max_rounds: int, conc: str, key: str, needle: str) -> None:
+    found = _problems("tune.enabled=true", f"tune.budget_s={server}", f"tune.rounds={max_rounds}", f"tune.concurrency={conc}")
     assert list(found) == [key] and needle in found[key], found
 
 

@@ -213,12 +213,12 @@ RANGES = [
     ("bench.max_trials=0", "bench.max_trials"),
     ("bench.rounds.c1.min=-1", "bench.rounds.c1.min"),
     ("bench.rounds.c1.max=2", "bench.rounds.c1.max"),
-    ("bench.tune.max_drift=0", "bench.tune.max_drift"),
+    ("tune.min_gain=2", "tune.min_gain"),
     ("bench.rounds.throughput.max=1", "bench.rounds.throughput.max"),
     ("bench.rounds.throughput.concurrency=[0,8]", "bench.rounds.throughput.concurrency"),
-    ("bench.tune.concurrency=0", "bench.tune.concurrency"),
-    ("bench.tune.max_rounds=0", "bench.tune.max_rounds"),
-    ("bench.tune.instance_counts=[0]", "bench.tune.instance_counts"),
+    ("tune.concurrency=[0]", "tune.concurrency"),
+    ("tune.rounds=0", "tune.rounds"),
+    ("tune.space.instance_count=[0]", "tune.space.instance_count"),
     ("bench.server_timeout_s=0", "bench.server_timeout_s"),
     ("bench.perf_timeout_s=-1", "bench.perf_timeout_s"),
     ("target_specs.a100.builder.optimization_level=7", "target_specs.a100.builder.optimization_level"),
@@ -267,8 +267,8 @@ def test_bounds_messages_are_filled_in_and_valid() -> None:
 EVERY_FORM = [
     (override, re.split(r"[=\[]", line, maxsplit=1)[0], line)
     for override, line in [
-        ("bench.tune.preferred_batch_sizes=[]", "bench.tune.preferred_batch_sizes=[]: must list at least one set of sizes (default: [[4, 8], [8, 16]])"),
-        ("bench.tune.preferred_batch_sizes=[[4,8],[0,8]]", "bench.tune.preferred_batch_sizes[1]=[0, 8]: every value must be >= 1; [0] is not (closest valid: [1, 8])"),
+        ("tune.space.preferred_batch_sizes=[]", "tune.space.preferred_batch_sizes=[]: must not be empty (default: [[4, 8], [8, 16], [16, 32]])"),
+        ("tune.space.preferred_batch_sizes=[[4,8],[0,8]]", "tune.space.preferred_batch_sizes[1]=[0, 8]: every value must be >= 1; [0] is not (closest valid: [1, 8])"),
         ("+model.sample_dims.height=0", "model.sample_dims.height=0: must be in [1, 65536] (closest valid: 1)"),
         ("export.batch_axis=''", "export.batch_axis='': must name the dynamic batch axis (default: 'batch')"),
         ("bench.peers=[torchserve,torchserve]", "bench.peers=['torchserve', 'torchserve']: lists ['torchserve'] more than once"),
@@ -305,7 +305,7 @@ def test_serving_is_derived_and_an_override_fails() -> None:
     ("overrides", "key", "needle"),
     [
         (["bench.server=external"], "bench.url", "bench.url="),
-        (["bench.tune.enabled=true", "bench.server=external", "bench.url=127.0.0.1:8000"], "bench.tune.enabled", "bench.server=embedded"),
+        (["tune.constraints.perf_latency_p99=0.5", "tune.space.max_queue_delay_us=[1000,2000]"], "tune.constraints.perf_latency_p99", "closest feasible value: above 1 ms"),
         (["targets=[cpu,a100,a100]"], "targets", "more than once"),
         (["targets=[cpu,v100]"], "targets", "no definition"),
         (["targets=[a100,a10]", "target_specs.a10.compute_capability='8.0'"], "targets", "share compute capability 8.0"),

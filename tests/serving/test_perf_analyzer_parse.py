@@ -96,7 +96,7 @@ def test_missing_library_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     binary = pa._find_binary()
     if binary is None:
         pytest.skip("perf_analyzer not installed")
-    monkeypatch.setattr(pa, "_lib_dirs", lambda: [])
+    monkeypatch.setattr(pa, "lib_dirs", lambda: [])
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     with pytest.raises(ToolError) as e:
         pa.locate_perf_analyzer()

@@ -16,7 +16,7 @@ from pipeline.bench.analysis.ratios import headline_c1, standin_cost_ms
 from pipeline.bench.results import BenchResult, Finding
 
 SERVED_VS_ORT_LIMIT = 1.15  # issue 4: latency variant c=1 p50 at most this times in-process ORT p50
-_BETTER_FIX = "tune it (bench.tune.enabled=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
+_BETTER_FIX = "tune it (dvc exp run -S tune.enabled=true) or check that requests can be batched (equal shapes, bench.input_shapes)"
 
 
 def batching_tax(res: BenchResult, name: str, cfg: mc.ModelConfig, threshold: float, min_ms: float) -> Finding | None:
@@ -233,7 +233,7 @@ def small_batches(res: BenchResult, name: str, cfg: mc.ModelConfig) -> Finding |
         "warning",
         name,
         f"at concurrency {top} the dynamic batcher formed batches of {pt.avg_batch:.2f} on average.{why}",
-        "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), or raise max_queue_delay (bench.tune.enabled=true)",
+        "pad requests to a few fixed lengths on the client (bench.input_shapes=uniform measures that), or raise max_queue_delay (dvc exp run -S tune.enabled=true searches it)",
     )
 
 

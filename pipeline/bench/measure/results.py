@@ -1,13 +1,13 @@
-"""Typed measurements: perf_analyzer points, the in-process baseline, tuning (the headline rounds' are in rounds/results.py).
+"""Typed measurements: perf_analyzer points, the in-process baseline (the headline rounds' are in rounds/results.py).
 
-What the measuring modules (baseline, sweep, tune) return and the others read; each
+What the measuring modules (baseline, sweep) return and the others read; each
 has a ``to_json``/``from_json`` pair used only by bench/results.py's BenchResult, the one bench.json edge.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Generic, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
 
 from pipeline.stats.ort import Latency, OrtSettings
 
@@ -124,97 +124,6 @@ class Baseline:
     def from_json(cls, d: Json) -> Baseline:
         after = d.get("latency_after")
         return cls(Latency.from_json(d["latency"]), Throughput.from_json(d["throughput"]), Latency.from_json(after) if after else None)
-
-
-# ---------------------------------------------------------------- tuning (see tune.py)
-@dataclass
-class Round(Generic[S]):
-    """One tuning round: a served step between two in-process gauges, and whether its gauges agreed."""
-
-    index: int
-    gauges: list[float]
-    drift: float
-    ratio: float | None
-    counted: bool
-    steps: list[S]
-
-
-@dataclass
-class Scheduling:
-    """The throughput variant's scheduling values a tuning candidate tries."""
-
-    max_queue_delay_us: int
-    preferred_batch_sizes: list[int]
-    instance_count: int
-
-
-@dataclass
-class Candidate:
-    """One tuning candidate as measured: its last round (the counted one, when one counted)."""
-
-    scheduling: Scheduling
-    valid: bool
-    reason: str
-    avg_batch: float | None
-    rounds: int
-    gauges: list[float]
-    drift: float
-    steady: bool  # its gauges agreed: the round counted
-    vs_ort_best: float | None
-    within_budget: bool
-    p99_ms: float | None = None
-    p50_ms: float | None = None
-    throughput_infer_s: float | None = None
-
-    def to_json(self) -> Json:
-        d = asdict(self.scheduling) | {k: getattr(self, k) for k in ("valid", "reason", "avg_batch", "rounds", "gauges", "drift", "steady", "vs_ort_best")}
-        if self.valid:
-            d |= {"p99_ms": self.p99_ms, "p50_ms": self.p50_ms, "throughput_infer_s": self.throughput_infer_s}
-        return d | {"within_budget": self.within_budget}
-
-    @classmethod
-    def from_json(cls, d: Json) -> Candidate:
-        sched = Scheduling(**{f.name: d[f.name] for f in fields(Scheduling)})
-        kw: Json = {f.name: d.get(f.name) for f in fields(cls) if f.name != "scheduling"}
-        return cls(sched, **kw)
-
-
-@dataclass
-class Tuning:
-    """Every candidate measured, the winner (None when none may win) and how to persist it."""
-
-    concurrency: int
-    latency_budget_ms: float
-    max_drift: float
-    candidates: list[Candidate]
-    chosen: Scheduling | None
-    persist: str  # the Hydra overrides that make the repository stage emit the winner, or why there is none
-    lead_over_next: float | None = None
-    rank: str = "infer/s over in-process best-batch infer/s"
-
-    def to_json(self) -> Json:
-        d: Json = {
-            "concurrency": self.concurrency,
-            "latency_budget_ms": self.latency_budget_ms,
-            "max_drift": self.max_drift,
-            "rank": self.rank,
-            "candidates": [c.to_json() for c in self.candidates],
-            "chosen": asdict(self.chosen) if self.chosen else None,
-        }
-        return d | ({"lead_over_next": self.lead_over_next} if self.chosen else {}) | {"persist": self.persist}
-
-    @classmethod
-    def from_json(cls, d: Json) -> Tuning:
-        return cls(
-            d["concurrency"],
-            d["latency_budget_ms"],
-            d["max_drift"],
-            [Candidate.from_json(c) for c in d["candidates"]],
-            Scheduling(**d["chosen"]) if d.get("chosen") else None,
-            d["persist"],
-            d.get("lead_over_next"),
-            d["rank"],
-        )
 
 
 WINDOW_LATENCIES = 4  # a perf_analyzer window spans at least this many of the model's request latencies at the top concurrency

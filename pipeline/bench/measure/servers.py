@@ -14,7 +14,6 @@ from typing import Any
 from pathlib import Path
 
 from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from pipeline.core.errors import BenchError, ToolError
 from pipeline.serving.client import TritonClient, metrics_text
@@ -23,7 +22,6 @@ from pipeline.serving.embedded import (
     build_embedded_repository,
     read_config,
     variant_model,
-    write_config,
 )
 from pipeline.serving.memory import RssSampler
 from pipeline.serving.process import METRICS_LIMITS, EmbeddedServer
@@ -105,13 +103,6 @@ class EmbeddedMode:
         self.memory_sample_s = memory_sample_s
         self.traces: list[tuple[str, RssSampler]] = []  # every server's RSS samples, by what it served
         self.metrics_limits = list(METRICS_LIMITS)
-
-    def add_variant(self, name: str, cfg: mc.ModelConfig) -> None:
-        """A tuning candidate: the embedded config of another variant with new scheduling values."""
-        write_config(self.repo / self.shipped.name / "configs" / f"{name}.pbtxt", cfg)
-
-    def embedded_config(self, variant: str) -> mc.ModelConfig:
-        return read_config(self.repo / self.shipped.name / "configs" / f"{variant}.pbtxt")
 
     def _targets(self, srv: EmbeddedServer, models: dict[str, str], mem: RssSampler) -> dict[str, Target]:
         """A Target per variant (variant -> model name) on the running server ``srv``."""

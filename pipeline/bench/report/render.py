@@ -89,11 +89,6 @@ def plot_png(res: BenchResult, path: Path) -> None:
     plt.close(fig)
 
 
-def _gauges(gauges: list[float]) -> str:
-    """A candidate's in-process gauges (infer/s) in the order they were timed, for a table cell."""
-    return " / ".join(f"{g:.0f}" for g in gauges)
-
-
 def _measurements(res: BenchResult) -> list[str]:
     lines = [
         "## Measurements (perf_analyzer, client-side percentiles; server split from --verbose-csv)",
@@ -145,32 +140,23 @@ def _measurements(res: BenchResult) -> list[str]:
     ]
 
 
-def _tuning(res: BenchResult) -> list[str]:
-    t = res.tuning
-    if not t:
+def _tune(res: BenchResult) -> list[str]:
+    """The tune stage's outcome for the throughput variant measured here, and its side by side with Model Analyzer."""
+    t = res.tune
+    if t is None:
         return []
-    lines = [
-        "",
-        "## Tuning of the throughput variant",
-        "",
-        f"Budget p99 <= {t.latency_budget_ms} ms at concurrency {t.concurrency}. Ranked by infer/s over in-process ORT "
-        f"best-batch infer/s timed before and after each candidate (the gauges); a candidate counts only if its gauges "
-        f"agree within {t.max_drift:.0%}, else it is measured again.",
-        "",
-        "| queue delay us | preferred | instances | p99 ms | infer/s | gauges infer/s | drift | vs in-process | avg batch | within budget | steady |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in t.candidates:
-        s = c.scheduling
-        steady = "yes" if c.steady else f"no ({c.rounds} rounds)"
+    lines = ["", "## Tuning of the throughput variant (the tune stage)", "", f"- {t.source}: ships `{t.winner.label()}` ({t.reason})"]
+    for title, c in (("against the configured variant", t.vs_start), ("against Model Analyzer's best", t.vs_model_analyzer)):
+        if c is not None:
+            lines.append(f"- {title}: {c.ratio.text()} in infer/s at c={t.concurrency}; p99 {_f(c.a_p99_ms)} ms vs {_f(c.b_p99_ms)} ms")
+    if t.model_analyzer is not None:
+        ma = t.model_analyzer
         lines.append(
-            f"| {s.max_queue_delay_us} | {s.preferred_batch_sizes} | {s.instance_count} | {_f(c.p99_ms)} | "
-            f"{_f(c.throughput_infer_s, '.1f')} | {_gauges(c.gauges)} | {c.drift:.0%} | {_f(c.vs_ort_best, '#.3g', unit='x')} | "
-            f"{_f(c.avg_batch)} | {'yes' if c.within_budget else 'no'} | {steady} |"
+            f"- Model Analyzer: searched {ma.wall_s:g} s (ours {t.wall_s:g} s), best `{ma.knobs.label() if ma.knobs else 'n/a'}`"
+            if ma.ran
+            else f"- Model Analyzer not run: {ma.error}"
         )
-    lead = t.lead_over_next
-    ahead = f", {lead:.1%} ahead of the next candidate (one measurement each: a lead of a few percent may be noise)" if lead is not None else ""
-    return lines + ["", f"Chosen: {asdict(t.chosen) if t.chosen else None}{ahead}. Persist with: `{t.persist}`"]
+    return lines + ["- every candidate: artifacts/reports/tune.md"]
 
 
 def markdown(res: BenchResult) -> str:
@@ -201,7 +187,7 @@ def markdown(res: BenchResult) -> str:
         "",
     ]
     lines += [f"- **{d.severity}** `{d.rule}` ({d.variant}): {d.message}. Fix: {d.fix}." for d in res.diagnosis] or ["- nothing found"]
-    lines += _tuning(res)
+    lines += _tune(res)
     lines += ["", "![throughput vs p99](bench.png)", ""]
     return "\n".join(lines)
 

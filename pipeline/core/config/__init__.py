@@ -41,6 +41,7 @@ from pipeline.core.config.enums import (
     Source,
     TargetKind,
     TokenField,
+    TuneObjective,
     VariantName,
 )
 from pipeline.core.config.files import fixed_batch
@@ -58,8 +59,8 @@ from pipeline.core.config.schema_bench import (
     SoakConfig,
     SweepConfig,
     ThroughputRoundsConfig,
-    TuneConfig,
 )
+from pipeline.core.config.schema_tune import ModelAnalyzerConfig, TuneConfig, TuneConstraints, TuneSpace
 from pipeline.core.config.schema_precision import (
     CalibrationConfig,
     ChooseConfig,
@@ -107,6 +108,10 @@ __all__ = [
     "SweepConfig",
     "ThroughputRoundsConfig",
     "TuneConfig",
+    "TuneConstraints",
+    "TuneSpace",
+    "ModelAnalyzerConfig",
+    "TuneObjective",
     "CalibrationConfig",
     "CalibrationMethod",
     "ChooseConfig",

@@ -180,3 +180,11 @@ class ErrorStat(ConfigEnum):
 # Triton's ORT optimization.graph.level values: -1 basic, 1 extended, 2 = OFF (not "more"), 0 = all.
 # An int check, not an Enum: the level is rendered into config.pbtxt and headers as a plain number.
 GRAPH_LEVELS = (-1, 0, 1, 2)
+
+
+class TuneObjective(ConfigEnum):
+    """What the tune stage maximizes, in Model Analyzer's names: perf_throughput (infer/s) or perf_latency_p99 (lower is
+    better); tune.constraints bound the rest."""
+
+    perf_throughput = "perf_throughput"
+    perf_latency_p99 = "perf_latency_p99"

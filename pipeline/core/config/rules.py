@@ -23,6 +23,7 @@ from pipeline.core.config.schema_bench import BenchConfig
 from pipeline.core.config.schema_data import FILE_SUFFIXES, DataPathConfig
 from pipeline.core.config.schema_precision import ChooseConfig, Int8Config, PrecisionConfig
 from pipeline.core.config.schema_release import CanaryConfig, ReleaseConfig
+from pipeline.core.config.schema_tune import TuneConfig
 
 _CC = re.compile(r"^\d+\.\d+$")  # compute capability, "8.0"
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")  # a Triton model / environment directory name
@@ -67,6 +68,7 @@ def check_rules(
     check_choose(cfg.choose, p)
     check_bench(cfg.bench, p)
     check_bench_peers(cfg, p)
+    check_tune(cfg.tune, p)
     check_release(cfg.release, p)
 
 
@@ -354,8 +356,6 @@ def check_parity_outputs(cfg: PipelineConfig, p: Problems, outputs: list[str] | 
 def check_bench(b: BenchConfig, p: Problems) -> None:
     """The server's address, what tuning needs, the rounds' counts and interval widths, overload levels, the soak's ramp."""
     _check_bench_urls(b, p)
-    if b.tune.enabled and b.server != BenchServer.embedded:
-        p.add("bench.tune.enabled", True, f"tuning serves each candidate itself: needs bench.server=embedded (not '{b.server}'), or set bench.tune.enabled=false")
     _check_bench_rounds(b, p)
     if b.overload.enabled and not b.overload.levels:
         p.add("bench.overload.levels", [], "must not be empty while bench.overload.enabled (e.g. [0.5, 1.0, 1.5]), or set bench.overload.enabled=false")
@@ -423,6 +423,31 @@ def check_bench_peers(cfg: PipelineConfig, p: Problems) -> None:
 
 
 # ---------------------------------------------------------------- release
+def min_tune_budget_s(t: TuneConfig) -> float:
+    """The shortest search that compares anything: the shipped variant and one challenger, twice each, at every
+    concurrency, each run at least perf_analyzer's three windows plus a second to start (pipeline/tune/search.py)."""
+    return 2 * 2 * len(t.concurrency) * (3 * t.measurement_interval_ms / 1000 + 1.0)
+
+
+def check_tune(t: TuneConfig, p: Problems) -> None:
+    """Constraints a search cannot meet, refused with the closest value it can: a time budget shorter than one paired
+    comparison, and a p99 bound under every queue delay the space allows (Triton holds a request up to that delay for
+    company, so at light load every candidate would spend the whole bound waiting)."""
+    if not p.has("tune.budget_s") and not p.has("tune.measurement_interval_ms") and t.budget_s < min_tune_budget_s(t):
+        least = min_tune_budget_s(t)
+        what = f"2 rounds x 2 candidates x {len(t.concurrency)} concurrencies x 3 windows of {t.measurement_interval_ms} ms"
+        p.add("tune.budget_s", t.budget_s, f"cannot hold one paired comparison ({what}): closest feasible value {least:g}")
+    delays = t.space.max_queue_delay_us
+    bound = t.constraints.perf_latency_p99
+    if delays and not p.has("tune.space.max_queue_delay_us") and not p.has("tune.constraints.perf_latency_p99") and min(delays) / 1000 >= bound:
+        p.add(
+            "tune.constraints.perf_latency_p99",
+            bound,
+            f"ms is at or under every queue delay of tune.space.max_queue_delay_us {show(delays)} us: no candidate can meet it;"
+            f" closest feasible value: above {min(delays) / 1000:g} ms (or add a shorter delay, e.g. 0, to the space)",
+        )
+
+
 def check_release(r: ReleaseConfig, p: Problems) -> None:
     """Store URL (an s3:// one in a form Triton reads too), environment names, the signature policy, canary traffic."""
     if r.store.startswith("s3://"):

@@ -16,6 +16,7 @@ from pipeline.core.config.knobs import knob
 from pipeline.core.config.schema_bench import BenchConfig
 from pipeline.core.config.schema_precision import ChooseConfig, Int8Config, PrecisionConfig, QualityConfig
 from pipeline.core.config.schema_release import ReleaseConfig
+from pipeline.core.config.schema_tune import TuneConfig
 
 # Upper bounds no real deployment reaches, so a typo (an extra zero, 1e9) fails at composition, not in Triton.
 LIMITS = {
@@ -314,6 +315,8 @@ class PipelineConfig:
     fp16_in_fleet: bool = False
     choose: ChooseConfig = field(default_factory=ChooseConfig)
     variants: VariantsConfig = field(default_factory=VariantsConfig)
+    # The throughput variant's scheduling, searched by measurement (pipeline/tune); the repository ships the winner.
+    tune: TuneConfig = field(default_factory=TuneConfig)
     repository: RepositoryConfig = field(default_factory=RepositoryConfig)
     parity: ParityConfig = field(default_factory=ParityConfig)
     bench: BenchConfig = field(default_factory=BenchConfig)

@@ -97,23 +97,6 @@ class RoundsConfig:
 
 
 @dataclass
-class TuneConfig:
-    """Throughput-variant tuning (embedded server only): every combination of the lists below is measured at
-    ``concurrency``, between two in-process best-batch gauges; a candidate whose gauges drift more than ``max_drift`` is
-    measured again, at most ``max_rounds`` times, and is not chosen if they never agree. The fastest candidate whose p99
-    fits ``latency_budget_ms`` wins (pipeline/bench/tune.py)."""
-
-    enabled: bool = False
-    latency_budget_ms: float = knob(100.0, gt=0)
-    concurrency: int = knob(8, ge=1)
-    max_rounds: int = knob(3, ge=1)
-    max_drift: float = knob(0.10, gt=0)
-    queue_delays_us: list[int] = knob([0, 500, 2000, 5000], ge=0, nonempty=True)
-    preferred_batch_sizes: list[list[int]] = knob([[4, 8], [8, 16]], ge=1, nonempty=True, empty="must list at least one set of sizes")
-    instance_counts: list[int] = knob([1, 2], ge=1, nonempty=True)
-
-
-@dataclass
 class ReadinessConfig:
     """Production readiness (docs/benchmarking.md): cold start, memory, Triton's own metrics."""
 
@@ -219,7 +202,6 @@ class BenchConfig:
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     rounds: RoundsConfig = field(default_factory=RoundsConfig)
-    tune: TuneConfig = field(default_factory=TuneConfig)
     readiness: ReadinessConfig = field(default_factory=ReadinessConfig)
     overload: OverloadConfig = field(default_factory=OverloadConfig)
     soak: SoakConfig = field(default_factory=SoakConfig)
