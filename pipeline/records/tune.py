@@ -124,7 +124,8 @@ class Trial:
     p99_ms: float | None  # median over its rounds of the worst p99 over tune.concurrency
     rounds: int
     feasible: bool  # its p99 met the constraint
-    verdict: str  # "incumbent", "moved: ...", "kept out: ...", "dropped after round N", "invalid: ..."
+    verdict: str  # "incumbent", "moved the search: ...", "dropped after round N", "invalid: ...", ...
+    confirmed: Interval | None = None  # the step's best only: its ratio in the fresh rounds that decided
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,19 @@ class TuneRecord:
                 raise ValueError(f"schema {d.get('schema')!r}, expected {SCHEMA_VERSION}")
             if d["source"] not in SOURCES:
                 raise ValueError(f"source {d['source']!r}, expected one of {SOURCES}")
-            trials = [Trial(**(t | {"knobs": TuneKnobs.from_json(t["knobs"]), "vs_incumbent": Interval(**t["vs_incumbent"])})) for t in d.get("trials", [])]
+            trials = [
+                Trial(
+                    **(
+                        t
+                        | {
+                            "knobs": TuneKnobs.from_json(t["knobs"]),
+                            "vs_incumbent": Interval(**t["vs_incumbent"]),
+                            "confirmed": Interval(**t["confirmed"]) if t.get("confirmed") else None,
+                        }
+                    )
+                )
+                for t in d.get("trials", [])
+            ]
             parsed: dict[str, Any] = {
                 "start": TuneKnobs.from_json(d["start"]),
                 "winner": TuneKnobs.from_json(d["winner"]),

@@ -55,7 +55,8 @@ class ServerArena:
         repo = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=self.work))
         models = self.render(candidates, repo)
         names = list(models.values())
-        sweeper = Sweeper(self.pa, self.bench, self.input_json, self.shapes, self.logs, None, self.log)
+        # The sweep's own line says [bench]; here it is the tune's.
+        sweeper = Sweeper(self.pa, self.bench, self.input_json, self.shapes, self.logs, None, lambda line: self.log(line.replace("[bench]", "[tune]", 1)))
         runs = dict.fromkeys(candidates, 0)
         with EmbeddedServer(repo, names[0], timeout_s=self.bench.server_timeout_s, log_dir=self.logs, also_load=tuple(names[1:]), ort_standin=self.ort_standin) as srv:
             with srv.client() as client:

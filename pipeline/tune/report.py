@@ -49,9 +49,13 @@ def markdown(r: TuneRecord) -> str:
         else:
             lines += [f"Not run: {ma.error}"]
     lines += ["", "## Candidates", "", "Each step moves one knob; ratios are the candidate's objective over the step's incumbent in the same rounds.", ""]
-    lines += ["| step | knob | candidate | vs incumbent | infer/s | p99 ms | rounds | verdict |", "|---|---|---|---|---|---|---|---|"]
+    lines += ['The step\'s best is then measured against the incumbent in fresh rounds ("confirmed"), which alone decide.', ""]
+    lines += ["| step | knob | candidate | vs incumbent | confirmed | infer/s | p99 ms | rounds | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for t in r.trials:
-        lines.append(f"| {t.step} | {t.knob} | `{t.knobs.label()}` | {t.vs_incumbent.text()} | {_num(t.infer_s)} | {_num(t.p99_ms, '.2f')} | {t.rounds} | {t.verdict} |")
+        confirmed = t.confirmed.text() if t.confirmed else ""
+        lines.append(
+            f"| {t.step} | {t.knob} | `{t.knobs.label()}` | {t.vs_incumbent.text()} | {confirmed} | {_num(t.infer_s)} | {_num(t.p99_ms, '.2f')} | {t.rounds} | {t.verdict} |"
+        )
     lines += ["", "To write the winner into the YAML instead: " + " ".join(f"-S '{o}'" for o in r.winner.overrides())]
     lines += [""] + [f"- note: {n}" for n in r.notes]
     return "\n".join(lines).rstrip() + "\n"

@@ -103,6 +103,8 @@ def confirm(record: TuneRecord, arena: Arena, second: TuneKnobs | None, ma: Anal
         if k is not None and all(a.knobs != k for a in arms):
             arms.append(_Arm(name, k))
     if len(arms) == 1:
+        if ma is not None and ma.knobs == record.winner:
+            record.notes.append("Model Analyzer's best is our winner: nothing to compare")
         return
     rows = Rows({a.name: [] for a in arms})
     log(f"[tune] confirming: {', '.join(f'{a.name} {a.knobs.label()}' for a in arms)}, {rounds} paired rounds")
@@ -117,6 +119,8 @@ def confirm(record: TuneRecord, arena: Arena, second: TuneKnobs | None, ma: Anal
     if ma is not None and ma.knobs is not None and ma.knobs != record.winner:
         ma_name = next(a.name for a in arms if a.knobs == ma.knobs)
         record.vs_model_analyzer = _compare(rows, "winner", ma_name, record.winner, ma.knobs)
+    elif ma is not None and ma.knobs is not None:
+        record.notes.append("Model Analyzer's best is our winner: nothing to compare")
 
 
 def _compare(rows: Rows, a: str, b: str, ak: TuneKnobs | None, bk: TuneKnobs | None) -> Comparison:

@@ -5,8 +5,10 @@ knob may take are loaded into one server (``Arena.session``) and measured in rou
 candidate once, in a shuffled order, beside the incumbent. A candidate's score in a round is its objective over the
 incumbent's in that same round, so a change of the machine's speed between rounds cancels (the bench's pairing,
 docs/benchmarking.md); after each round past the first, the worse half of the challengers is dropped (successive
-halving). A challenger replaces the incumbent only when it meets the p99 constraint and its ratio's 90% interval lies
-above ``1 + tune.min_gain``, or when the incumbent does not meet the constraint and it does. Passes over the knobs
+halving). The best survivor is then measured against the incumbent again, in ``tune.rounds`` fresh paired rounds:
+rounds that picked the best of many favour it (the winner's curse), so only the fresh ones decide. It replaces the
+incumbent when it meets the p99 constraint there and its ratio's 90% interval lies above ``1 + tune.min_gain``, or
+when the incumbent does not meet the constraint and it does. Passes over the knobs
 repeat until one moves nothing, ``tune.passes`` ran, or the time budget is spent: then the best so far is the winner,
 marked partial.
 """
@@ -57,10 +59,6 @@ class Arena(Protocol):
     """Serves candidates: ``session`` loads them together into one server and yields a :data:`Measure`."""
 
     def session(self, candidates: dict[str, TuneKnobs]) -> contextlib.AbstractContextManager[Measure]: ...
-
-
-class OutOfTime(Exception):
-    """The time budget ran out before a measurement started."""
 
 
 @dataclass
@@ -125,38 +123,55 @@ class Step:
     dropped: dict[str, int]  # challenger -> the round after which it was dropped
     winner: str  # "inc" when nothing moved
     partial: bool
+    best: str | None = None  # the challenger confirmed in fresh rounds
+    fresh: Rows | None = None  # those rounds: the incumbent and ``best`` only
 
 
 def run_step(arena: Arena, knob: str, incumbent: TuneKnobs, challengers: list[TuneKnobs], t: TuneConfig, clock: Clock, seed: int) -> Step:
-    """Measure ``incumbent`` and its ``challengers`` on ``knob`` in paired rounds with halving; see the module doc."""
+    """Measure ``incumbent`` and its ``challengers`` on ``knob`` in paired rounds with halving, then the best challenger
+    against the incumbent again in fresh rounds, which alone decide (the rounds that picked the best of many are
+    biased in its favour: the winner's curse); see the module doc."""
     names = {"inc": incumbent} | {f"c{i}": k for i, k in enumerate(challengers)}
     rows = Rows({n: [] for n in names})
     alive = [n for n in names if n != "inc"]
     dropped: dict[str, int] = {}
-    partial = False
     rng = random.Random(seed)
     bound = t.constraints.perf_latency_p99
     with arena.session(names) as measure:
+        partial = False
         for r in range(t.rounds):
-            order = ["inc", *alive]
-            rng.shuffle(order)
-            try:
-                got = {}
-                for n in order:
-                    if clock.left() <= 0:
-                        raise OutOfTime
-                    got[n] = measure(n)
-            except OutOfTime:
-                partial = True
-                got = {}  # a round cut short pairs nothing
-            for n in names:
-                rows.samples[n].append(got.get(n))
+            partial = not _round(measure, rows, ["inc", *alive], rng, clock)
             if partial:
                 break
             if r >= 1 and len(alive) > 1:
                 alive = _halve(rows, alive, t, bound, dropped, r)
-    winner = _pick(rows, alive, t, bound)
-    return Step(knob, names, rows, dropped, winner, partial)
+        best = _best(rows, alive, t, bound)
+        fresh = None
+        if best is not None and not partial:
+            fresh = Rows({"inc": [], best: []})
+            for _ in range(t.rounds):
+                partial = not _round(measure, fresh, ["inc", best], rng, clock)
+                if partial:
+                    break
+    winner = _pick(fresh, best, t, bound) if fresh is not None and best is not None else "inc"
+    return Step(knob, names, rows, dropped, winner, partial, best, fresh)
+
+
+def _round(measure: Measure, rows: Rows, names: list[str], rng: random.Random, clock: Clock) -> bool:
+    """One round of ``names`` in a shuffled order into ``rows``; False when the budget ran out (the round then pairs
+    nothing: it is recorded empty)."""
+    order = list(names)
+    rng.shuffle(order)
+    got: dict[str, Sample] = {}
+    done = True
+    for n in order:
+        if clock.left() <= 0:
+            got, done = {}, False
+            break
+        got[n] = measure(n)
+    for n in rows.samples:
+        rows.samples[n].append(got.get(n))
+    return done
 
 
 def _score(rows: Rows, name: str, t: TuneConfig) -> float:
@@ -178,20 +193,21 @@ def _halve(rows: Rows, alive: list[str], t: TuneConfig, bound: float, dropped: d
     return keep
 
 
-def _pick(rows: Rows, alive: list[str], t: TuneConfig, bound: float) -> str:
-    """The challenger that moves the search, or "inc": see the module doc for the rule."""
-    inc_ok = _feasible(rows, "inc", bound)
-    best = None
-    for n in sorted(alive, key=lambda n: _score(rows, n, t), reverse=True):
-        if not _feasible(rows, n, bound):
-            continue
-        if not inc_ok:
-            return n  # meeting the constraint beats not meeting it
-        e = interval(rows.ratios(n, "inc", t.objective))
-        if e.low is not None and e.low > 1 + t.min_gain:
-            best = n
-            break
-    return best or "inc"
+def _best(rows: Rows, alive: list[str], t: TuneConfig, bound: float) -> str | None:
+    """The challenger to confirm: the best survivor that meets the constraint (None: none does)."""
+    ok = [n for n in alive if _feasible(rows, n, bound)]
+    return max(ok, key=lambda n: _score(rows, n, t)) if ok else None
+
+
+def _pick(fresh: Rows, best: str, t: TuneConfig, bound: float) -> str:
+    """``best`` when its fresh rounds show it meets the constraint and either the incumbent does not, or the 90%
+    interval of its ratio lies above 1 + min_gain; else "inc"."""
+    if not _feasible(fresh, best, bound):
+        return "inc"
+    if not _feasible(fresh, "inc", bound):
+        return best  # meeting the constraint beats not meeting it
+    e = interval(fresh.ratios(best, "inc", t.objective))
+    return best if e.low is not None and e.low > 1 + t.min_gain else "inc"
 
 
 @dataclass
@@ -251,10 +267,13 @@ def _trials(step: Step, i: int, t: TuneConfig) -> list[Trial]:
     for n, k in step.names.items():
         ran = [s for s in step.rows.samples[n] if s is not None]
         valid = [s for s in ran if s.valid]
+        confirmed = interval(step.fresh.ratios(n, "inc", t.objective)) if step.fresh is not None and n == step.best else None
         if n == "inc":
             verdict = "incumbent" if step.winner != "inc" else "incumbent, kept"
         elif n == step.winner:
-            verdict = "moved the search"
+            verdict = "moved the search: confirmed in fresh rounds"
+        elif confirmed is not None:
+            verdict = f"best of the step, not confirmed above the incumbent by {t.min_gain:.0%} in fresh rounds"
         elif n in step.dropped:
             verdict = f"dropped after round {step.dropped[n]}"
         elif not valid:
@@ -262,7 +281,8 @@ def _trials(step: Step, i: int, t: TuneConfig) -> list[Trial]:
         elif not _feasible(step.rows, n, bound):
             verdict = f"over the p99 bound ({bound:g} ms)"
         else:
-            verdict = f"not above the incumbent by {t.min_gain:.0%} with 90% confidence"
+            verdict = "not the best of the step"
         ratio = Interval(1.0, 1.0, 1.0, len(valid)) if n == "inc" else interval(step.rows.ratios(n, "inc", t.objective))
-        out.append(Trial(i, step.knob, k, ratio, step.rows.median(n, Sample.throughput), step.rows.median(n, Sample.worst_p99), len(ran), _feasible(step.rows, n, bound), verdict))
+        med = step.rows.median
+        out.append(Trial(i, step.knob, k, ratio, med(n, Sample.throughput), med(n, Sample.worst_p99), len(ran), _feasible(step.rows, n, bound), verdict, confirmed))
     return out

@@ -3,7 +3,8 @@
 A candidate differs from the incumbent in one knob (coordinate descent). What the machine and the graph allow is
 applied here, not left for Triton to refuse: instances x intra-op threads (and x inter-op threads) never exceed the
 cores, preferred batch sizes are clipped to the candidate's max_batch_size, and a graph without a batch axis (or a
-variant without dynamic batching) has no batching knobs to move. A candidate's config is the repository's rendering of
+variant without dynamic batching) has no batching knobs to move. An instance-count move splits the cores between the
+instances (fewer intra-op threads each), the one move that changes two knobs besides batching. A candidate's config is the repository's rendering of
 TuneKnobs.onto_variant (pipeline/repository/writer.CandidateWriter): what is measured is what ships.
 """
 
@@ -48,6 +49,14 @@ def challengers(axis: str, incumbent: TuneKnobs, space: TuneSpace, cores: int) -
             # No preferred size (the batcher forms what the queue holds, up to b), or a set of the space that b can form.
             for pref in [(), *(clip(p, b) for p in space.preferred_batch_sizes)]:
                 out.append(replace(incumbent, max_batch_size=b, preferred_batch_sizes=pref))
+    elif axis == "instance_count":
+        # More instances split the cores between them: each gets cores // n threads (at most what it had), so a move
+        # to two instances from one that uses every core is a candidate, not a config that oversubscribes.
+        for n in space.instance_count:
+            share = max(1, cores // n)
+            out.append(
+                replace(incumbent, instance_count=n, intra_op_threads=min(incumbent.intra_op_threads, share) or share, inter_op_threads=min(incumbent.inter_op_threads, share) or 1)
+            )
     else:
         out = [replace(incumbent, **{axis: v}) for v in getattr(space, axis)]
     seen = {incumbent}

@@ -213,7 +213,7 @@ def _tune_record() -> TuneRecord:
     vs = Comparison("winner", "start", won, start, ratio, 240.0, 200.0, 40.0, 35.0)
     trials = [
         Trial(0, "max_queue_delay_us", start, Interval(1.0, 1.0, 1.0, 3), 200.0, 35.0, 3, True, "incumbent"),
-        Trial(0, "max_queue_delay_us", won, ratio, 240.0, 40.0, 3, True, "moved the search"),
+        Trial(0, "max_queue_delay_us", won, ratio, 240.0, 40.0, 3, True, "moved the search: confirmed in fresh rounds", ratio),
     ]
     return TuneRecord(True, "search", "perf_throughput", 100.0, [16], start, won, "moved max_queue_delay_us: 0 -> 500", trials=trials, vs_start=vs)
 
