@@ -29,7 +29,8 @@ def markdown(r: TuneRecord) -> str:
     ]
     if not r.enabled:
         return "\n".join(lines) + "\n"
-    lines += [f"- Search: {r.wall_s:g} s of a {r.budget_s:g} s budget{' (partial)' if r.partial else ''}, {len(r.trials)} measurements on {r.cores} cores"]
+    steps, cut = len({t.step for t in r.trials}), " (partial)" if r.partial else ""
+    lines += [f"- Search: {r.wall_s:g} s of a {r.budget_s:g} s budget{cut}, {len(r.trials)} candidate rows in {steps} steps, on {r.cores} cores"]
     lines += [f"- Best p99 seen: {_num(r.best_p99_ms, '.2f')} ms"]
     for title, c in (
         ("Winner against the configured variant", r.vs_start),
@@ -63,7 +64,7 @@ def markdown(r: TuneRecord) -> str:
 
 def headline(r: TuneRecord) -> dict[str, Any]:
     """A handful of numbers for `dvc metrics`: where the winner came from and what it gained."""
-    out: dict[str, Any] = {"enabled": r.enabled, "source": r.source, "partial": r.partial, "wall_s": r.wall_s, "measurements": len(r.trials)}
+    out: dict[str, Any] = {"enabled": r.enabled, "source": r.source, "partial": r.partial, "wall_s": r.wall_s, "candidates": len(r.trials)}
     out |= {f"winner_{k}": v for k, v in r.winner.to_json().items() if k != "preferred_batch_sizes"}
     for name, c in (("vs_start", r.vs_start), ("vs_model_analyzer", r.vs_model_analyzer)):
         if c is not None:

@@ -47,8 +47,8 @@ def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> No
 
     overrides = [*BASE, "variants.latency.instance_count=3"]
     exp = sh(project, *dvc, "exp", "run", "repository", *[a for o in overrides for a in ("-S", o)])
-    ran = {s for s in ("export", "simplify", "fp16", "parity", "engine@cpu", "repository") if f"Running stage '{s}'" in exp.stdout}
-    assert ran == {"repository"}, exp.stdout
+    ran = {s for s in ("export", "simplify", "fp16", "parity", "engine@cpu", "tune", "repository") if f"Running stage '{s}'" in exp.stdout}
+    assert ran == {"repository"}, exp.stdout  # the tune depends on the throughput variant, not the latency one
     # dvc exp run composed conf/ itself: the result equals our composer's output for the same overrides.
     assert (project / "params.yaml").read_text() == compose(overrides, project / "conf")
     latency = (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
@@ -59,6 +59,10 @@ def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> No
     back = sh(project, *dvc, "repro", "repository")
     assert "Stage 'repository' is cached - skipping run, checking out outputs" in back.stdout, back.stdout
     assert "count: 3" not in (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
+    # The tune reruns on its own knobs and on the throughput variant, never on a bench-only knob.
+    for extra, reruns in (("bench.rounds.budget_s=10", False), ("tune.budget_s=100", True), ("variants.throughput.instance_count=2", True)):
+        (project / "params.yaml").write_text(compose([*BASE, extra], project / "conf"))
+        assert ("tune:" in sh(project, *dvc, "status", "tune").stdout) is reruns, extra
 
 
 def test_bad_input_leaves_lock_and_artifacts(tiny: Built) -> None:
