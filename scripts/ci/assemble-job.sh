@@ -8,7 +8,7 @@ IN=${1:?usage: assemble-job.sh <onnx dir> <gpu jobs dir>}
 JOBS=${2:?usage: assemble-job.sh <onnx dir> <gpu jobs dir>}
 cp "$IN/dvc.lock" "$IN/params.yaml" .
 mkdir -p artifacts/sources && cp "$IN"/sources/*.json artifacts/sources/   # what the onnx job's probe recorded
-dvc pull export simplify fp16 calibrate int8 parity choose
+dvc pull export simplify fp16 calibrate int8 parity choose tune
 locks=(); reports=(); present=()
 for d in "$JOBS"/gpu-*; do
   t="${d##*/gpu-}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CI job "onnx" (.github/workflows/engines.yml): the FP16 and INT8 ONNX, the parity goldens and the precision
-# choice, once for every GPU job.
+# CI job "onnx" (.github/workflows/engines.yml): the FP16 and INT8 ONNX, the parity goldens, the precision
+# choice and the tune of the throughput variant (its record only, unless tune.enabled), once for every GPU job.
 #   scripts/ci/onnx-job.sh <fleet, e.g. [cpu,a100,h100]> <handoff dir>
 # Pushes the model stages to the DVC remote and leaves dvc.lock, params.yaml and the source records in the handoff dir, so every
 # engine job builds from the same ONNX. Run from the repository root with the venv active.
@@ -11,7 +11,8 @@ python -m pipeline.params "targets=${FLEET}"
 dvc repro fp16 int8
 dvc repro --single-item parity
 dvc repro --single-item choose
-dvc push export simplify fp16 calibrate int8 parity choose
+dvc repro --single-item tune
+dvc push export simplify fp16 calibrate int8 parity choose tune
 mkdir -p "$OUT/sources"
 cp dvc.lock params.yaml "$OUT/"
 # The probe's source records (cache: false, so not in the remote): the repository stage depends on the data

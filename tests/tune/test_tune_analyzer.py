@@ -30,7 +30,7 @@ FAST = [
     "tune.space.intra_op_threads=[1]",
     "tune.space.graph_optimization_level=[1]",
     "tune.model_analyzer.max_instance_count=1",
-    "tune.model_analyzer.max_model_batch_size=8",
+    "tune.model_analyzer.max_model_batch_size=4",
     "tune.model_analyzer.max_concurrency=4",
     "variants.throughput.max_batch_size=8",
     "variants.throughput.intra_op_threads=1",
@@ -40,6 +40,7 @@ FAST = [
 
 
 @pytest.mark.triton  # tritonserver and perf_analyzer, ours and Model Analyzer's
+@pytest.mark.timing  # both searches drive the CPU flat out for a minute: beside other tests, theirs would not measure
 @pytest.mark.skipif(analyzer.locate(Path(__file__).resolve().parents[2]) is None, reason="Model Analyzer is not installed: bash scripts/setup.sh --model-analyzer")
 def test_model_analyzer_side_by_side_on_the_tiny_model(tiny_cfg, tiny_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(Path(__file__).resolve().parents[2])  # .venv-ma is the project's
@@ -48,7 +49,7 @@ def test_model_analyzer_side_by_side_on_the_tiny_model(tiny_cfg, tiny_onnx: Path
     record = run_tune(cfg, tiny_onnx, None, tmp_path / "work", lines.append)
     ma = record.model_analyzer
     assert ma is not None and ma.ran, (ma, lines[-20:], (tmp_path / "work" / "model-analyzer" / "model-analyzer.log").read_text()[-3000:] if ma else "")
-    assert ma.knobs is not None and ma.knobs.instance_count == 1 and ma.knobs.max_batch_size in (1, 2, 4, 8) and ma.measured >= 2
+    assert ma.knobs is not None and ma.knobs.instance_count == 1 and ma.knobs.max_batch_size in (1, 2, 4, 8)  # its search's sizes, or the configured variant's and ma.measured >= 2
     assert ma.config_name.startswith("tune_ma_config") and ma.wall_s <= cfg.tune.budget_s + 15
     assert ma.knobs.intra_op_threads == record.start.intra_op_threads  # MA leaves ORT threads as shipped
     if ma.knobs != record.winner:
