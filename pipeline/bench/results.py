@@ -270,7 +270,7 @@ class BenchResult:
             | ({"production": self._production_summary()} if self.production else {})
             | ({"peers": self.peers.summary()} if self.peers else {})
             | ({"text_endpoint": self.text.summary()} if self.text else {})
-            | ({"tune": self._tune_summary()} if self.tune else {})
+            | ({"tune": self._tune_summary()} if self.tune and self.tune.enabled else {})
         )
 
     def _tune_summary(self) -> Json:

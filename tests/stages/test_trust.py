@@ -112,7 +112,8 @@ def test_onnx_model_with_inputs_from_the_graph_runs_through_the_bench_and_reruns
     table = sh(project, *DVC, "exp", "show", "--no-pager", "--md").stdout
     cols = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("|")).strip("|").split("|")]
     metric_cols = cols[cols.index("Created") + 1 : next(i for i, c in enumerate(cols) if c.startswith("model."))]
-    assert 20 <= len(metric_cols) <= 60, "\n".join(metric_cols)  # was 749 when whole reports were metrics
+    # was 749 when whole reports were metrics; each stage adds its own headline (the tune stage, one column while off)
+    assert 20 <= len(metric_cols) <= 64, "\n".join(metric_cols)
 
     # One built project for the next checks too: a second would rebuild the same chain.
     # Unchanged files rerun nothing but the probe; a replaced ONNX at the same model.path reruns the model stages.

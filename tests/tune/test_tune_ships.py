@@ -72,3 +72,17 @@ def test_the_tune_record_round_trips() -> None:
     r.model_analyzer, r.vs_model_analyzer, r.vs_start = AnalyzerRun(True, "", k, "tune_ma_config_3", 120.0, 8, 280.0, 55.0), c, c
     back = TuneRecord.from_json(r.to_json(), "x", RepositoryError)
     assert back == r and back.to_json() == r.to_json()
+
+
+def test_the_metrics_stay_a_handful_of_columns() -> None:
+    """`dvc exp show` shows every metrics key as a column: one while the tune is off, a few with its intervals when on."""
+    from pipeline.records.tune import Comparison, Interval
+    from pipeline.tune import report
+
+    k = TuneKnobs(1, 16, (4, 8), 2000, 2, 1, 1)
+    off = TuneRecord(False, "config", "perf_throughput", 100.0, [16], k, k, "tune.enabled=false")
+    assert report.headline(off) == {"source": "config"} and "Ships: `i1 b16 p[4,8] d2000 t2/1 g1`" in report.markdown(off)
+    on = dataclasses.replace(off, enabled=True, source="search", wall_s=300.0)
+    on.vs_start = Comparison("winner", "start", k, k, Interval(1.1, 1.05, 1.15, 6), 400.0, 360.0, 60.0, 65.0)
+    assert report.headline(on) == {"source": "search", "partial": False, "wall_s": 300.0, "vs_start": 1.1, "vs_start_ci90_low": 1.05, "vs_start_ci90_high": 1.15}
+    assert "winner over start: 1.100x (90% CI 1.050-1.150, 6 rounds)" in report.markdown(on)
