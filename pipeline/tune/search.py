@@ -248,7 +248,8 @@ def search(arena: Arena, start: TuneKnobs, t: TuneConfig, cores: int, clock: Clo
                 start_feasible = _feasible(step.rows, "inc", t.constraints.perf_latency_p99)
             if step.winner != "inc":
                 new = step.names[step.winner]
-                ratio = step_trials[list(step.names).index(step.winner)].vs_incumbent
+                won = step_trials[list(step.names).index(step.winner)]
+                ratio = won.confirmed or won.vs_incumbent  # the fresh rounds decided the move: they are what it says
                 moved.append(f"{knob}: {space_mod.value(incumbent, knob)} -> {space_mod.value(new, knob)} ({ratio.text()})")
                 log(f"[tune] moved {moved[-1]}")
                 incumbent, moved_this_pass = new, True
