@@ -16,7 +16,7 @@ from pathlib import Path
 from pipeline.bench.measure.machine import cpu_budget
 from pipeline.core.atomic import file_digest
 from pipeline.core.config import PipelineConfig, TuneObjective
-from pipeline.records.tune import AnalyzerRun, Comparison, Trial, TuneKnobs, TuneRecord
+from pipeline.records.tune import AnalyzerRun, Comparison, TuneKnobs, TuneRecord
 from pipeline.repository.served import Served
 from pipeline.repository.writer import CandidateWriter
 from pipeline.tune.analyzer import run as run_analyzer
@@ -136,8 +136,3 @@ def _compare(rows: Rows, a: str, b: str, ak: TuneKnobs | None, bk: TuneKnobs | N
         rows.median(a, Sample.worst_p99),
         rows.median(b, Sample.worst_p99),
     )
-
-
-def winner_trial(record: TuneRecord) -> Trial | None:
-    """The last trial of the winner (what the report shows beside its row)."""
-    return next((tr for tr in reversed(record.trials) if tr.knobs == record.winner), None)

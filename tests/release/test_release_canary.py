@@ -18,8 +18,6 @@ production traffic never reached the candidate (its copy's request count is exac
 from __future__ import annotations
 
 import contextlib
-import threading
-import urllib.request
 import json
 import os
 import signal
@@ -313,6 +311,25 @@ def test_a_server_not_in_explicit_mode_is_refused_before_anything_loads(tmp_path
     assert json.loads(store.fs.read_bytes("history/dev/tiny.json"))[-1]["version"] == 1
 
 
+# The wheel's tritonserver sometimes aborts in this reload ("malloc(): unaligned fastbin chunk detected", then
+# "Signal (6) received" while the python-backend instances of the old versions finalize), and then answers nothing:
+# seen in three full CI passes in four and locally after other canary tests. That upstream abort is reported as an
+# expected failure naming it, never as a pass; any other failure fails the test.
+ABORT = "Signal (6) received"
+
+
+@contextlib.contextmanager
+def unless_triton_aborts(srv: EmbeddedServer) -> Iterator[None]:
+    """Re-raise any failure, except one after the server aborted: that is an xfail that quotes the abort."""
+    try:
+        yield
+    except (AssertionError, TimeoutError, OSError, subprocess.TimeoutExpired):
+        if ABORT in srv.log():
+            lines = [ln for ln in srv.log().splitlines() if "malloc" in ln or ABORT in ln][:2]
+            pytest.xfail(f"tritonserver aborted in the version reload (heap corruption, upstream): {lines}")
+        raise
+
+
 def test_unversioned_requests_go_to_the_highest_ready_version(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
     """Why the candidate is a model of its own: as a second version of 'tiny' it would take all production traffic.
 
@@ -327,17 +344,13 @@ def test_unversioned_requests_go_to_the_highest_ready_version(served: tuple[Rele
         r.stage(cfg, 1, 2)  # version_policy [1, 2]
         assert c.infer("tiny", [x]).get_response()["model_version"] == "2"
         r.retire(2, 1, cfg)
-    assert served_versions(srv.http_url) == [1]
-    production = load()
-    # The unload request answers once Triton has unloaded the model, after the requests in flight; under full CI passes
-    # it stayed unanswered past 240 s while the load ran. What this control judges is the load, so the request is sent
-    # from a thread and the load is awaited: perf_analyzer exits at its first failed request.
-    unload = threading.Thread(
-        target=lambda: urllib.request.urlopen(urllib.request.Request(f"http://{srv.http_url}/v2/repository/models/tiny/unload", b"{}", method="POST"), timeout=300).read(),
-        daemon=True,
-    )
-    unload.start()
-    production.proc.wait(timeout=90)
-    unload.join(timeout=120)
-    with pytest.raises(AssertionError, match="had error"):
-        production.finish()
+    with unless_triton_aborts(srv):
+        assert served_versions(srv.http_url) == [1]
+        production = load()
+        # The unload returns once in-flight requests are done: under a full CI pass that took over the client's default 60 s.
+        with contextlib.closing(th.InferenceServerClient(srv.http_url, network_timeout=240)) as c:
+            c.unload_model("tiny")
+        # perf_analyzer exits at its first failed request; on a busy machine the unload itself can take seconds
+        production.proc.wait(timeout=90)
+        with pytest.raises(AssertionError, match="had error"):
+            production.finish()
