@@ -88,7 +88,7 @@ def run_bench(cfg: PipelineConfig, repository: Path, out_json: Path, out_dir: Pa
             baseline_again(base, shipped.onnx_for("latency"), OrtSettings.from_config(main_cfg), inp, b)
             mach.loadavg_end = loadavg()
             res = BenchResult(mach, model, inp.info, b, base, served.server, served.variants, served.pc1, served.pairs, production=served.production, peers=served.peers, text=text)
-            res.tune = tune_of(tune, shipped, progress.log)
+            res.tune = tune_of(tune, model, progress.log)
             res.ratios = ratios(res)
             res.diagnosis = diagnose(res, configs, inp.graph_dtypes, cpu_budget(), b.queue.share_threshold, b.queue.min_ms)
             write_outputs(res, shipped, served.logs, out_dir, curves_dir)
@@ -279,13 +279,15 @@ def shipped_configs(model_dir: Path) -> tuple[ShippedModel, dict[str, mc.ModelCo
     return shipped, {v: read_config(shipped.configs[v]) for v in _variant_order(shipped.configs)}
 
 
-def tune_of(path: Path | None, shipped: ShippedModel, log: Callable[[str], None]) -> TuneRecord | None:
+def tune_of(path: Path | None, model: MeasuredModel, log: Callable[[str], None]) -> TuneRecord | None:
     """The tune record, when it was searched on the throughput variant's file measured here (a report carries only
-    what was produced from its own files: a record of another file is left out, and the log says so)."""
-    if path is None or "throughput" not in shipped.files:
+    what was produced from its own files: a record of another file is left out, and the log says so). The file's
+    digest is the one measured_model took."""
+    measured = (model.files_sha256 or {}).get("throughput")
+    if path is None or measured is None:
         return None
     record = read_tune(path, BenchError)
-    if record.onnx_sha256 != file_digest(shipped.onnx_for("throughput"))[0]:
+    if record.onnx_sha256 != measured:
         log(f"[bench] {path} is of another file than the throughput variant measured: left out of the report")
         return None
     return record

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ class Sample:
         if not self.valid:
             return None
         vals = [v for v in self.infer_s.values() if v]
-        return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
+        return statistics.geometric_mean(vals) if vals else None
 
     def worst_p99(self) -> float | None:
         return max(v for v in self.p99_ms.values() if v is not None) if self.valid else None
@@ -101,11 +102,8 @@ class Rows:
         return out
 
     def median(self, name: str, pick: Callable[[Sample], float | None]) -> float | None:
-        vals = sorted(v for s in self.samples[name] if s is not None and s.valid for v in [pick(s)] if v is not None)
-        if not vals:
-            return None
-        mid = len(vals) // 2
-        return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+        vals = [v for s in self.samples[name] if s is not None and s.valid for v in [pick(s)] if v is not None]
+        return statistics.median(vals) if vals else None
 
 
 def interval(ratios: list[float | None]) -> Interval:
