@@ -102,7 +102,11 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     if backend == "python":
         # The stand-in's own timers (Triton custom metrics): time inside ORT is part of time inside execute.
         assert lat1["standin_executions"] > 10 and 0 < lat1["standin_ort_ms"] <= lat1["standin_execute_ms"]
-        assert data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] > 0
+        # Taken off when the stand-in's mean cost is below the served p50; beside busy workers stalls can lift the mean
+        # past it, and the report says so instead of a negative ratio (test_bench_report judges both cases).
+        removed = data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"]
+        report_c1 = (out / "bench" / "report.md").read_text()
+        assert (removed is not None and removed > 0) or "the python backend's mean cost (" in report_c1, (removed, data["ratios"])
     else:
         assert "standin_ort_ms" not in lat1 and data["ratios"]["latency_c1_p50_vs_ort_p50_standin_removed"] is None
     # The default profile measures every point inside the rounds: no separate sweep.

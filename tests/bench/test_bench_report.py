@@ -185,6 +185,21 @@ def test_standin_split_is_per_execution_and_absent_without_counters() -> None:
     assert "python backend 0.40 ms (stand-in Python in execute 0.15 + IPC to the stub 0.25;" in msg
 
 
+def test_a_standin_cost_not_below_the_served_p50_is_not_taken_off(tmp_path: Path) -> None:
+    """The cost is a mean, the p50 a median: when stalls lift the mean past the median the ratio is left out, not negative."""
+    split = {"standin_ort_ms": 0.5, "standin_execute_ms": 0.6, "standin_executions": 200.0}
+    quiet, stalled = _pt(1, 4.4, 200, 0.03, 4.3), _pt(1, 1.0, 200, 0.03, 9.5)
+    quiet.metrics.update({**split, "standin_ort_ms": 4.0})  # 0.3 ms of python backend under a 4.4 ms p50
+    stalled.metrics.update(split)  # 9.0 ms of mean cost under a 1.0 ms p50
+    assert ratios(_res([quiet], [])).latency_c1_p50_vs_ort_p50_standin_removed == pytest.approx(4.4 / 4.0 * (4.4 - 0.3) / 4.4)
+    res = _res([stalled], [])
+    res.ratios = ratios(res)
+    assert res.ratios.latency_c1_p50_vs_ort_p50_standin_removed is None and res.ratios.latency_c1.value == pytest.approx(1.0 / 4.0)
+    res.diagnosis = diagnose(res, _configs(), {}, 2, 0.02)
+    md = render.markdown(res)
+    assert "the python backend's mean cost (9.00 ms) is not below the served p50 (1.00 ms)" in md and "without the python backend's measured cost" not in md
+
+
 def test_baseline_throughput_interleaves_batch_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Real ORT on a tiny model; the slices alternate between batch sizes, so drift cannot crown one of them."""
     from tests.tiny_triton import tiny_onnx

@@ -67,8 +67,9 @@ class PythonArena(ServerArena):
         return {n: n for n in candidates}
 
 
+# Not a timing test: the costs are sleeps under a lock (the CPU stays near idle), and a busy neighbour slows both sides
+# of each paired round alike, which is the claim the search makes (test_tune_search judges it on a drifting machine).
 @pytest.mark.triton
-@pytest.mark.timing  # the ranking must see the costs, not a busy neighbour's moods
 def test_the_search_finds_the_known_best_on_a_real_server_within_its_budget(tmp_path: Path) -> None:
     space = TuneSpace(
         instance_count=[1, 2], max_batch_size=[2, 8], preferred_batch_sizes=[[2]], max_queue_delay_us=[0], intra_op_threads=[1], inter_op_threads=[1], graph_optimization_level=[1]

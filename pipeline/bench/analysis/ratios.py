@@ -90,9 +90,11 @@ def ratios(res: BenchResult) -> Ratios:
     # Embedded only: the python backend's own cost, measured by the stand-in (Triton compute infer minus the
     # mean time inside ORT), taken off the median round's served p50. Triton's onnxruntime backend has some cost
     # of its own there too, so this is a lower bound for it, never the headline.
+    # The cost is a mean and the p50 a median: a stall in the window raises the first, not the second. A cost at or
+    # above the p50 says the means took stalls, so nothing is taken off (a negative ratio would be no estimate).
     cost = standin_cost_ms(h.served)
     p50 = h.served.metrics["p50_ms"] if h.served else None
-    removed = head.value * (p50 - cost) / p50 if head.value and p50 and cost is not None else None
+    removed = head.value * (p50 - cost) / p50 if head.value and p50 and cost is not None and cost < p50 else None
     # The batching tax, two ways: the queue wait Triton measured on the throughput variant at c=1 (direct), and
     # its p50 above the latency variant's (from the c=1 rounds when they ran both variants).
     unpaired_tax = thr1.metrics["p50_ms"] - lat1.metrics["p50_ms"] if thr1 and lat1 else None

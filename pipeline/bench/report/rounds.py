@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipeline.stats.estimate import CONFIDENCE, Estimate
 from pipeline.bench.measure.results import Point
 from pipeline.bench.results import BenchResult
+from pipeline.bench.analysis.ratios import headline_c1, standin_cost_ms
 
 
 def _f(x: float | None, fmt: str = ".2f", unit: str = "") -> str:
@@ -29,13 +30,31 @@ def _bold(e: Estimate, fmt: str = ".2f", unit: str = "x") -> str:
     return f"**{head}**{text[len(head) :]}"
 
 
+def _standin_removed(res: BenchResult) -> str:
+    """The headline without the python backend's measured cost, or why that cost was not taken off."""
+    assert res.ratios is not None
+    removed = res.ratios.latency_c1_p50_vs_ort_p50_standin_removed
+    if removed:
+        return f"; without the python backend's measured cost: {_x(removed)} (a lower bound for Triton's onnxruntime backend)"
+    if (served := headline_c1(res).served) and (cost := standin_cost_ms(served)) is not None:
+        return (
+            f"; the python backend's mean cost ({cost:.2f} ms) is not below the served p50 ({served.metrics['p50_ms']:.2f} ms): stalls in"
+            " the window weigh on means, not on medians, so it is not taken off"
+        )
+    return ""
+
+
 def _c1(res: BenchResult) -> str:
     r = res.ratios
     assert r is not None  # ratios are computed before rendering
     pc = res.paired_c1
     line = f"- latency variant c=1 p50 / in-process ORT p50: {_bold(r.latency_c1)}"
     if not pc:
-        return line + f" ({_f(r.latency_c1_p50_ms)} ms vs {_f(r.ort_p50_ms)} ms: the sweep's c=1 point against the faster of the start/end baselines, unpaired)"
+        return (
+            line
+            + f" ({_f(r.latency_c1_p50_ms)} ms vs {_f(r.ort_p50_ms)} ms: the sweep's c=1 point against the faster of the start/end baselines, unpaired)"
+            + _standin_removed(res)
+        )
     line += f"; medians over rounds: served p50 {_f(r.latency_c1_p50_ms)} ms, in-process ORT p50 {_f(r.ort_p50_ms)} ms"
     if pc.in_server_key:
         line += (
@@ -44,9 +63,7 @@ def _c1(res: BenchResult) -> str:
             f" {r.serving_overhead_ms.text('.2f', ' ms')} per request"
         )
     line += f". Unpaired (the c=1 point against the start/end baseline): {_x(r.latency_c1_p50_vs_ort_p50_unpaired)}"
-    removed = r.latency_c1_p50_vs_ort_p50_standin_removed
-    if removed:
-        line += f"; without the python backend's measured cost: {_x(removed)} (a lower bound for Triton's onnxruntime backend)"
+    line += _standin_removed(res)
     return line + f"; queue share {_f(r.latency_c1_queue_share, '.1%')}"
 
 
