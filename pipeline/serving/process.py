@@ -36,12 +36,15 @@ from pipeline.serving.install import (
 
 # Per readiness call while the server starts: it answers at once or not at all (refused connection).
 _POLL_TIMEOUT_S = 2.0
+# Triton joins its metrics thread on exit, which sleeps for this interval (its default: 2000 ms), so a stop waited out
+# up to that long; polling /proc every 100 ms costs nothing a bench can see.
+_METRICS_INTERVAL_MS = 100
 # What the embedded server's /metrics leaves out, for every report to state (Triton's defaults otherwise).
 METRICS_LIMITS = (
     "GPU metrics off (--allow-gpu-metrics=false): the stand-in runs on the CPU, so no nv_gpu_* figures",
     "latency summaries off (Triton's default): the cumulative nv_inference_* counters give every delta",
-    "nv_cpu_utilization and nv_cpu_memory_used_bytes are host-wide, polled every 2000 ms (Triton's default "
-    "--metrics-interval-ms): the server's own memory is its RSS, sampled with psutil",
+    f"nv_cpu_utilization and nv_cpu_memory_used_bytes are host-wide, polled every {_METRICS_INTERVAL_MS} ms "
+    "(--metrics-interval-ms): the server's own memory is its RSS, sampled with psutil",
 )
 
 
@@ -289,14 +292,29 @@ class EmbeddedServer(ServerProcess):
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             "--allow-gpu-metrics=false",
+            f"--metrics-interval-ms={_METRICS_INTERVAL_MS}",
+            # Nothing is in flight when we stop a server, and the wait for unloads polls once a second: exit at once.
+            # python-backend stubs leave their shared memory then, removed by stop() (the prefix is ours alone).
+            "--exit-timeout-secs=0",
             # Other servers on this machine may run python models: keep our shared-memory names apart.
-            f"--backend-config=python,shm-region-prefix-name=pipeline{os.getpid()}x{self.http_port}",
+            f"--backend-config=python,shm-region-prefix-name={self._shm_prefix()}",
         ]
         if self.config_name:
             cmd.append(f"--model-config-name={self.config_name}")
         if self.cache_bytes > 0:
             cmd += [f"--cache-config=local,size={self.cache_bytes}", f"--cache-directory={inst.caches}"]
         return cmd
+
+    def _shm_prefix(self) -> str:
+        """The python backend's shared-memory names for this server (one per process and HTTP port)."""
+        return f"pipeline{os.getpid()}x{self.http_port}"
+
+    def _stop_group(self) -> None:
+        """Stop the group, then remove the shared memory its python-backend stubs left (see ``--exit-timeout-secs``)."""
+        super()._stop_group()
+        if self.http_port:
+            for leftover in Path("/dev/shm").glob(self._shm_prefix() + "*"):
+                leftover.unlink(missing_ok=True)
 
     def _backends(self, inst: TritonInstall) -> Path:
         if not self.ort_standin:
@@ -348,6 +366,12 @@ class EmbeddedServer(ServerProcess):
                 self.ready_at = time.monotonic()
                 return
             log = self.log()
+            # The wheel's tritonserver sometimes aborts while it starts (SIGABRT in its gRPC event engine, "epoll_wait
+            # error: Bad file descriptor"), before any model is ready: an upstream fault, not the repository. Once more.
+            if self.proc.poll() == -signal.SIGABRT and attempt + 1 < attempts:
+                print(f"note: tritonserver aborted while starting (SIGABRT; log {self.log_path}): starting it again", file=sys.stderr)
+                self._stop_group()
+                continue
             # Another process grabbed a port between our check and the bind: try new ports.
             low = log.lower()
             if "address already in use" in low or ("failed to start" in low and "port" in low):
