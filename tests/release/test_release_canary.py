@@ -115,7 +115,9 @@ def load(served: tuple[ReleaseStore, EmbeddedServer]) -> Iterator[Callable[..., 
         before = successes(client, "tiny")
         deadline = time.monotonic() + 60
         while successes(client, "tiny") < before + 50:  # the load is flowing before the canary starts
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()  # before reading its output: against a server that hangs it would never exit by itself
+                raise AssertionError(f"the production load never flowed: {proc.communicate()[1][-2000:]}")
             time.sleep(0.05)
         return Load(proc, client, before)
 

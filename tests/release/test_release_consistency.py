@@ -33,9 +33,9 @@ BASE = list(TINY.overrides)
 # gives a run no steady windows; the budget starts none after that), no cold-start or overload servers.
 SHORT_BENCH = [
     "bench.rounds.c1.min=2",
-    "bench.rounds.c1.max=4",
+    "bench.rounds.c1.max=2",
     "bench.rounds.throughput.min=2",
-    "bench.rounds.throughput.max=4",
+    "bench.rounds.throughput.max=2",
     "bench.rounds.throughput.concurrency=[1,8]",
     "bench.rounds.alternations=2",
     "bench.rounds.budget_s=10",
