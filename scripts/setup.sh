@@ -58,10 +58,10 @@ fi
 # Bytecode for the venv at once, on every core: these machines set PYTHONDONTWRITEBYTECODE, so a module without a .pyc
 # is compiled again by every process that imports it (~5 s per test worker and per CLI subprocess). Left out: the
 # ~2,600 transformers model families other than the BERT one MiniLM uses, moto's ~150 services other than the S3 server's,
-# the wheels' own tests, and packages no stage, CLI or test imports (pip and mypy run as tools, mypy from its compiled
-# modules; the rest come with moto's and DVC's dependencies). A module left out still works: compiled when imported.
+# the wheels' own tests, and packages no stage, CLI or test imports (mypy runs from its compiled modules; the rest come
+# with moto's and DVC's dependencies). A module left out still works: compiled when imported.
 # Files that do not compile (test data in some wheels) are skipped as pip skips them.
-NEVER_IMPORTED='cfnlint|pip|mypy|mypyc|dns|graphql|prompt_toolkit|aws_xray_sdk|asyncssh|docker|joserfc|zope|pytriton'
+NEVER_IMPORTED='cfnlint|mypy|mypyc|dns|graphql|prompt_toolkit|aws_xray_sdk|asyncssh|docker|joserfc|pytriton'
 MOTO_USED='core|moto_api|moto_server|iam|sts|s3|s3bucket_path|utilities|events|cloudwatch'
 .venv/bin/python -m compileall -q -j 0 \
   -x "transformers/models/(?!(auto|bert)/)|/site-packages/moto/(?!($MOTO_USED)/)[a-z0-9_]+/|/site-packages/($NEVER_IMPORTED)/|/tests/" \
