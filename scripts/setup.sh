@@ -20,16 +20,24 @@ done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG=$(mktemp -t setup-pip.XXXXXX)
-# pip's output goes to a log, shown only when a step fails (the editable build is chatty).
-pip_q() { .venv/bin/python -m pip install -q --no-compile "$@" >"$LOG" 2>&1 || { cat "$LOG"; echo "setup failed: pip install $*" >&2; exit 1; }; }
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-pip_q --upgrade pip "uv==0.13.9"
-# uv resolves and installs the rest ~3x faster than pip (~7 s against ~30 s on 2 cores), but it does not look where
-# this machine keeps its torch wheel: pip installs the pinned torch first, and uv then finds it satisfied.
+# An installer's output goes to a log, shown only when a step fails (the editable build is chatty).
+# uv installs everything: ~3x faster than pip (~7 s against ~30 s on 2 cores), and from its cache a new venv costs
+# seconds. The venv is made without pip (ensurepip alone took ~4 s); pip is installed by uv below (a test uses it).
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv --without-pip .venv
+fi
+if ! .venv/bin/python -m uv --version >/dev/null 2>&1; then
+  # The system pip installs uv into the venv (pip >= 22.3 has --python); an older one gets the venv its own pip first.
+  { "$PY" -m pip --python .venv/bin/python install -q --no-compile "uv==0.13.9" >"$LOG" 2>&1 \
+    || { .venv/bin/python -m ensurepip -q >"$LOG" 2>&1 && .venv/bin/python -m pip install -q --no-compile "uv==0.13.9" >"$LOG" 2>&1; }; } \
+    || { cat "$LOG"; echo "setup failed: uv into .venv" >&2; exit 1; }
+fi
 uv_q() { .venv/bin/python -m uv pip install -q --python .venv/bin/python "$@" >"$LOG" 2>&1 || { cat "$LOG"; echo "setup failed: uv pip install $*" >&2; exit 1; }; }
+# torch==2.13.0 (pinned in pyproject) is the CPU build these machines carry in pip's find-links folder; uv does not
+# read pip's config, so it is told where to look (elsewhere PyPI's torch==2.13.0 is a CUDA build).
 TORCH=$(sed -n 's/^ *"\(torch==[^"]*\)",.*/\1/p' pyproject.toml)
-pip_q "$TORCH"
-# torch==2.13.0 (pinned in pyproject) is the CPU build these machines carry; an unpinned torch pulls a CUDA build.
+FIND_LINKS=${PIP_FIND_LINKS:-$("$PY" -m pip config get global.find-links 2>/dev/null || true)}
+uv_q ${FIND_LINKS:+--find-links "$FIND_LINKS"} "$TORCH" pip
 # Exactly one ONNX Runtime wheel: both own the `onnxruntime` import, so the other one is removed first.
 OTHER=$([ "$RUNTIME" = gpu ] && echo onnxruntime || echo onnxruntime-gpu)
 .venv/bin/python -m uv pip uninstall -q --python .venv/bin/python "$OTHER" >/dev/null 2>&1 || true

@@ -81,6 +81,7 @@ def test_bench_stage_end_to_end(tmp_path: Path, backend: str) -> None:
     # Even so a run may find no three steady windows: room for two such rounds, and a budget spent at once, so the rounds
     # stop as soon as each group has its two with a value (the stop rule counts rounds with a value, not rounds run).
     b.rounds.c1.max, b.rounds.throughput.max, b.rounds.budget_s = 4, 4, 0.001
+    b.rounds.measurement_interval_ms = 200  # a tiny model answers thousands of requests in a window this short
     readiness = backend == "native"  # cold start and overload do not depend on the stand-in: measured once
     b.readiness.cold_start, b.readiness.cold_start_requests, b.overload.enabled, b.overload.levels, b.overload.interval_ms, b.overload.burst_s = (
         readiness,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -129,3 +130,20 @@ def test_a_run_that_never_ends_is_invalid_by_its_deadline_not_the_stage_budget(t
     assert pa.PerfOptions(1, measurement_interval_ms=3000, max_trials=10).deadline_s(600.0) == pytest.approx(150.0)
     hung = pa.run(pa.PerfAnalyzer(Path("/bin/sleep"), ""), ["sleep", "30"], 1, tmp_path / "o.csv", timeout_s=0.3)
     assert not hung.valid and hung.reason().startswith("exit -1: timed out after 0 s")
+
+
+def test_a_run_that_lingers_after_writing_its_results_is_stopped_and_kept(tmp_path: Path) -> None:
+    """Past capacity perf_analyzer writes its results, then waits on every request still queued in the server (its
+    threads spinning): once the table is printed and the CSV parses, the run is complete and the process is stopped.
+    Without a complete CSV the run waits for its exit (or its deadline) as before."""
+    csv_path = tmp_path / "o.csv"
+    recorded = DATA / "perf_analyzer_minilm_throughput_c8.csv"
+    fake = ["sh", "-c", f"echo 'Inferences/Second vs. Client Average Batch Latency'; cp {recorded} {csv_path}; exec sleep 30"]
+    t0 = time.monotonic()
+    lingering = pa.run(pa.PerfAnalyzer(Path("/bin/sh"), ""), fake, 8, csv_path, timeout_s=20)
+    assert time.monotonic() - t0 < 10 and lingering.valid and lingering.row["throughput_infer_s"] == pytest.approx(162.868)
+    assert lingering.log.startswith("[pipeline] stopped ") and "requests the server still had queued" in lingering.log
+    assert "Inferences/Second vs. Client" in lingering.log
+    no_csv = ["sh", "-c", "echo 'Inferences/Second vs. Client Average Batch Latency'; exec sleep 30"]
+    unfinished = pa.run(pa.PerfAnalyzer(Path("/bin/sh"), ""), no_csv, 8, csv_path, timeout_s=1.5)
+    assert not unfinished.valid and unfinished.reason().startswith("exit -1: timed out after 2 s")
