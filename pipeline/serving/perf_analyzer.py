@@ -286,7 +286,11 @@ def run(pa: PerfAnalyzer, cmd: list[str], concurrency: int, csv_path: Path, time
         readers = [threading.Thread(target=_collect, args=(s, buf, ev), daemon=True) for s, buf, ev in ((proc.stdout, out, summary), (proc.stderr, err, None))]
         for t in readers:
             t.start()
-        rc, note = _wait(proc, summary, csv_path, required, timeout_s)
+        try:
+            rc, note = _wait(proc, summary, csv_path, required, timeout_s)
+        except BaseException:  # Ctrl-C too: killed at once, as subprocess.run did (perf_analyzer would finish its windows)
+            proc.kill()
+            raise
         for t in readers:
             t.join(timeout=5)
     log = note + "".join(out) + "".join(err)
