@@ -19,7 +19,7 @@ from pipeline.serving.process import EmbeddedServer
 from tests.bench.test_bench import tiny_cfg
 from tests.tiny_triton import shipped_repository
 
-# Judges the wiring, not the machine: any three windows count, so every point measures beside busy neighbours too.
+# Judges the wiring, not the machine: loose stability checks (below), so every point measures beside busy neighbours too.
 pytestmark = pytest.mark.triton
 
 
@@ -39,10 +39,11 @@ def test_external_bench_over_each_protocol(tmp_path: Path, protocol: str) -> Non
     b.server, b.protocol, b.sweep.concurrency = "external", protocol, [1, 2]
     b.rounds.c1.min = 0  # the in-server ORT gauge is an embedded-only measurement
     # This checks the wiring over each protocol, not the machine: at ~0.3 ms a request, jitter beside other tests fails
-    # perf_analyzer's stability checks (10% seen failing once in CI), so any three windows count, in 200 ms windows.
+    # perf_analyzer's stability checks (10% seen failing once in CI): three 200 ms windows within 100% of each other
+    # count, found in up to 20.
     b.sweep.stability_percentage = b.rounds.stability_percentage = 100
     b.sweep.measurement_interval_ms = b.rounds.measurement_interval_ms = 200
-    b.max_trials = 10
+    b.max_trials = 20
     with EmbeddedServer(tmp_path / "served", "tiny", "latency") as srv:
         b.url = srv.grpc_url if protocol == "grpc" else srv.http_url
         out = tmp_path / "out"

@@ -158,9 +158,9 @@ def test_soak_interrupted_by_sigint_keeps_partial_data_and_no_server(tmp_path: P
     shipped_repository(tmp_path / "repo", "tiny")
     cfg = tiny_cfg()
     cfg.bench.soak.duration_s, cfg.bench.soak.ramp_s = 60.0, 5.0
-    # The soak follows the rounds only when they measured the capacity: any three windows count, as in the other
+    # The soak follows the rounds only when they measured the capacity: loose stability checks (100%), as in the other
     # end-to-end runs (a full CI pass once left every window unstable, and the bench ended before its soak).
-    cfg.bench.rounds.stability_percentage, cfg.bench.sweep.stability_percentage, cfg.bench.max_trials = 100, 100, 10
+    cfg.bench.rounds.stability_percentage, cfg.bench.sweep.stability_percentage, cfg.bench.max_trials = 100, 100, 20
     cfg.bench.rounds.measurement_interval_ms = 200  # the rounds only lead to the soak: the shortest windows that measure
     proc, out = stage_process(tmp_path, cfg), tmp_path / "out"
     lines = []
