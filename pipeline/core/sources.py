@@ -167,19 +167,33 @@ def _find_module(dotted: str, key: str) -> tuple[str, Path]:
     return found
 
 
-def _imports(source: Path) -> set[str]:
-    """Absolute module names imported anywhere in ``source`` (functions included)."""
+def _imports(source: Path) -> dict[str, set[str]]:
+    """Absolute module names imported anywhere in ``source`` (functions included), each with the names taken from it.
+
+    ``from pkg import helpers`` may take a submodule: the names let the caller look for ``pkg.helpers`` as well.
+    """
     try:
         tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
     except (SyntaxError, UnicodeDecodeError, OSError):
-        return set()
-    names: set[str] = set()
+        return {}
+    names: dict[str, set[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
+            for alias in node.names:
+                names.setdefault(alias.name, set())
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+            names.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
     return names
+
+
+def _local_submodules(package: str, spec: Any, taken: set[str]) -> list[str]:
+    """Which of the names taken from a local package are its submodules (``from pkg import helpers``).
+
+    Only a local package is searched: looking inside an installed one would import it (torch) in the probe.
+    """
+    if not getattr(spec, "submodule_search_locations", None):
+        return []
+    return [f"{package}.{name}" for name in sorted(taken) if _safe_spec(f"{package}.{name}") is not None]
 
 
 def code_entry(dotted: str, key: str, root: Path) -> dict[str, Any]:
@@ -192,15 +206,19 @@ def code_entry(dotted: str, key: str, root: Path) -> dict[str, Any]:
     files = tree_entries(package_dir, root, "*.py") if package_dir else [file_entry(origin, root)]
     imported: dict[str, Any] = {}
     own = {f["path"] for f in files}
-    for name in sorted(_imports(origin)):
+    taken_from = _imports(origin)
+    names = sorted(taken_from)
+    while names:
+        name = names.pop(0)
         first = name.split(".")[0]
-        if first in sys.stdlib_module_names or first == "__future__":
+        if first in sys.stdlib_module_names or first == "__future__" or name in imported:
             continue
         spec = _safe_spec(name)
         if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen") and not _is_installed(Path(spec.origin)):
             entry = file_entry(Path(spec.origin), root)
             if entry["path"] not in own:
                 imported[name] = entry
+            names += _local_submodules(name, spec, taken_from.get(name, set()))
         elif (dist := _distribution(first)) is not None:
             imported[name] = dist
     return {"target": dotted, "module": module, "files": files, "imports": imported}

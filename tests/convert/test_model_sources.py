@@ -62,6 +62,24 @@ def test_a_model_folder_without_init_is_fingerprinted(tmp_path: Path, monkeypatc
         code_entry("user_models.nothing.build", "model.factory._target_", tmp_path)
 
 
+def test_a_submodule_taken_with_from_import_is_fingerprinted_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``from pkg import helpers`` runs pkg/helpers.py: an edit there must change the record (not only pkg/__init__.py)."""
+    from pipeline.core.sources import code_entry
+
+    (tmp_path / "userpkg").mkdir()
+    (tmp_path / "userpkg/__init__.py").write_text("SCALE = 2\n")
+    (tmp_path / "userpkg/helpers.py").write_text("def width():\n    return 8\n")
+    (tmp_path / "user_factory.py").write_text("from torch import nn\n\nfrom userpkg import SCALE, helpers\n\n\ndef build():\n    return nn.Linear(helpers.width(), SCALE)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = code_entry("user_factory.build", "model.factory._target_", tmp_path)["imports"]
+    assert first["userpkg.helpers"]["path"] == "userpkg/helpers.py" and first["userpkg"]["path"] == "userpkg/__init__.py"
+    assert "userpkg.SCALE" not in first  # a name that is not a module is not looked for as one
+    assert "torch.nn" not in first and first["torch"]["distribution"] == "torch"  # installed code: by version, never searched
+    (tmp_path / "userpkg/helpers.py").write_text("def width():\n    return 16\n")
+    again = code_entry("user_factory.build", "model.factory._target_", tmp_path)["imports"]
+    assert again["userpkg.helpers"]["sha256"] != first["userpkg.helpers"]["sha256"]
+
+
 def test_external_data_is_inlined_below_the_limit_refused_above_it_and_a_missing_file_is_named(tmp_path: Path, make_params) -> None:
     """Finding 4: a model saved with external data enters (inlined: every later artifact is one file); one over
     protobuf's 2 GiB is one message with its size; a missing data file is named, never "truncated or corrupt"."""
