@@ -139,8 +139,11 @@ class Problems:
 
     def unique(self, key: str, values: Sequence[Any]) -> bool:
         """No value twice."""
+        # A list, not a set: values may be unhashable (a list of lists of preferred sizes).
         seen: list[Any] = []
-        dup = [v for v in values if v in seen or seen.append(v)]  # type: ignore[func-returns-value]
+        dup: list[Any] = []
+        for v in values:
+            (dup if v in seen else seen).append(v)
         return True if not dup else self.add(key, list(values), f"lists {show(sorted(set(map(str, dup))))} more than once")
 
 
