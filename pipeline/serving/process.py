@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -106,6 +107,7 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
+_FATAL_SIGNAL = re.compile(r"Signal \((?:6|11)\) received")
 _WATCHDOG = (
     "import os, signal, sys\n"
     "sys.stdin.buffer.read()  # EOF when the bench process exits, however it exits\n"
@@ -188,7 +190,11 @@ class ServerProcess:
         if self._watchdog is not None:
             self._watchdog.stop()
         if self.proc is not None:
-            kill_group(self.proc)
+            kill_group(self.proc, self._stop_grace_s())
+
+    def _stop_grace_s(self) -> float:
+        """How long SIGTERM is given before SIGKILL."""
+        return 10.0
 
     def stop(self) -> None:
         """Stop the server and every process it started; safe to call twice."""
@@ -308,6 +314,11 @@ class EmbeddedServer(ServerProcess):
     def _shm_prefix(self) -> str:
         """The python backend's shared-memory names for this server (one per process and HTTP port)."""
         return f"pipeline{os.getpid()}x{self.http_port}"
+
+    def _stop_grace_s(self) -> float:
+        # A tritonserver that caught a fatal signal prints "Signal (N) received." and hangs in its handler: a SIGTERM
+        # grace would only be waited out (10 s, seen after the python-backend reload abort).
+        return 0.0 if _FATAL_SIGNAL.search(self.log()) else super()._stop_grace_s()
 
     def _stop_group(self) -> None:
         """Stop the group, then remove the shared memory its python-backend stubs left (see ``--exit-timeout-secs``)."""

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -112,14 +113,19 @@ def load(served: tuple[ReleaseStore, EmbeddedServer]) -> Iterator[Callable[..., 
         cmd = [str(pa.binary), "-m", "tiny", "-u", srv.http_url, "-i", "http", "--request-rate-range", str(rate), "--request-count", str(rate * 600), "--shape", "x:16"]
         proc = subprocess.Popen(cmd, env=pa.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         started.append(proc)
-        client = th.InferenceServerClient(srv.http_url)
-        before = successes(client, "tiny")
-        deadline = time.monotonic() + 60
-        while successes(client, "tiny") < before + 50:  # the load is flowing before the canary starts
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()  # before reading its output: against a server that hangs it would never exit by itself
-                raise AssertionError(f"the production load never flowed: {proc.communicate()[1][-2000:]}")
-            time.sleep(0.05)
+        # A statistics read answers in milliseconds; a server hung in an abort would hold it for the client's default 60 s.
+        client = th.InferenceServerClient(srv.http_url, network_timeout=15)
+        try:
+            before = successes(client, "tiny")
+            deadline = time.monotonic() + 60
+            while successes(client, "tiny") < before + 50:  # the load is flowing before the canary starts
+                if proc.poll() is not None or time.monotonic() > deadline or ABORT in srv.log():  # an aborted server serves no more
+                    proc.kill()  # before reading its output: against a server that hangs it would never exit by itself
+                    raise AssertionError(f"the production load never flowed: {proc.communicate()[1][-2000:]}")
+                time.sleep(0.05)
+        except BaseException:
+            client.close()
+            raise
         return Load(proc, client, before)
 
     yield start
@@ -329,7 +335,7 @@ def unless_triton_aborts(srv: EmbeddedServer) -> Iterator[None]:
     _xfail_if_aborted(srv)
     try:
         yield
-    except (AssertionError, TimeoutError, OSError, subprocess.TimeoutExpired):
+    except (AssertionError, TimeoutError, OSError, subprocess.TimeoutExpired, ReleaseError):
         _xfail_if_aborted(srv)
         raise
 
@@ -340,10 +346,13 @@ def _xfail_if_aborted(srv: EmbeddedServer) -> None:
         pytest.xfail(f"tritonserver aborted in the version reload (heap corruption, upstream): {lines}")
 
 
-def _watched(srv: EmbeddedServer, call: Callable[[], list[int]], limit_s: float = 90) -> list[int]:
+T = TypeVar("T")
+
+
+def _watched(srv: EmbeddedServer, call: Callable[[], T], limit_s: float = 90) -> T:
     """``call()`` from a thread while the server log is watched: a server aborting mid-request never answers, and the
     request would wait out its client timeout before the abort is seen."""
-    box: list[list[int] | BaseException] = []
+    box: list[T | BaseException] = []
 
     def run() -> None:
         try:
@@ -358,9 +367,10 @@ def _watched(srv: EmbeddedServer, call: Callable[[], list[int]], limit_s: float 
         _xfail_if_aborted(srv)
         assert time.monotonic() < deadline, f"no answer after {limit_s:.0f} s"
         worker.join(0.5)
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
+    result = box[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def test_unversioned_requests_go_to_the_highest_ready_version(served: tuple[ReleaseStore, EmbeddedServer], load: Callable[..., Load]) -> None:
@@ -376,7 +386,13 @@ def test_unversioned_requests_go_to_the_highest_ready_version(served: tuple[Rele
     with contextlib.closing(TritonReloader(srv.http_url, "tiny")) as r, contextlib.closing(th.InferenceServerClient(srv.http_url)) as c:
         r.stage(cfg, 1, 2)  # version_policy [1, 2]
         assert c.infer("tiny", [x]).get_response()["model_version"] == "2"
-        r.retire(2, 1, cfg)
+
+    def retire() -> None:  # its own client: tritonclient's HTTP client (gevent) stays in the thread that made it
+        with contextlib.closing(TritonReloader(srv.http_url, "tiny")) as own:
+            own.retire(2, 1, cfg)
+
+    with unless_triton_aborts(srv):  # the reload that unloads version 2 is where the server may abort
+        _watched(srv, retire)
     with unless_triton_aborts(srv):
         assert _watched(srv, lambda: served_versions(srv.http_url)) == [1]
         production = load()

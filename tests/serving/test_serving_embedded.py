@@ -74,3 +74,23 @@ def test_variants_serving_different_files_each_get_their_own(tmp_path: Path, bac
     for variant, name in (("latency", "model.onnx"), ("throughput", "model.int8.onnx")):
         for cfg in (tmp_path / "emb/tiny/configs" / f"{variant}.pbtxt", tmp_path / f"emb/tiny__{variant}/config.pbtxt"):
             assert read_config(cfg).parameters["onnx_path"].string_value == str((model_dir / "1" / name).resolve()), cfg
+
+
+def test_a_server_that_caught_a_fatal_signal_is_killed_without_the_sigterm_grace(tmp_path: Path) -> None:
+    """tritonserver hangs in its fatal-signal handler ("Signal (6) received."): SIGTERM is ignored, so stop() does not
+    wait out the 10 s grace for it. A process that ignores SIGTERM stands in for the hung server."""
+    import subprocess
+    import time
+
+    from pipeline.serving.process import EmbeddedServer
+
+    srv = EmbeddedServer(tmp_path, "tiny")
+    srv.log_path = tmp_path / "tritonserver.log"
+    srv.log_path.write_text("I1207 model loaded\nSignal (6) received.\n")
+    srv.proc = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60"], start_new_session=True)
+    time.sleep(0.2)  # the trap is set
+    started = time.monotonic()
+    srv.stop()
+    assert srv.proc.poll() is not None and time.monotonic() - started < 5
+    srv.log_path.write_text("I1207 model loaded\n")
+    assert srv._stop_grace_s() == 10.0  # a server that is only stopping gets its grace
