@@ -108,11 +108,25 @@ def _live_members(pgid: int) -> list[int]:
 
 
 _FATAL_SIGNAL = re.compile(r"Signal \((?:6|11)\) received")
+# A python-backend stub names its shared memory <shm-region-prefix-name><uuid4>: matching the uuid's first group too
+# keeps the prefix of port 3329 from taking the regions of port 33295.
+_STUB_REGION = r"[0-9a-f]{8}-[0-9a-f]{4}-"
 _WATCHDOG = (
-    "import os, signal, sys\n"
+    "import os, re, signal, sys\n"
     "sys.stdin.buffer.read()  # EOF when the bench process exits, however it exits\n"
     "try:\n    os.killpg(int(sys.argv[1]), signal.SIGKILL)\nexcept OSError:\n    pass\n"
+    "# The python backend's shared memory, which stubs remove only when they exit cleanly.\n"
+    "own = re.compile(re.escape(sys.argv[2]) + sys.argv[3]) if len(sys.argv) > 3 else None\n"
+    "for name in os.listdir('/dev/shm') if own else ():\n"
+    "    if own.match(name):\n"
+    "        try:\n            os.unlink(os.path.join('/dev/shm', name))\n        except OSError:\n            pass\n"
 )
+
+
+def stub_regions(prefix: str) -> list[Path]:
+    """The shared-memory regions of the python-backend stubs of the server started with ``shm-region-prefix-name=prefix``."""
+    own = re.compile(re.escape(prefix) + _STUB_REGION)
+    return [p for p in Path("/dev/shm").glob(prefix + "*") if own.match(p.name)]
 
 
 class _Interrupted(KeyboardInterrupt):
@@ -127,9 +141,11 @@ class Watchdog:
     end only we hold (non-inheritable): our death, even by SIGKILL, closes it; it reads EOF and kills the whole group.
     """
 
-    def __init__(self, pgid: int) -> None:
+    def __init__(self, pgid: int, shm_prefix: str = "") -> None:
+        """``shm_prefix``: the group's python-backend shared-memory prefix, whose regions it removes after the kill."""
         r, w = os.pipe()
-        self.proc: subprocess.Popen | None = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(pgid)], stdin=r, start_new_session=True, close_fds=True)
+        args = [str(pgid), shm_prefix, _STUB_REGION] if shm_prefix else [str(pgid)]
+        self.proc: subprocess.Popen | None = subprocess.Popen([sys.executable, "-c", _WATCHDOG, *args], stdin=r, start_new_session=True, close_fds=True)
         os.close(r)
         self._fd: int | None = w
 
@@ -324,7 +340,7 @@ class EmbeddedServer(ServerProcess):
         """Stop the group, then remove the shared memory its python-backend stubs left (see ``--exit-timeout-secs``)."""
         super()._stop_group()
         if self.http_port:
-            for leftover in Path("/dev/shm").glob(self._shm_prefix() + "*"):
+            for leftover in stub_regions(self._shm_prefix()):
                 leftover.unlink(missing_ok=True)
 
     def _backends(self, inst: TritonInstall) -> Path:
@@ -371,7 +387,7 @@ class EmbeddedServer(ServerProcess):
                     start_new_session=True,  # its own process group: stubs die with it in stop()
                     preexec_fn=set_pdeathsig,  # noqa: PLW1509 - needed so a SIGKILLed stage leaves no server
                 )
-            self._watchdog = Watchdog(self.proc.pid)
+            self._watchdog = Watchdog(self.proc.pid, self._shm_prefix())
             ready = self._wait_ready()
             if ready:
                 self.ready_at = time.monotonic()

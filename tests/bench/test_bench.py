@@ -282,6 +282,11 @@ def test_killed_stage_leaves_no_server(tmp_path: Path, sig: signal.Signals, back
         time.sleep(0.5)
     assert not procs_mentioning(str(tmp_path))
     assert not (tmp_path / "out" / "bench.json").exists()
+    # Nor the python-backend stubs' shared memory (named after the stage's pid): after SIGKILL the watchdog removes it.
+    deadline = time.monotonic() + 5
+    while (left := sorted(Path("/dev/shm").glob(f"pipeline{proc.pid}x*"))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, left
 
 
 @pytest.mark.triton

@@ -94,3 +94,32 @@ def test_a_server_that_caught_a_fatal_signal_is_killed_without_the_sigterm_grace
     assert srv.proc.poll() is not None and time.monotonic() - started < 5
     srv.log_path.write_text("I1207 model loaded\n")
     assert srv._stop_grace_s() == 10.0  # a server that is only stopping gets its grace
+
+
+def test_the_watchdog_removes_exactly_its_servers_shared_memory_after_the_kill(tmp_path: Path) -> None:
+    """A SIGKILLed stage leaves its python-backend stubs' regions in /dev/shm (1 MB each): the watchdog removes them,
+    and not those of another server whose port starts with the same digits."""
+    import os
+    import subprocess
+    import uuid
+
+    from pipeline.serving.process import Watchdog
+
+    prefix = f"pipelinetest{os.getpid()}x3329"
+    ours = [Path(f"/dev/shm/{prefix}{uuid.uuid4()}") for _ in range(2)]
+    theirs = Path(f"/dev/shm/{prefix}5{uuid.uuid4()}")  # port 33295
+    group = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        for region in (*ours, theirs):
+            region.write_bytes(b"\0" * 16)
+        dog = Watchdog(group.pid, prefix)
+        assert dog._fd is not None
+        os.close(dog._fd)  # what our death does: the watchdog reads EOF
+        dog._fd = None
+        assert dog.proc is not None and dog.proc.wait(timeout=10) == 0
+        assert group.wait(timeout=5) == -9
+        assert [r for r in ours if r.exists()] == [] and theirs.exists()
+    finally:
+        group.kill()
+        for region in (*ours, theirs):
+            region.unlink(missing_ok=True)
