@@ -29,6 +29,7 @@ from pipeline.release.promote import promote
 from pipeline.release.store.store import ReleaseStore
 from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository
 from tests.helpers.s3 import S3Server, s3_triton_server
+from tests.release.test_release_canary import _xfail_if_aborted
 
 
 # Both racers import everything first, then wait for the same instant, so they reach the lock together.
@@ -178,6 +179,11 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
         for srv in fleet:
             version, y = _infer(srv, x)
             assert version == "2" and np.allclose(y, expected[2], atol=1e-5)
+        # The python-backend stand-in can abort in a version reload (tritonserver 2.51, upstream heap corruption, as in
+        # test_release_canary): a server that did hangs in its next load, and the rollback below would wait out the
+        # reloader's 120 s per load before failing. Only that quoted abort is an xfail; anything else fails.
+        for server in (a, b):
+            _xfail_if_aborted(server)
 
         r = subprocess.run(
             [sys.executable, "-m", "pipeline.cli", "release", "rollback", "--env", "production", "--reload", ",".join(fleet), "--no-tag", "--store", url],
@@ -189,6 +195,9 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
             # stalled past 300 s in a full CI pass, and the command was killed before it could say where.
             timeout=540,
         )
+        if r.returncode != 0:
+            for server in (a, b):
+                _xfail_if_aborted(server)
         assert r.returncode == 0 and "rollback: tiny version 2 -> 1 in 'production'" in r.stdout, r.stdout + r.stderr
         print(r.stdout)
         for srv in fleet:
