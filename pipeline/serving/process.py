@@ -107,7 +107,7 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
-_FATAL_SIGNAL = re.compile(r"Signal \((?:6|11)\) received")
+_SIGNAL_CAUGHT = re.compile(r"Signal \((\d+)\) received")
 # A python-backend stub names its shared memory <shm-region-prefix-name><uuid4>: matching the uuid's first group too
 # keeps the prefix of port 3329 from taking the regions of port 33295.
 _STUB_REGION = r"[0-9a-f]{8}-[0-9a-f]{4}-"
@@ -331,10 +331,14 @@ class EmbeddedServer(ServerProcess):
         """The python backend's shared-memory names for this server (one per process and HTTP port)."""
         return f"pipeline{os.getpid()}x{self.http_port}"
 
+    def signals_caught(self) -> set[int]:
+        """The signals tritonserver reported catching ("Signal (6) received.")."""
+        return {int(n) for n in _SIGNAL_CAUGHT.findall(self.log())}
+
     def _stop_grace_s(self) -> float:
-        # A tritonserver that caught a fatal signal prints "Signal (N) received." and hangs in its handler: a SIGTERM
-        # grace would only be waited out (10 s, seen after the python-backend reload abort).
-        return 0.0 if _FATAL_SIGNAL.search(self.log()) else super()._stop_grace_s()
+        # A tritonserver that caught SIGABRT or SIGSEGV hangs in its handler: a SIGTERM grace would only be waited out
+        # (10 s, seen after the python-backend reload abort).
+        return 0.0 if self.signals_caught() & {signal.SIGABRT, signal.SIGSEGV} else super()._stop_grace_s()
 
     def _stop_group(self) -> None:
         """Stop the group, then remove the shared memory its python-backend stubs left (see ``--exit-timeout-secs``)."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -28,6 +30,7 @@ from pipeline.release.store import pointer
 from pipeline.release.store.store import ReleaseStore
 from pipeline.serving.embedded import VERSION_LOCAL_STANDIN
 from pipeline.serving.install import site_packages
+from pipeline.serving.process import EmbeddedServer
 
 MODEL_PY = """\
 import json, os, sys
@@ -308,3 +311,20 @@ def standin_repository(
     (d / "configs" / "latency.pbtxt").write_text(text_format.MessageToString(cfg))
     (d / "config.pbtxt").write_text(text_format.MessageToString(cfg))
     return root
+
+
+# The wheel's tritonserver sometimes aborts in a python-backend version reload ("malloc_consolidate(): unaligned
+# fastbin chunk detected" or "tcache_thread_shutdown(): unaligned tcache chunk detected", then "Signal (6) received"
+# while the instances of the old versions finalize), and then answers nothing: seen in the canary and fleet tests, in
+# most full CI passes. That upstream abort is reported as an expected failure naming it, never as a pass; any other
+# failure fails the test.
+def triton_aborted(srv: EmbeddedServer) -> bool:
+    """Whether the server reported that abort (SIGABRT)."""
+    return signal.SIGABRT in srv.signals_caught()
+
+
+def xfail_if_triton_aborted(srv: EmbeddedServer) -> None:
+    """An xfail quoting the abort, once the server reported it; nothing otherwise."""
+    if triton_aborted(srv):
+        lines = [ln for ln in srv.log().splitlines() if "chunk detected" in ln or "Signal (6)" in ln][:2]
+        pytest.xfail(f"tritonserver aborted in the version reload (heap corruption, upstream): {lines}")

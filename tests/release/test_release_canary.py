@@ -50,7 +50,7 @@ from pipeline.release.store.store import ReleaseStore
 from pipeline.release.triton_control import TritonReloader
 from pipeline.serving.perf_analyzer import locate_perf_analyzer
 from pipeline.serving.process import EmbeddedServer
-from tests.helpers.release_repo import dvc_lock, parity_report, sample_inputs, standin_repository
+from tests.helpers.release_repo import triton_aborted, xfail_if_triton_aborted, dvc_lock, parity_report, sample_inputs, standin_repository
 from tests.helpers.project import RELEASE_CLI, ROOT
 
 pytestmark = pytest.mark.triton
@@ -119,7 +119,7 @@ def load(served: tuple[ReleaseStore, EmbeddedServer]) -> Iterator[Callable[..., 
             before = successes(client, "tiny")
             deadline = time.monotonic() + 60
             while successes(client, "tiny") < before + 50:  # the load is flowing before the canary starts
-                if proc.poll() is not None or time.monotonic() > deadline or ABORT in srv.log():  # an aborted server serves no more
+                if proc.poll() is not None or time.monotonic() > deadline or triton_aborted(srv):  # an aborted server serves no more
                     proc.kill()  # before reading its output: against a server that hangs it would never exit by itself
                     raise AssertionError(f"the production load never flowed: {proc.communicate()[1][-2000:]}")
                 time.sleep(0.05)
@@ -320,30 +320,17 @@ def test_a_server_not_in_explicit_mode_is_refused_before_anything_loads(tmp_path
     assert json.loads(store.fs.read_bytes("history/dev/tiny.json"))[-1]["version"] == 1
 
 
-# The wheel's tritonserver sometimes aborts in this reload ("malloc(): unaligned fastbin chunk detected", then
-# "Signal (6) received" while the python-backend instances of the old versions finalize), and then answers nothing:
-# seen in three full CI passes in four and locally after other canary tests. That upstream abort is reported as an
-# expected failure naming it, never as a pass; any other failure fails the test.
-ABORT = "Signal (6) received"
-
-
 @contextlib.contextmanager
 def unless_triton_aborts(srv: EmbeddedServer) -> Iterator[None]:
     """Re-raise any failure, except one after the server aborted: that is an xfail that quotes the abort."""
     # An abort already in the log: the server answers nothing from here on, and each request below would wait out its
     # client timeout (up to 240 s) before failing. Say so at once.
-    _xfail_if_aborted(srv)
+    xfail_if_triton_aborted(srv)
     try:
         yield
     except (AssertionError, TimeoutError, OSError, subprocess.TimeoutExpired, ReleaseError):
-        _xfail_if_aborted(srv)
+        xfail_if_triton_aborted(srv)
         raise
-
-
-def _xfail_if_aborted(srv: EmbeddedServer) -> None:
-    if ABORT in srv.log():
-        lines = [ln for ln in srv.log().splitlines() if "malloc" in ln or ABORT in ln][:2]
-        pytest.xfail(f"tritonserver aborted in the version reload (heap corruption, upstream): {lines}")
 
 
 T = TypeVar("T")
@@ -364,7 +351,7 @@ def _watched(srv: EmbeddedServer, call: Callable[[], T], limit_s: float = 90) ->
     worker.start()
     deadline = time.monotonic() + limit_s
     while worker.is_alive():
-        _xfail_if_aborted(srv)
+        xfail_if_triton_aborted(srv)
         assert time.monotonic() < deadline, f"no answer after {limit_s:.0f} s"
         worker.join(0.5)
     result = box[0]
@@ -407,7 +394,7 @@ def test_unversioned_requests_go_to_the_highest_ready_version(served: tuple[Rele
         threading.Thread(target=unload, daemon=True).start()
         deadline = time.monotonic() + 90  # perf_analyzer exits at its first failed request
         while production.proc.poll() is None:
-            _xfail_if_aborted(srv)
+            xfail_if_triton_aborted(srv)
             assert time.monotonic() < deadline, "the production load still runs 90 s after the unload was sent"
             time.sleep(0.5)
         with pytest.raises(AssertionError, match="had error"):

@@ -27,9 +27,8 @@ import tritonclient.http as th
 from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository
+from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository, xfail_if_triton_aborted
 from tests.helpers.s3 import S3Server, s3_triton_server
-from tests.release.test_release_canary import _xfail_if_aborted
 
 
 # Both racers import everything first, then wait for the same instant, so they reach the lock together.
@@ -183,7 +182,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
         # test_release_canary): a server that did hangs in its next load, and the rollback below would wait out the
         # reloader's 120 s per load before failing. Only that quoted abort is an xfail; anything else fails.
         for server in (a, b):
-            _xfail_if_aborted(server)
+            xfail_if_triton_aborted(server)
 
         r = subprocess.run(
             [sys.executable, "-m", "pipeline.cli", "release", "rollback", "--env", "production", "--reload", ",".join(fleet), "--no-tag", "--store", url],
@@ -197,7 +196,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
         )
         if r.returncode != 0:
             for server in (a, b):
-                _xfail_if_aborted(server)
+                xfail_if_triton_aborted(server)
         assert r.returncode == 0 and "rollback: tiny version 2 -> 1 in 'production'" in r.stdout, r.stdout + r.stderr
         print(r.stdout)
         for srv in fleet:
