@@ -20,6 +20,7 @@ from pipeline.core import atomic, holdout
 from pipeline.core.config import CalibrationConfig, ModelConfig
 from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import rows_of
+from pipeline.core.polygraphy_json import numpy_first
 from pipeline.core.samples import contiguous, input_specs, load_samples
 from pipeline.core.specs import IOSpec, graph_io
 
@@ -156,6 +157,7 @@ def save(feeds: list[Feed], path: Path) -> None:
     """Write the samples as Polygraphy JSON (a list of feed dicts), atomically."""
     from polygraphy.json import save_json
 
+    numpy_first()
     with atomic.atomic_path(path, suffix=".json") as tmp:
         save_json([OrderedDict(f) for f in feeds], str(tmp), description="calibration samples")
 
@@ -165,6 +167,7 @@ def load(path: Path) -> list[Feed]:
     from polygraphy.exception import PolygraphyException
     from polygraphy.json import load_json
 
+    numpy_first()
     if not path.is_file():
         raise QuantizationError(f"calibration set not found: {path}", fix="run the calibrate stage: dvc repro calibrate")
     try:

@@ -26,7 +26,10 @@ from pipeline.core import atomic, model_outputs
 from pipeline.core.samples import contiguous
 from pipeline.core.config import TensorSpec
 from pipeline.core.errors import ParityError
+from pipeline.core.polygraphy_json import numpy_first
 from pipeline.engines.trt import available
+
+numpy_first()  # every runner and the Comparator ask each array whether it is a torch.Tensor
 
 Feed = dict[str, np.ndarray]
 

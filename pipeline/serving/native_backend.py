@@ -148,8 +148,10 @@ def build(out_root: Path | None = None, compiler: str = "g++") -> Path:
     if missing:
         raise ToolError("the native backend's build headers are not installed", fix="run bash scripts/setup.sh (it fetches them)", details={"missing": ", ".join(missing)})
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[:1]
+    # Headers by their pinned package checksum, not their path: every copy of the project (its .tools/ may be
+    # anywhere) shares one build of the same sources.
     key = hashlib.sha256()
-    for part in [*(p.read_bytes() for p in _sources()), *(str(p).encode() for p in includes), *(v.encode() for v in version)]:
+    for part in [*(p.read_bytes() for p in _sources()), *(pkg.sha256.encode() for pkg in HEADER_PACKAGES), *(v.encode() for v in version)]:
         key.update(part)
     out = (out_root or cache_dir()) / f"{BACKEND_NAME}-{key.hexdigest()[:12]}"
     lib = out / LIBRARY_NAME

@@ -272,6 +272,7 @@ def standin_repository(
     onnx: Path | None = None,
     sleep_ms: float = 0.0,
     warmup: bool = False,
+    backend: str = "python",
 ) -> Path:
     """``root/<name>/`` serving a real ONNX model through the python-backend ONNX Runtime stand-in.
 
@@ -279,7 +280,11 @@ def standin_repository(
     (or the ONNX file ``onnx``), so two seeds give two releases whose answers differ. ``sleep_ms``
     makes every execute sleep that long first. ``warmup``: its configs have a model_warmup (as the
     repository stage renders it) fed a row drawn from ``seed``, written under ``<name>/warmup/``.
+    ``backend="onnxruntime"``: the config as the repository stage ships it and no python files, for a server started
+    with ``ort_standin=True`` (native/pipeline_ort, whose version reloads never hit the python backend's abort below);
+    ``sleep_ms`` needs the python one.
     """
+    assert backend in ("python", "onnxruntime") and not (sleep_ms and backend != "python"), (backend, sleep_ms)
     from pipeline.serving.embedded import MODEL_PY
     from tests.tiny_triton import FEATURES, OUT, tiny_onnx
 
@@ -290,10 +295,11 @@ def standin_repository(
         tiny_onnx(v / "model.onnx", seed)
     else:
         (v / "model.onnx").write_bytes(onnx.read_bytes())
-    (v / "python_standin.py").write_bytes(MODEL_PY.read_bytes())
-    (v / "model.py").write_text(VERSION_LOCAL_STANDIN + (SLOW.format(seconds=sleep_ms / 1e3) if sleep_ms else ""))
-    (v / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
-    cfg = mc.ModelConfig(name=name, backend="python", max_batch_size=8)
+    if backend == "python":
+        (v / "python_standin.py").write_bytes(MODEL_PY.read_bytes())
+        (v / "model.py").write_text(VERSION_LOCAL_STANDIN + (SLOW.format(seconds=sleep_ms / 1e3) if sleep_ms else ""))
+        (v / "sys_path.json").write_text(json.dumps([str(p) for p in site_packages()]))
+    cfg = mc.ModelConfig(name=name, backend=backend, max_batch_size=8)
     cfg.input.add(name="x", data_type=mc.TYPE_FP32, dims=[FEATURES])
     cfg.output.add(name="y", data_type=mc.TYPE_FP32, dims=[OUT])
     cfg.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)

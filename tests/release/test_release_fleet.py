@@ -3,8 +3,9 @@
 - Two real processes race to promote one environment: exactly one wins, the other gets one clear
   message, the history keeps every switch that happened (the S3 lock of pipeline/release/store/lock.py).
 - tritonserver reads ``--model-repository=s3://http://127.0.0.1:<port>/<bucket>/<prefix>/envs/production``
-  (explicit model control, the ONNX Runtime python-backend stand-in from its --backend-directory),
-  serves the promoted release, and after ``release rollback --reload`` answers from the previous one.
+  (explicit model control; the releases ship ``backend: "onnxruntime"`` configs, served by the native
+  stand-in native/pipeline_ort), serves the promoted release, and after ``release rollback --reload``
+  answers from the previous one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import tritonclient.http as th
 from pipeline.release.build import BuildInputs, build_release
 from pipeline.release.promote import promote
 from pipeline.release.store.store import ReleaseStore
-from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository, xfail_if_triton_aborted
+from tests.helpers.release_repo import dvc_lock, parity_report, standin_repository, tiny_repository
 from tests.helpers.s3 import S3Server, s3_triton_server
 
 
@@ -158,7 +159,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
     expected = {}
     x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
     for seed in (1, 2):
-        repo = standin_repository(tmp_path / f"repo{seed}", seed)
+        repo = standin_repository(tmp_path / f"repo{seed}", seed, backend="onnxruntime")
         onnx = repo / "tiny/1/model.onnx"
         build_release(store, BuildInputs(repo, parity_report(tmp_path / f"parity{seed}.json", onnx=onnx), None, parity_lock, git_cwd=tmp_path), unchecked_evidence=True, tag=False)
         expected[seed] = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
@@ -167,7 +168,8 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
 
     repository = store.env_repository("production")
     assert repository == f"s3://{s3.endpoint}/{bucket}/team/store/envs/production"
-    with s3_triton_server(repository, "tiny", timeout_s=120, log_dir=tmp_path / "a") as a, s3_triton_server(repository, "tiny", timeout_s=120, log_dir=tmp_path / "b") as b:
+    servers = {"timeout_s": 120, "ort_standin": True}
+    with s3_triton_server(repository, "tiny", log_dir=tmp_path / "a", **servers) as a, s3_triton_server(repository, "tiny", log_dir=tmp_path / "b", **servers) as b:
         fleet = [a.http_url, b.http_url]
         for srv in fleet:
             version, y = _infer(srv, x)
@@ -178,12 +180,6 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
         for srv in fleet:
             version, y = _infer(srv, x)
             assert version == "2" and np.allclose(y, expected[2], atol=1e-5)
-        # The python-backend stand-in can abort in a version reload (tritonserver 2.51, upstream heap corruption, as in
-        # test_release_canary): a server that did hangs in its next load, and the rollback below would wait out the
-        # reloader's 120 s per load before failing. Only that quoted abort is an xfail; anything else fails.
-        for server in (a, b):
-            xfail_if_triton_aborted(server)
-
         r = subprocess.run(
             [sys.executable, "-m", "pipeline.cli", "release", "rollback", "--env", "production", "--reload", ",".join(fleet), "--no-tag", "--store", url],
             cwd=tmp_path,
@@ -194,9 +190,6 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
             # stalled past 300 s in a full CI pass, and the command was killed before it could say where.
             timeout=540,
         )
-        if r.returncode != 0:
-            for server in (a, b):
-                xfail_if_triton_aborted(server)
         assert r.returncode == 0 and "rollback: tiny version 2 -> 1 in 'production'" in r.stdout, r.stdout + r.stderr
         print(r.stdout)
         for srv in fleet:
