@@ -101,11 +101,15 @@ def test_a_model_file_rewritten_in_place_is_refused(project: Path) -> None:
 
 
 def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> None:
-    retrain_onnx(project / "models/tiny.onnx")
-    sh(project, sys.executable, "-m", "dvc", "repro", "repository")
-    commit(project, "retrained")
     model_dir = project / "artifacts/model_repository/tiny"
+    before = file_digest(model_dir / "1/model.onnx")[0]
+    # A replaced ONNX file at the same model.path (new weights, no param change) reruns every model stage.
+    retrain_onnx(project / "models/tiny.onnx")
+    out = sh(project, sys.executable, "-m", "dvc", "repro", "repository").stdout
+    assert {"export", "simplify", "fp16", "parity", "repository"} <= set(harness.ran(out)), out
+    commit(project, "retrained")
     served = file_digest(model_dir / "1/model.onnx")[0]
+    assert served != before
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
     # The bench stage needs a Triton server; its report, in the stage's format, measured exactly these files.
     measured = MeasuredModel("tiny", str(model_dir / "1/model.onnx"), "1", {v: str(model_dir / f"configs/{v}.pbtxt") for v in configs}, served, configs)
