@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.core.config import PipelineConfig, load_config
 from tests.helpers.markers import PROCESS_MARKERS, STARTED, starts
-from tests.helpers.project import Builds, Built, Recipe, composed
+from tests.helpers.project import Builds, Built, Recipe, build_once, composed
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]  # tests/test_markers.py runs pytest on a conftest of its own
@@ -168,6 +168,24 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
     them, in the run's shared one, so one worker builds and the others wait for it and copy."""
     base = tmp_path_factory.getbasetemp()
     return Builds((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "builds")
+
+
+@pytest.fixture(scope="session")
+def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """MiniLM, the default model, exported and simplified by the stage functions once per run (``raw`` and ``sim``
+    paths; about 8 CPU-s), shared by the xdist workers like the built projects. Never to be changed: copy."""
+    from pipeline.convert import export, simplify
+
+    def build(where: Path) -> None:
+        where.mkdir(parents=True)
+        (where / "params.yaml").write_text(composed([]), encoding="utf-8")
+        cfg = load_config(where / "params.yaml")
+        export.run_export(cfg.model, cfg.export, where / "model.raw.onnx")
+        simplify.simplify(where / "model.raw.onnx", where / "model.sim.onnx", cfg.simplify, cfg.model)
+
+    base = tmp_path_factory.getbasetemp()
+    done = build_once((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "minilm-onnx", build)
+    return {k: done / f"model.{k}.onnx" for k in ("raw", "sim")}
 
 
 @pytest.fixture

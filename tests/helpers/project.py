@@ -183,6 +183,22 @@ TINY = Recipe("tiny", ("model=onnx", "model.name=tiny", "model.path=models/tiny.
 TWO = Recipe("two", ("model=onnx", "model.name=two", "model.path=models/two.onnx"), two_io_model)
 
 
+def build_once(done: Path, build: Callable[[Path], object]) -> Path:
+    """``done``, built by ``build(dir)`` in the first process that asks (the others wait on its lock): into a partial
+    directory renamed when complete, so a failed or killed build is never taken for a built one."""
+    with FileLock(str(done) + ".lock"):
+        if not done.is_dir():
+            partial = done.with_name(f"{done.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            try:
+                build(partial)
+            except BaseException:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+            partial.rename(done)
+    return done
+
+
 class Builds:
     """Built projects under ``root``, each built by the first process that asks for it (the others wait on its lock)."""
 
@@ -192,18 +208,7 @@ class Builds:
 
     def template(self, recipe: Recipe) -> Path:
         """The built project of ``recipe`` (never to be changed: copy it). Raises AssertionError if the build fails."""
-        done = self.root / recipe.key
-        with FileLock(str(done) + ".lock"):
-            if not done.is_dir():
-                partial = self.root / f"{recipe.key}.partial"
-                shutil.rmtree(partial, ignore_errors=True)
-                try:
-                    self._build(recipe, partial)
-                except BaseException:
-                    shutil.rmtree(partial, ignore_errors=True)
-                    raise
-                partial.rename(done)
-        return done
+        return build_once(self.root / recipe.key, lambda where: self._build(recipe, where))
 
     def copy(self, recipe: Recipe, dest: Path) -> Built:
         """A copy of ``recipe``'s built project at ``dest``: the working tree, git history, DVC cache and run cache."""

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from pipeline.core.config import PipelineConfig
 
 
-def build_precisions(cfg: PipelineConfig, d: Path) -> dict[str, Path]:
-    """export -> simplify -> fp16 with the stage functions, into ``d`` (``model.{raw,sim,fp16}.onnx`` and ``fp16.json``)."""
+def build_precisions(cfg: PipelineConfig, d: Path, exported: dict[str, Path] | None = None) -> dict[str, Path]:
+    """export -> simplify -> fp16 with the stage functions, into ``d`` (``model.{raw,sim,fp16}.onnx`` and ``fp16.json``).
+
+    ``exported``: the ``raw`` and ``sim`` files of this very config already built (conftest's ``minilm_onnx``), copied
+    instead of exported and simplified again.
+    """
     from pipeline.convert import export, fp16, simplify
 
     p = {k: d / f"model.{k}.onnx" for k in ("raw", "sim", "fp16")}
-    export.run_export(cfg.model, cfg.export, p["raw"])
-    simplify.simplify(p["raw"], p["sim"], cfg.simplify, cfg.model)
+    if exported is not None:
+        for k in ("raw", "sim"):
+            shutil.copyfile(exported[k], p[k])
+    else:
+        export.run_export(cfg.model, cfg.export, p["raw"])
+        simplify.simplify(p["raw"], p["sim"], cfg.simplify, cfg.model)
     rep = fp16.run_fp16(p["sim"], p["fp16"], cfg.precision, cfg.model)
     (d / "fp16.json").write_text(json.dumps(rep, default=str))
     return p

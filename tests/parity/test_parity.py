@@ -177,11 +177,11 @@ def test_onnx_source_reference_is_the_given_file(make_params, tiny_onnx: Path, t
 
 
 @pytest.mark.slow
-def test_minilm_parity_from_stage_functions(make_params, tmp_path: Path) -> None:
-    """MiniLM built in tmp_path by the stage functions passes with the default tolerances (about a minute)."""
+def test_minilm_parity_from_stage_functions(make_params, tmp_path: Path, minilm_onnx: dict[str, Path]) -> None:
+    """MiniLM built by the stage functions (its export shared with the README client's test) passes with the default tolerances."""
     params = make_params()
     t0 = time.perf_counter()
-    p = build_precisions(load_config(params), tmp_path)
+    p = build_precisions(load_config(params), tmp_path, minilm_onnx)
     t1 = time.perf_counter()
     assert parity.main(parity_args(params, p, tmp_path)) == 0
     rep = json.loads((tmp_path / "parity.json").read_text())
