@@ -190,5 +190,5 @@ def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture
 def built(builds: Builds, tmp_path: Path) -> Callable[[Recipe], Built]:
-    """This test's own copy of a built project (tests.helpers.project.TINY, TWO or a Recipe of its own), at tmp_path/<name>."""
+    """This test's own copy of a built project (tests.helpers.project.TWO or a Recipe of its own), at tmp_path/<name>."""
     return lambda recipe: builds.copy(recipe, tmp_path / recipe.name)

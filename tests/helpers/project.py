@@ -135,14 +135,6 @@ def ran(stdout: str) -> list[str]:
 
 
 # ---------------------------------------------------------------- models the recipes put in place
-def tiny_model(project: Path) -> None:
-    """models/tiny.onnx: x [batch, 8] -> y [batch, 4]."""
-    from tests.helpers.tiny_models import export_tiny_onnx
-
-    (project / "models").mkdir()
-    export_tiny_onnx(str(project / "models" / "tiny.onnx"))
-
-
 def two_io_model(project: Path) -> None:
     """models/two.onnx: two inputs and two outputs, inputs read from the graph (model=onnx lists none)."""
     from tests.helpers.tiny_models import two_io_onnx
@@ -179,7 +171,6 @@ class Built:
     first_repro: str
 
 
-TINY = Recipe("tiny", ("model=onnx", "model.name=tiny", "model.path=models/tiny.onnx"), tiny_model)
 TWO = Recipe("two", ("model=onnx", "model.name=two", "model.path=models/two.onnx"), two_io_model)
 
 

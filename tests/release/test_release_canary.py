@@ -140,10 +140,10 @@ def successes(client: th.InferenceServerClient, model: str, version: str = "") -
     return sum(int(s["inference_stats"]["success"]["count"]) for s in stats if not version or s["version"] == version)
 
 
-def served_versions(url: str) -> list[int]:
+def served_versions(url: str, model: str = "tiny") -> list[int]:
     with contextlib.closing(th.InferenceServerClient(url)) as c:
         index = c.get_model_repository_index()
-    return sorted(int(m["version"]) for m in index if m["name"] == "tiny" and m.get("state") == "READY")
+    return sorted(int(m["version"]) for m in index if m["name"] == model and m.get("state") == "READY")
 
 
 def copies(url: str) -> list[str]:

@@ -1,6 +1,7 @@
 """`release build` on a real copy of this project: a release is consistent with its inputs or refused.
 
-The project is copied into tmp with a tiny ONNX model (``model=onnx``), ``dvc repro repository``
+The project is copied into tmp with a tiny two-input, two-output ONNX model (``model=onnx``, its inputs read from
+the graph), ``dvc repro repository``
 runs once, and each test starts from a copy of that state (git history and DVC cache included):
 
 (a) a committed but unrun params change (finding 3) is refused, naming stage ``repository``, and one of
@@ -25,10 +26,10 @@ import pytest
 from pipeline.core.atomic import file_digest
 from pipeline.records.bench import BenchRecord, MeasuredModel
 from tests.helpers import project as harness
-from tests.helpers.project import TINY, Built, Recipe, commit
+from tests.helpers.project import TWO, Built, Recipe, commit
 from tests.helpers.release_repo import retrain_onnx
 
-BASE = list(TINY.overrides)
+BASE = list(TWO.overrides)
 # The bench's default phases, shorter: two rounds of each headline in 200 ms windows (the tiny model answers thousands
 # of requests in each), three within 100% of each other counting, found in up to 20 (beside busy test workers), no
 # cold-start or overload servers.
@@ -61,7 +62,7 @@ def release_build(project: Path, *args: str) -> subprocess.CompletedProcess[str]
 @pytest.fixture
 def project(built: Callable[[Recipe], Built]) -> Path:
     """A copy of the project after its first `dvc repro repository`, committed."""
-    return built(TINY).path
+    return built(TWO).path
 
 
 def refused_after_params_change(project: Path, override: str, stage: str, group: str) -> None:
@@ -81,7 +82,7 @@ def test_a_committed_but_unrun_params_change_is_refused(project: Path) -> None:
     sh(project, sys.executable, "-m", "dvc", "repro", "repository")
     r = release_build(project, "--no-tag")
     assert r.returncode == 0, r.stdout + r.stderr
-    shipped = project.parent / "store/releases/tiny/1/files/configs/throughput.pbtxt"
+    shipped = project.parent / "store/releases/two/1/files/configs/throughput.pbtxt"
     assert "max_queue_delay_microseconds: 500" in shipped.read_text()
 
 
@@ -92,19 +93,19 @@ def test_a_stale_precision_choice_is_refused(project: Path) -> None:
 
 def test_a_model_file_rewritten_in_place_is_refused(project: Path) -> None:
     """A retrain writes new weights to the same path: no param, no dvc.lock entry changes; the source record does."""
-    retrain_onnx(project / "models/tiny.onnx")
+    retrain_onnx(project / "models/two.onnx")
     r = release_build(project)
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
-    assert "source record artifacts/sources/model.json no longer matches the files it fingerprints: models/tiny.onnx changed" in r.stderr, r.stderr
+    assert "source record artifacts/sources/model.json no longer matches the files it fingerprints: models/two.onnx changed" in r.stderr, r.stderr
     assert "fix: run `dvc repro repository`" in r.stderr
     assert not (project.parent / "store/releases").exists()
 
 
 def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> None:
-    model_dir = project / "artifacts/model_repository/tiny"
+    model_dir = project / "artifacts/model_repository/two"
     before = file_digest(model_dir / "1/model.onnx")[0]
     # A replaced ONNX file at the same model.path (new weights, no param change) reruns every model stage.
-    retrain_onnx(project / "models/tiny.onnx")
+    retrain_onnx(project / "models/two.onnx")
     out = sh(project, sys.executable, "-m", "dvc", "repro", "repository").stdout
     assert {"export", "simplify", "fp16", "parity", "repository"} <= set(harness.ran(out)), out
     commit(project, "retrained")
@@ -112,7 +113,7 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
     assert served != before
     configs = {p.stem: file_digest(p)[0] for p in sorted((model_dir / "configs").glob("*.pbtxt"))}
     # The bench stage needs a Triton server; its report, in the stage's format, measured exactly these files.
-    measured = MeasuredModel("tiny", str(model_dir / "1/model.onnx"), "1", {v: str(model_dir / f"configs/{v}.pbtxt") for v in configs}, served, configs)
+    measured = MeasuredModel("two", str(model_dir / "1/model.onnx"), "1", {v: str(model_dir / f"configs/{v}.pbtxt") for v in configs}, served, configs)
     bench = BenchRecord(measured, {"ort_p50_ms": 0.1, "variants": {"latency": {"c1_p50_ms": 0.2}}}).to_json()
     bench["variants"] = {"latency": {"points": {"c1": {}}}}
     (project / "artifacts/reports/bench.json").write_text(json.dumps(bench))
@@ -126,8 +127,8 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
 
     r = release_build(project)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "git tag: tiny@v1.0.0" in r.stdout
-    m = json.loads((project.parent / "store/releases/tiny/1/manifest.json").read_text())
+    assert "git tag: two@v1.0.0" in r.stdout
+    m = json.loads((project.parent / "store/releases/two/1/manifest.json").read_text())
     assert m["dvc"]["checked"] is True and m["dvc"]["target"] == "repository"
     assert {"export", "parity", "repository"} <= set(m["dvc"]["stages"]) and "probe" not in m["dvc"]["stages"]
     assert "probe" in m["dvc"]["not_checked"] and all(s.startswith("engine@") for s in set(m["dvc"]["not_checked"]) - {"probe"})
@@ -146,7 +147,8 @@ def test_after_repro_the_release_embeds_summaries_with_shas(project: Path) -> No
 @pytest.mark.triton
 def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Path) -> None:
     """Issue 28, item 4: `dvc repro` -> release build -> promote dev, staging, production -> verify -> a tritonserver
-    serves production from the store -> a second version -> canary -> rollback. The default config apart from the
+    serves production from the store -> a second version -> canary -> rollback, for a model whose two inputs and two
+    outputs are read from the graph (the bench, `dvc metrics show` and `dvc exp show` on the way). The default config apart from the
     model, the bench's durations and window stability (its default phases on a tiny model take minutes: this suite's budget) and the
     canary's p99 bound (here it checks the path; test_release_canary judges the verdict); any refusal fails it."""
     import numpy as np
@@ -161,19 +163,37 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
     def release(*args: str) -> str:
         return sh(project, sys.executable, "-m", "pipeline.cli", "release", *args, "--store", store).stdout
 
-    def answers(url: str) -> tuple[int, ...]:
-        x = th.InferInput("x", [2, 8], "FP32")
-        x.set_data_from_numpy(np.ones((2, 8), np.float32))
-        return th.InferenceServerClient(url).infer("tiny", [x]).as_numpy("y").shape
+    def answers(url: str) -> tuple[tuple[int, ...], ...]:
+        feeds = [th.InferInput(n, [2, 4], "FP32") for n in ("a", "b")]
+        for f in feeds:
+            f.set_data_from_numpy(np.ones((2, 4), np.float32))
+        res = th.InferenceServerClient(url).infer("two", feeds)
+        return tuple(res.as_numpy(n).shape for n in ("s", "p"))
 
     sh(project, sys.executable, "-m", "pipeline.params", *BASE, *SHORT_BENCH)  # bench-only keys: nothing upstream reruns
     repro = sh(project, sys.executable, "-m", "dvc", "repro")
     assert "Running stage 'repository'" not in repro.stdout
     assert "Running stage 'bench'" in repro.stdout, repro.stdout[-2000:]
+    # The bench measured the shipped two-input graph, and its headline is a metric.
+    bench = json.loads((project / "artifacts/reports/bench.json").read_text())
+    assert bench["model"]["name"] == "two" and bench["model"]["sha256"] == file_digest(project / "artifacts/model_repository/two/1/model.onnx")[0]
+    metrics = json.loads((project / "artifacts/metrics/bench.json").read_text())
+    assert metrics == bench["summary"] and metrics["variants"]["latency"]["c1_p50_ms"] > 0, metrics
+    # Every metrics file loads (a nested key named "error" used to make DVC report a load failure), and the
+    # headline-only metrics keep `dvc exp show` to a width a terminal can show.
+    shown = sh(project, sys.executable, "-m", "dvc", "metrics", "show")
+    assert "failed to load" not in (shown.stdout + shown.stderr).lower(), shown.stdout + shown.stderr
+    for name in ("export", "simplify", "fp16", "parity", "repository", "bench"):
+        assert f"artifacts/metrics/{name}.json" in shown.stdout
     commit(project, "dvc repro")
+    table = sh(project, sys.executable, "-m", "dvc", "exp", "show", "--no-pager", "--md").stdout
+    cols = [c.strip() for c in next(ln for ln in table.splitlines() if ln.startswith("|")).strip("|").split("|")]
+    metric_cols = cols[cols.index("Created") + 1 : next(i for i, c in enumerate(cols) if c.startswith("model."))]
+    # 749 when whole reports were metrics; 68 now with the default profile's headlines (each stage adds its own)
+    assert 20 <= len(metric_cols) <= 72, "\n".join(metric_cols)
     built = release("build")
-    assert "built release tiny version 1" in built and "evidence from dvc.lock: repository = repository, parity = parity, bench = bench" in built, built
-    assert "bench summary: recorded" in built and "git tag: tiny@v1.0.0" in built, built
+    assert "built release two version 1" in built and "evidence from dvc.lock: repository = repository, parity = parity, bench = bench" in built, built
+    assert "bench summary: recorded" in built and "git tag: two@v1.0.0" in built, built
     for env in ("dev", "staging", "production"):
         assert f"-> 1 in '{env}'" in release("promote", "--to", env)
     assert "all checksums match" in release("verify")
@@ -186,17 +206,17 @@ def test_the_readme_journey_with_the_default_config(project: Path, tmp_path: Pat
     sh(project, sys.executable, "-m", "dvc", "repro", "repository")
     commit(project, "a shorter queue delay")
     built = release("build")
-    assert "built release tiny version 2" in built and "bench summary: absent" in built, built
-    m = json.loads((project.parent / "store/releases/tiny/2/manifest.json").read_text())
+    assert "built release two version 2" in built and "bench summary: absent" in built, built
+    m = json.loads((project.parent / "store/releases/two/2/manifest.json").read_text())
     assert "the bench stage is out of date" in m["bench"]["reason"], m["bench"]
     assert "-> 2 in 'dev'" in release("promote", "--to", "dev")
 
     # Production as shipped, from the store, by a tritonserver (native/pipeline_ort stands in for its onnxruntime backend).
-    with EmbeddedServer(production, "tiny", timeout_s=120, log_dir=tmp_path / "logs", ort_standin=True) as srv:
-        assert answers(srv.http_url) == (2, 4) and served_versions(srv.http_url) == [1]
+    with EmbeddedServer(production, "two", timeout_s=120, log_dir=tmp_path / "logs", ort_standin=True) as srv:
+        assert answers(srv.http_url) == ((2, 4), (2, 4)) and served_versions(srv.http_url, "two") == [1]
         out = release("canary", "--env", "production", "--version", "2", "--reload", srv.http_url, "--duration", "4s")
-        assert "verdict: PASSED: promoted" in out and served_versions(srv.http_url) == [2], out
+        assert "verdict: PASSED: promoted" in out and served_versions(srv.http_url, "two") == [2], out
         out = release("rollback", "--env", "production", "--reload", srv.http_url)
-        assert "rollback: tiny version 2 -> 1 in 'production'" in out and served_versions(srv.http_url) == [1], out
-        assert answers(srv.http_url) == (2, 4)
+        assert "rollback: two version 2 -> 1 in 'production'" in out and served_versions(srv.http_url, "two") == [1], out
+        assert answers(srv.http_url) == ((2, 4), (2, 4))
     assert "all checksums match" in release("verify")

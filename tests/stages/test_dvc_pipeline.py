@@ -1,8 +1,9 @@
-"""The real `dvc repro` / `dvc exp run` on a copy of this project, with a tiny ONNX model.
+"""The real `dvc repro` / `dvc exp run` on a copy of this project, with a tiny two-input ONNX model.
 
 Shows: both ways of running agree on params; a second repro is a no-op, also after Python
 wrote bytecode; changing only a variant value reruns only the repository stage (never
-export/simplify/fp16), and changing it back restores the first run from DVC's run cache;
+export/simplify/fp16), and changing it back restores the first run from DVC's run cache; a builder knob of a
+target the fleet does not build is no input of any stage;
 a bad input fails with one message and leaves dvc.lock unchanged. Each test has its own copy of the project
 built once per session (tests/helpers/project.py), so these also show that a copy is as good as the build.
 """
@@ -15,15 +16,15 @@ from collections.abc import Callable
 import pytest
 
 from pipeline.params import compose
-from tests.helpers.project import GIT, TINY, Built, Recipe, sh
+from tests.helpers.project import GIT, TWO, Built, Recipe, sh
 
-BASE = list(TINY.overrides)
+BASE = list(TWO.overrides)
 
 
 @pytest.fixture
 def tiny(built: Callable[[Recipe], Built]) -> Built:
     """A git repo holding a copy of the pipeline, configured for a tiny ONNX model, after its first `dvc repro repository`."""
-    return built(TINY)
+    return built(TWO)
 
 
 def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> None:
@@ -33,7 +34,7 @@ def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> No
     project = tiny.path
     for stage in ("export", "simplify", "fp16", "parity", "repository"):
         assert f"Running stage '{stage}'" in tiny.first_repro
-    assert (project / "artifacts" / "model_repository" / "tiny" / "configs" / "throughput.pbtxt").is_file()
+    assert (project / "artifacts" / "model_repository" / "two" / "configs" / "throughput.pbtxt").is_file()
     # Bytecode is not a code dependency (.dvcignore): a new or rewritten .pyc beside the sources changes nothing.
     stray = project / "pipeline" / "core" / "__pycache__" / "stray.cpython-311.pyc"
     stray.parent.mkdir(exist_ok=True)
@@ -51,18 +52,22 @@ def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> No
     assert ran == {"repository"}, exp.stdout  # the tune depends on the throughput variant, not the latency one
     # dvc exp run composed conf/ itself: the result equals our composer's output for the same overrides.
     assert (project / "params.yaml").read_text() == compose(overrides, project / "conf")
-    latency = (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
+    latency = (project / "artifacts" / "model_repository" / "two" / "configs" / "latency.pbtxt").read_text()
     assert "count: 3" in latency
     # Back to the built params: the build's run-cache entry (copied with .dvc/cache) restores the repository, as it
     # would in the project that ran it, instead of running the stage again.
     (project / "params.yaml").write_text(compose(BASE, project / "conf"))
     back = sh(project, *dvc, "repro", "repository")
     assert "Stage 'repository' is cached - skipping run, checking out outputs" in back.stdout, back.stdout
-    assert "count: 3" not in (project / "artifacts" / "model_repository" / "tiny" / "configs" / "latency.pbtxt").read_text()
+    assert "count: 3" not in (project / "artifacts" / "model_repository" / "two" / "configs" / "latency.pbtxt").read_text()
     # The tune reruns on its own knobs and on the throughput variant, never on a bench-only knob.
     for extra, reruns in (("bench.rounds.budget_s=10", False), ("tune.budget_s=100", True), ("variants.throughput.instance_count=2", True)):
         (project / "params.yaml").write_text(compose([*BASE, extra], project / "conf"))
         assert ("tune:" in sh(project, *dvc, "status", "tune").stdout) is reruns, extra
+    # The fleet is [cpu]: an a100 builder knob is no input of the repository stage (nor of anything upstream).
+    (project / "params.yaml").write_text(compose([*BASE, "target_specs.a100.builder.workspace_mb=1024"], project / "conf"))
+    status = sh(project, *dvc, "status", "repository").stdout
+    assert "repository" not in status and "export" not in status, status
 
 
 def test_bad_input_leaves_lock_and_artifacts(tiny: Built) -> None:
@@ -70,7 +75,8 @@ def test_bad_input_leaves_lock_and_artifacts(tiny: Built) -> None:
     project = tiny.path
     sh(project, *dvc, "repro", "repository")
     lock = (project / "dvc.lock").read_bytes()
-    (project / "models" / "broken.onnx").write_bytes((project / "models" / "tiny.onnx").read_bytes()[:300])
+    whole = (project / "models" / "two.onnx").read_bytes()
+    (project / "models" / "broken.onnx").write_bytes(whole[: len(whole) // 2])
     (project / "params.yaml").write_text(compose([*BASE[:2], "model.path=models/broken.onnx"], project / "conf"))
     res = sh(project, *dvc, "repro", "repository", check=False)
     assert res.returncode != 0
