@@ -306,3 +306,43 @@ def test_external_mode_loads_each_variant_through_the_repository_api(tmp_path: P
                 live = json.load(r)
         assert live["dynamic_batching"]["preferred_batch_size"] == [4, 8]
         assert "External Triton" in mode.description
+
+
+@pytest.mark.triton  # judges what the report holds, not how fast: it runs beside other tests
+def test_the_full_profile_sweeps_a_graph_with_two_inputs_and_two_outputs(tmp_path: Path, make_params) -> None:  # noqa: ANN001 - fixture
+    """`bench.profile=full` (the sweep of every variant at every concurrency) on a model whose inputs and outputs are
+    read from its graph, in the repository the repository stage's writer lays out."""
+    from pipeline.core.atomic import file_digest
+    from pipeline.repository.writer import write_repository
+    from pipeline.stages import bench as bench_stage
+    from tests.helpers.tiny_models import two_io_onnx
+
+    model = Path(two_io_onnx(str(tmp_path / "two.onnx")))
+    params = make_params(
+        "model=onnx",
+        "model.name=two",
+        f"model.path={model}",
+        "bench.profile=full",
+        "bench.sweep.concurrency=[1,2]",
+        "bench.sweep.measurement_interval_ms=500",
+        "bench.sweep.stability_percentage=100",
+        "bench.max_trials=20",  # beside three busy test workers a window can swing
+        "bench.baseline.warmup_runs=5",
+        "bench.baseline.runs=50",
+        "bench.baseline.seconds=0.2",
+        "bench.baseline.batch_sizes=[1,2]",
+        "bench.rounds.c1.min=0",
+        "bench.rounds.throughput.min=0",  # the sweep alone: no rounds
+        "bench.readiness.cold_start=false",
+        "bench.overload.enabled=false",
+    )
+    write_repository(load_config(params), model, tmp_path / "repo")
+    out = tmp_path / "out"
+    assert bench_stage.main(bench_args(params, tmp_path / "repo", out, "--metrics", str(out / "metrics.json"))) == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert data["model"]["name"] == "two" and data["model"]["sha256"] == file_digest(tmp_path / "repo/two/1/model.onnx")[0]
+    assert {v["source"] for v in data["variants"].values()} == {"sweep"}
+    for variant in ("latency", "throughput"):
+        assert set(data["variants"][variant]["points"]) == {"c1", "c2"} and all(p["valid"] for p in data["variants"][variant]["points"].values()), data["variants"][variant]
+    assert json.loads((out / "metrics.json").read_text())["variants"]["latency"]["c1_p50_ms"] > 0
+    assert not procs_mentioning(str(tmp_path))
