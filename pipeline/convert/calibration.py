@@ -20,7 +20,7 @@ from pipeline.core import atomic, holdout
 from pipeline.core.config import CalibrationConfig, ModelConfig
 from pipeline.core.errors import QuantizationError
 from pipeline.core.holdout import rows_of
-from pipeline.core.polygraphy_json import numpy_first
+from pipeline.core.polygraphy_json import load_json, save_json
 from pipeline.core.samples import contiguous, input_specs, load_samples
 from pipeline.core.specs import IOSpec, graph_io
 
@@ -155,9 +155,6 @@ def build(model: ModelConfig, graph: onnx.ModelProto, cfg: CalibrationConfig, sy
 
 def save(feeds: list[Feed], path: Path) -> None:
     """Write the samples as Polygraphy JSON (a list of feed dicts), atomically."""
-    from polygraphy.json import save_json
-
-    numpy_first()
     with atomic.atomic_path(path, suffix=".json") as tmp:
         save_json([OrderedDict(f) for f in feeds], str(tmp), description="calibration samples")
 
@@ -165,9 +162,7 @@ def save(feeds: list[Feed], path: Path) -> None:
 def load(path: Path) -> list[Feed]:
     """Read a calibration set written by :func:`save`; raise QuantizationError when it is missing or unreadable."""
     from polygraphy.exception import PolygraphyException
-    from polygraphy.json import load_json
 
-    numpy_first()
     if not path.is_file():
         raise QuantizationError(f"calibration set not found: {path}", fix="run the calibrate stage: dvc repro calibrate")
     try:

@@ -4,7 +4,8 @@ Polygraphy asks of every array it handles whether it is a ``torch.Tensor``, and 
 (``polygraphy.util.array.is_torch``); its JSON codec registers a torch encoder the same way on first use. Importing
 torch costs about 1.1 s of CPU, in every process that runs Polygraphy: the calibrate, int8 and parity stages spent
 more time importing torch than working on a small model. Nothing can be a ``torch.Tensor`` before torch is imported,
-so :func:`numpy_first` answers from ``sys.modules`` instead, which gives the same answer for every object. A process
+so :func:`numpy_first` answers from ``sys.modules`` instead (and :func:`load_json` / :func:`save_json`, the only
+way this project reads and writes Polygraphy JSON, apply it first), which gives the same answer for every object. A process
 that does import torch (the PyTorch parity reference) still gets torch tensors recognised. The torch JSON codec is
 left unregistered only when torch is not imported at first use: the files written here never hold torch tensors.
 """
@@ -34,3 +35,19 @@ def numpy_first() -> None:
     if "torch" not in sys.modules:
         serde.TORCH_REGISTRATION_SUCCESS = True  # skip the probe; numpy's codec registers as before
     _done = True
+
+
+def load_json(path: str, description: str) -> Any:
+    """``polygraphy.json.load_json``, without the torch probe."""
+    from polygraphy.json import load_json as load
+
+    numpy_first()
+    return load(path, description=description)
+
+
+def save_json(obj: Any, path: str, description: str) -> None:
+    """``polygraphy.json.save_json``, without the torch probe."""
+    from polygraphy.json import save_json as save
+
+    numpy_first()
+    save(obj, path, description=description)

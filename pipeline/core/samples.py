@@ -22,7 +22,7 @@ import numpy as np
 from pipeline.core.config import DType, ModelConfig, TensorSpec
 from pipeline.core.errors import ConfigError, ModelSourceError, OnnxModelError
 from pipeline.core.images import load_folder
-from pipeline.core.polygraphy_json import numpy_first
+from pipeline.core.polygraphy_json import load_json
 from pipeline.core.specs import IOSpec, typeable
 
 Feed = dict[str, np.ndarray]
@@ -129,9 +129,7 @@ def load_feed_file(path: str | Path, names: list[str] | None = None) -> list[Fee
     if p.suffix != ".json":
         raise ConfigError(f"model.data.path={p} is not .json, .npz or .npy", fix="give a Polygraphy JSON inputs file, an .npz or an .npy")
     from polygraphy.exception import PolygraphyException
-    from polygraphy.json import load_json
 
-    numpy_first()
     try:
         data = load_json(str(p), description="sample inputs")
     except (PolygraphyException, ValueError, OSError) as e:

@@ -26,7 +26,7 @@ from pipeline.core import atomic, model_outputs
 from pipeline.core.samples import contiguous
 from pipeline.core.config import TensorSpec
 from pipeline.core.errors import ParityError
-from pipeline.core.polygraphy_json import numpy_first
+from pipeline.core.polygraphy_json import load_json, numpy_first, save_json
 from pipeline.engines.trt import available
 
 numpy_first()  # every runner and the Comparator ask each array whether it is a torch.Tensor
@@ -150,8 +150,6 @@ def save_goldens(feeds: list[Feed], reference: RunResults, inputs_path: Path, re
 
     The same files ``polygraphy run --load-inputs inputs.json --load-outputs reference.json`` reads.
     """
-    from polygraphy.json import save_json
-
     with atomic.atomic_path(inputs_path, suffix=".json") as tmp:
         save_json([OrderedDict(f) for f in feeds], str(tmp), description="parity inputs")
     with atomic.atomic_path(reference_path, suffix=".json") as tmp:
@@ -160,8 +158,6 @@ def save_goldens(feeds: list[Feed], reference: RunResults, inputs_path: Path, re
 
 def load_goldens(inputs_path: Path, reference_path: Path) -> tuple[list[Feed], RunResults]:
     """Read goldens written by :func:`save_goldens`; raise ParityError naming the missing or bad file."""
-    from polygraphy.json import load_json
-
     for p in (inputs_path, reference_path):
         if not p.is_file():
             raise ParityError(

@@ -129,6 +129,10 @@ def commit(project: Path, message: str = "commit") -> None:
     sh(project, *GIT, "commit", "-qm", message, "--allow-empty")
 
 
+# The stages a change of the model's weights or code must rerun (export and everything after it up to the repository).
+MODEL_STAGES = ["export", "simplify", "fp16", "parity", "repository"]
+
+
 def ran(stdout: str) -> list[str]:
     """Stage names `dvc repro` ran, in order."""
     return [ln.split("'")[1] for ln in stdout.splitlines() if ln.startswith("Running stage '")]

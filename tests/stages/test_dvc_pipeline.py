@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from pipeline.params import compose
-from tests.helpers.project import GIT, TWO, Built, Recipe, sh
+from tests.helpers.project import GIT, MODEL_STAGES, TWO, Built, Recipe, sh
 
 BASE = list(TWO.overrides)
 
@@ -32,7 +32,7 @@ def test_repro_noop_and_variant_change_reruns_only_repository(tiny: Built) -> No
     cache and state as the build left them) and a variant change reruns only the repository stage."""
     dvc = [sys.executable, "-m", "dvc"]
     project = tiny.path
-    for stage in ("export", "simplify", "fp16", "parity", "repository"):
+    for stage in MODEL_STAGES:
         assert f"Running stage '{stage}'" in tiny.first_repro
     assert (project / "artifacts" / "model_repository" / "two" / "configs" / "throughput.pbtxt").is_file()
     # Bytecode is not a code dependency (.dvcignore): a new or rewritten .pyc beside the sources changes nothing.

@@ -17,9 +17,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from tests.helpers.project import DVC, Built, Recipe, ran, sh
+from tests.helpers.project import DVC, MODEL_STAGES, Built, Recipe, ran, sh
 
-MODEL_STAGES = ["export", "simplify", "fp16", "parity", "repository"]
 CKPT = "examples/custom_model.safetensors"
 
 
