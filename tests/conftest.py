@@ -63,6 +63,19 @@ def _cost(item: pytest.Item) -> float:
     return max((c for m, c in COST.items() if item.get_closest_marker(m)), default=0.1)
 
 
+# The files holding `timing` tests, as collected before `-m` selects (tests/test_markers.py checks that each names
+# the marker: the premise of pytest_ignore_collect below).
+TIMING_FILES: set[Path] = set()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A run of ``-m timing`` alone (CI's serial pass) imports only the test files that name the marker, instead of all
+    of them (about 8 CPU-s of collection). A `timing` test is marked in its own file, never from a fixture."""
+    if (config.getoption("markexpr") or "").strip() != "timing" or not collection_path.name.startswith("test_") or collection_path.suffix != ".py":
+        return None
+    return "timing" not in collection_path.read_text(encoding="utf-8") or None
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
@@ -70,6 +83,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(marker)
         if item.get_closest_marker("slow") is None and any(item.get_closest_marker(m) for m in (*PROCESS_MARKERS, "timing")):
             item.add_marker("slow")
+        if item.get_closest_marker("timing"):
+            TIMING_FILES.add(Path(str(item.fspath)))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike: xdist needs one collection order
         per_file: dict[str, float] = {}
         for item in items:

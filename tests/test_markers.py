@@ -155,3 +155,12 @@ def test_the_default_run_uses_every_core_except_for_timing_and_named_tests(pytes
 
     config = pytester.parseconfig("-p", "no:cacheprovider", *args)
     assert pytest_xdist_auto_num_workers(config) == (len(os.sched_getaffinity(0)) if workers == "cores" else workers)
+
+
+def test_every_timing_test_is_in_a_file_that_names_the_marker() -> None:
+    """The serial pass (`-m timing`) imports only the files that contain "timing" (conftest's pytest_ignore_collect)."""
+    from tests.conftest import TIMING_FILES
+
+    if not TIMING_FILES:
+        pytest.skip("no timing test collected in this run (a run of named files): the whole suite's run checks this")
+    assert [f for f in sorted(TIMING_FILES) if "timing" not in f.read_text(encoding="utf-8")] == []

@@ -53,9 +53,10 @@ def test_engine_jobs_through_the_remote_assemble_one_repository(tmp_path: Path, 
         assert "Running stage 'export'" not in out.stdout, "an engine job must build from the pulled ONNX, never rebuild it"
         manifest = json.loads((handoff / "gpu-jobs" / f"gpu-{target}" / "artifacts" / "engines" / target / "manifest.json").read_text())
         assert manifest["status"] == "skipped" and manifest["target"] == target
-        # On its own runner a skipped engine is an error: that is what the GPU jobs pass.
-        again = sh(job, "bash", "scripts/ci/engine-job.sh", target, str(handoff / "onnx-lock"), str(tmp_path / "unused"), "--require-engine", check=False, env=s3.env)
-        assert again.returncode != 0 and f"engine@{target} was skipped on its own runner" in again.stderr
+        if target == "a100":  # the same script and check for every family: one is enough
+            # On its own runner a skipped engine is an error: that is what the GPU jobs pass.
+            again = sh(job, "bash", "scripts/ci/engine-job.sh", target, str(handoff / "onnx-lock"), str(tmp_path / "unused"), "--require-engine", check=False, env=s3.env)
+            assert again.returncode != 0 and f"engine@{target} was skipped on its own runner" in again.stderr
 
     assemble = clone("job-assemble")
     res = sh(assemble, "bash", "scripts/ci/assemble-job.sh", str(handoff / "onnx-lock"), str(handoff / "gpu-jobs"), env=s3.env)

@@ -34,6 +34,7 @@ class S3Server:
     port: int
     proc: subprocess.Popen[bytes]
     buckets: list[str] = field(default_factory=list)
+    _client: Any = field(default=None, repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -45,15 +46,19 @@ class S3Server:
         return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ENDPOINT_URL_S3": self.endpoint}
 
     def client(self) -> Any:
-        import boto3
+        """One boto3 client per server, made on first use: the tests poll the bucket in loops (about 20 ms of CPU
+        to make a client, more than the request)."""
+        if self._client is None:
+            import boto3
 
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name="us-east-1",
-        )
+            self._client = boto3.client(
+                "s3",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                region_name="us-east-1",
+            )
+        return self._client
 
     def bucket(self, name: str) -> str:
         """Create bucket ``name`` (>= 3 characters) and return it."""
