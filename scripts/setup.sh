@@ -76,5 +76,6 @@ MOTO_USED='core|moto_api|moto_server|iam|sts|s3|s3bucket_path|utilities|events|c
   .venv/lib/python*/site-packages >/dev/null 2>&1 || true
 # The project's own package too (an editable install is never compiled): every stage and CLI subprocess imports it.
 .venv/bin/python -m compileall -q -j 0 pipeline hydra_plugins >/dev/null 2>&1 || true
-.venv/bin/python -c "import pipeline, onnx, onnxruntime, onnxsim, polygraphy, tritonclient.grpc.model_config_pb2" \
+# onnxsim as the simplify stage imports it (its optional torch probe held off: ~2 s less here).
+.venv/bin/python -c "import pipeline, onnx, onnxruntime, polygraphy, tritonclient.grpc.model_config_pb2; from pipeline.convert.simplify import import_onnxsim; import_onnxsim()" \
   && echo "setup ok: $(.venv/bin/python --version), activate with: . .venv/bin/activate"
