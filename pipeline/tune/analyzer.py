@@ -65,6 +65,9 @@ def config(cfg: PipelineConfig, arena: ShippedArena, repo: Path, out: Path, exe:
         "override_output_model_repository": True,
         "export_path": str(out / "export"),
         "checkpoint_directory": str(out / "checkpoints"),  # else ./checkpoints in the working directory
+        # Its per-configuration detailed reports (HTML and plots, several seconds of the run) are never read: the
+        # results table comes with the summary.
+        "skip_detailed_reports": True,
         "triton_launch_mode": "local",
         "triton_server_path": str(inst.binary),
         "perf_analyzer_path": str(exe.parent / "perf_analyzer"),

@@ -62,6 +62,8 @@ def test_model_analyzer_side_by_side_on_the_tiny_model(tiny_cfg, tiny_onnx: Path
         assert record.vs_model_analyzer is None and any("Model Analyzer's best is our winner" in n for n in record.notes)
     assert record.wall_s <= cfg.tune.budget_s + 15 and record.source in ("search", "config-kept")
     assert not procs_mentioning(str(tmp_path), ("tritonserver", "perf_analyzer", "model-analyzer")), "a server or client was left running"
+    reports = tmp_path / "work" / "model-analyzer" / "export" / "reports"
+    assert (reports / "summaries").is_dir() and not (reports / "detailed").exists()  # the summary carries the results table
 
 
 def test_model_analyzer_absent_or_failing_is_recorded_with_its_own_line(tiny_cfg, tiny_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
