@@ -176,13 +176,17 @@ def s3():  # noqa: ANN201 - tests.helpers.s3.S3Server, imported lazily so the un
         yield server
 
 
+def _run_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The temp dir the whole run shares: under xdist every worker has one of its own, inside the run's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 @starts("dvc")
 def builds(tmp_path_factory: pytest.TempPathFactory) -> Builds:
-    """Projects built once per session. Under xdist every worker has a temp dir of its own: the builds live beside
-    them, in the run's shared one, so one worker builds and the others wait for it and copy."""
-    base = tmp_path_factory.getbasetemp()
-    return Builds((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "builds")
+    """Projects built once per session, in the run's shared temp dir: one worker builds, the others wait for it and copy."""
+    return Builds(_run_tmp(tmp_path_factory) / "builds")
 
 
 @pytest.fixture(scope="session")
@@ -198,8 +202,7 @@ def minilm_onnx(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         export.run_export(cfg.model, cfg.export, where / "model.raw.onnx")
         simplify.simplify(where / "model.raw.onnx", where / "model.sim.onnx", cfg.simplify, cfg.model)
 
-    base = tmp_path_factory.getbasetemp()
-    done = build_once((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "minilm-onnx", build)
+    done = build_once(_run_tmp(tmp_path_factory) / "minilm-onnx", build)
     return {k: done / f"model.{k}.onnx" for k in ("raw", "sim")}
 
 
