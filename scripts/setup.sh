@@ -69,11 +69,19 @@ fi
 # the wheels' own tests, and packages no stage, CLI or test imports (mypy runs from its compiled modules; the rest come
 # with moto's and DVC's dependencies). A module left out still works: compiled when imported.
 # Files that do not compile (test data in some wheels) are skipped as pip skips them.
+# The compile takes ~20 s on 2 cores; scripts/bytecode_cache.py keeps its .pyc files (hard links, checked against their
+# sources) for the next venv of the same packages, which then takes ~1 s.
 NEVER_IMPORTED='cfnlint|mypy|mypyc|dns|graphql|prompt_toolkit|aws_xray_sdk|asyncssh|docker|joserfc|pytriton'
 MOTO_USED='core|moto_api|moto_server|iam|sts|s3|s3bucket_path|utilities|events|cloudwatch'
-.venv/bin/python -m compileall -q -j 0 \
-  -x "transformers/models/(?!(auto|bert)/)|/site-packages/moto/(?!($MOTO_USED)/)[a-z0-9_]+/|/site-packages/($NEVER_IMPORTED)/|/tests/" \
-  .venv/lib/python*/site-packages >/dev/null 2>&1 || true
+LEFT_OUT="transformers/models/(?!(auto|bert)/)|/site-packages/moto/(?!($MOTO_USED)/)[a-z0-9_]+/|/site-packages/($NEVER_IMPORTED)/|/tests/"
+SITE=$(echo .venv/lib/python*/site-packages)
+if ! .venv/bin/python scripts/bytecode_cache.py restore "$SITE" "$LEFT_OUT"; then
+  rc=0; .venv/bin/python -m compileall -q -j 0 -x "$LEFT_OUT" "$SITE" >/dev/null 2>&1 || rc=$?
+  # 1: some files did not compile (as above); anything else (interrupted) leaves a partial set, which is not kept.
+  if [ "$rc" -le 1 ]; then
+    .venv/bin/python scripts/bytecode_cache.py save "$SITE" "$LEFT_OUT" || echo "note: bytecode not cached (the next setup compiles again)"
+  fi
+fi
 # The project's own package too (an editable install is never compiled): every stage and CLI subprocess imports it.
 .venv/bin/python -m compileall -q -j 0 pipeline hydra_plugins >/dev/null 2>&1 || true
 # onnxsim as the simplify stage imports it (its optional torch probe held off: ~2 s less here).

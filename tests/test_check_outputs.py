@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.helpers.project import ROOT
+from tests.helpers.project import script
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_outputs", ROOT / "scripts/check_outputs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script("check_outputs")
 
 
 def _artifacts(root: Path, *, p50: float = 1.5, model: bytes = b"onnx-bytes") -> Path:

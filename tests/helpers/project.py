@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import os
 import signal
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from filelock import FileLock
 
@@ -35,6 +37,15 @@ RELEASE_CLI = [sys.executable, "-m", "pipeline.cli", "release"]
 PROJECT_DIRS = ("pipeline", "conf", "tests", "hydra_plugins", "native")
 PROJECT_FILES = ("dvc.yaml", ".dvcignore", ".gitignore")
 IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` loaded as a module (scripts/ is not a package: each script runs as a file)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def sh(cwd: Path, *cmd: str, check: bool = True, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
