@@ -8,6 +8,7 @@ still a dependency), so a cycle cannot hide behind an import inside a function.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import subprocess
 import sys
@@ -19,7 +20,14 @@ from tests.helpers.imports import PKG, ROOT, module_name, pipeline_imports
 SUBSYSTEMS = ["core", "records", "stats", "models", "convert", "parity", "engines", "repository", "serving", "bench", "choose", "tune", "release", "stages"]
 
 MODULES = {module_name(p) for p in PKG.rglob("*.py")}
-GRAPH = {module_name(p): pipeline_imports(p) - {module_name(p), "pipeline"} for p in PKG.rglob("*.py")}
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the pipeline modules it imports. Built when a test asks (not at collection: every xdist worker collects)."""
+    return {module_name(p): pipeline_imports(p) - {module_name(p), "pipeline"} for p in PKG.rglob("*.py")}
+
+
 # Packages split into sub-packages (bench/{measure,rounds,...}, core/config, ...): their parts depend one way too.
 SPLIT = sorted(module_name(d / "__init__.py") for d in PKG.rglob("*") if d != PKG and (d / "__init__.py").is_file() and any((c / "__init__.py").is_file() for c in d.iterdir()))
 
@@ -74,35 +82,35 @@ def test_subsystems_import_on_a_cpu_machine() -> None:
 
 
 def test_no_module_import_cycles() -> None:
-    assert cycles(GRAPH) == []
+    assert cycles(import_graph()) == []
 
 
 def test_no_package_import_cycles() -> None:
     pkg_graph: dict[str, set[str]] = {}
-    for mod, deps in GRAPH.items():
+    for mod, deps in import_graph().items():
         pkg_graph.setdefault(package(mod), set()).update(package(d) for d in deps if package(d) != package(mod))
     assert cycles(pkg_graph) == [], {p: sorted(d) for p, d in pkg_graph.items()}
 
 
 def test_core_imports_nothing_from_the_other_packages() -> None:
-    bad = {m: sorted(d for d in deps if package(d) != "core") for m, deps in GRAPH.items() if package(m) == "core"}
+    bad = {m: sorted(d for d in deps if package(d) != "core") for m, deps in import_graph().items() if package(m) == "core"}
     assert {m: d for m, d in bad.items() if d} == {}
 
 
 def test_records_import_only_core() -> None:
     """The typed records stages exchange (pipeline.records) depend on pipeline.core alone, so any stage may read any record."""
-    bad = {m: sorted(d for d in deps if package(d) not in {"core", "records"}) for m, deps in GRAPH.items() if package(m) == "records"}
+    bad = {m: sorted(d for d in deps if package(d) not in {"core", "records"}) for m, deps in import_graph().items() if package(m) == "records"}
     assert {m: d for m, d in bad.items() if d} == {}
 
 
-def parts_graph(pkg: str, graph: dict[str, set[str]] = GRAPH) -> dict[str, set[str]]:
+def parts_graph(pkg: str, imports: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
     """Imports between the direct parts of ``pkg`` (each sub-package, and each module beside them, is one node)."""
 
     def part(mod: str) -> str | None:
         return mod[len(pkg) + 1 :].split(".")[0] if mod.startswith(pkg + ".") else None
 
     out: dict[str, set[str]] = {}
-    for mod, deps in graph.items():
+    for mod, deps in (import_graph() if imports is None else imports).items():
         if (a := part(mod)) is not None:
             out.setdefault(a, set()).update(b for b in map(part, deps) if b is not None and b != a)
     return out
@@ -121,7 +129,7 @@ def test_no_import_cycles_among_subpackages(pkg: str) -> None:
 def test_the_cycle_check_sees_a_cycle_between_parts() -> None:
     """parts_graph folds modules into their sub-package, so two modules importing across two sub-packages are a cycle."""
     assert cycles(parts_graph("pipeline.bench")) == []
-    back = GRAPH | {"pipeline.bench.measure.sweep": GRAPH["pipeline.bench.measure.sweep"] | {"pipeline.bench.report.render"}}
+    back = import_graph() | {"pipeline.bench.measure.sweep": import_graph()["pipeline.bench.measure.sweep"] | {"pipeline.bench.report.render"}}
     assert any({"measure", "report"} <= set(c) for c in cycles(parts_graph("pipeline.bench", back)))
 
 
