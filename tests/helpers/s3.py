@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -104,13 +105,24 @@ def s3_server(timeout_s: float = 60.0) -> Iterator[S3Server]:
 def s3_triton_server(repository_url: str, model: str, **kwargs: Any) -> Any:
     """The embedded tritonserver (pipeline.serving.process.EmbeddedServer) reading ``s3://http://host:port/bucket/prefix``.
 
-    tritonserver resolves the S3 URL itself, with AWS_* from this process's environment.
+    tritonserver resolves the S3 URL itself, with AWS_* from this process's environment. It copies each model it loads
+    into a ``folderXXXXXX`` directory and removes it only on a clean unload, never when stopped as the tests stop it:
+    TRITON_AWS_MOUNT_DIRECTORY puts those copies in a directory of this server's, removed when it stops.
     """
+    from pipeline.serving.install import TritonInstall
     from pipeline.serving.process import EmbeddedServer
 
     class S3TritonServer(EmbeddedServer):
         def __init__(self) -> None:
             super().__init__(".", model, **kwargs)
             self.repo_dir = repository_url  # type: ignore[assignment] - not a local path
+            self.mount = tempfile.TemporaryDirectory(prefix="tritonserver-s3-")
+
+        def _env(self, inst: TritonInstall) -> dict[str, str]:
+            return {**super()._env(inst), "TRITON_AWS_MOUNT_DIRECTORY": self.mount.name}
+
+        def stop(self) -> None:
+            super().stop()
+            self.mount.cleanup()
 
     return S3TritonServer()

@@ -174,6 +174,8 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
         for srv in fleet:
             version, y = _infer(srv, x)
             assert version == "1" and np.allclose(y, expected[1], atol=1e-5)
+        mounts = [Path(a.mount.name), Path(b.mount.name)]
+        assert all(list(m.glob("folder*")) for m in mounts), "each server's copies of the S3 models are under its own directory"
         t = time.perf_counter()
         up = promote(store, "production", version=2, reload_url=fleet)
         print(f"\npromote 1 -> 2 on S3 with live reload of 2 servers: {time.perf_counter() - t:.2f} s {up.timings}")
@@ -196,6 +198,7 @@ def test_triton_fleet_serves_production_from_s3_and_follows_rollback(tmp_path: P
             version, y = _infer(srv, x)
             assert version == "1" and np.allclose(y, expected[1], atol=1e-5)
             assert not th.InferenceServerClient(srv).is_model_ready("tiny", "2")
+    assert not any(m.exists() for m in mounts)  # and they are gone with the servers, not left in /tmp
     st = store.env_state("production", "tiny")
     assert st.live == 1 and [e["action"] for e in st.history] == ["promote", "promote", "rollback"]
     assert st.history[-1]["reload"] == ",".join(fleet)
