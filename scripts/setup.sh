@@ -20,6 +20,7 @@ done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 LOG=$(mktemp -t setup-pip.XXXXXX)
+trap 'rm -f "$LOG"' EXIT
 # An installer's output goes to a log, shown only when a step fails (the editable build is chatty).
 # uv installs everything: ~3x faster than pip (~7 s against ~30 s on 2 cores), and from its cache a new venv costs
 # seconds. The venv is made without pip (ensurepip alone took ~4 s); pip is installed by uv below (a test uses it).
