@@ -18,6 +18,7 @@ No library does this (pip and uv compile but keep no bytecode between environmen
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 KEEP = 2  # cache entries kept (newest first): the current packages and the previous set
+ONE_BY_ONE = 200  # more stale modules than this: compileall (on every core) does them instead of a serial loop here
 COMPLETE = "COMPLETE"  # written last: an entry without it is a save that did not finish
 
 
@@ -72,6 +74,16 @@ def source_of(pyc: Path) -> Path:
     return pyc.parent.parent / (pyc.name[: -len(SUFFIX)] + ".py")
 
 
+def _link(src: Path, dst: Path) -> None:
+    """Hard-link ``src`` to ``dst``; a copy where links cannot be made (another filesystem, as uv falls back too)."""
+    try:
+        os.link(src, dst)
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+            raise
+        shutil.copy2(src, dst)
+
+
 def _pycs(root: Path) -> list[Path]:
     """Every .pyc of this interpreter under ``root``, relative to it."""
     found = []
@@ -84,9 +96,9 @@ def _pycs(root: Path) -> list[Path]:
 def restore(site: Path, settings: str) -> int:
     """Link the cached .pyc files that match their sources into ``site`` and compile the rest of the entry's modules.
 
-    0 when ``site`` is compiled as compileall would leave it, 1 when there is no entry (compileall must run). The few
-    sources that are not uv's hard links (packages built from an sdist, uv itself, the clone's editable finder) differ
-    per venv: those are compiled here, one by one.
+    0 when ``site`` is compiled as compileall would leave it, 1 when compileall must run (no entry, or more than
+    :data:`ONE_BY_ONE` stale modules). The few sources that are not uv's hard links (packages built from an sdist, uv
+    itself, the clone's editable finder) differ per venv: those are compiled here, one by one.
     """
     entry = cache_root() / key(site, settings)
     if not (entry / COMPLETE).exists():
@@ -102,11 +114,14 @@ def restore(site: Path, settings: str) -> int:
             if not header_matches(entry / rel, src):
                 raise OSError("stale")
             dst.parent.mkdir(exist_ok=True)
-            os.link(entry / rel, dst)
+            _link(entry / rel, dst)
             linked += 1
         except OSError:  # stale, or the entry was pruned or replaced meanwhile by another setup
             compiled.append(src)
     compiled += [p for p in site.glob("__editable__*.py") if not header_matches(Path(importlib.util.cache_from_source(str(p))), p)]
+    if len(compiled) > ONE_BY_ONE:  # e.g. uv's cache was rebuilt: its files have new mtimes
+        print(f"bytecode: {linked} .pyc linked from {entry}, {len(compiled)} stale: compileall does them")
+        return 1
     for src in compiled:
         py_compile.compile(str(src), doraise=False, quiet=2)
     os.utime(entry)  # used now: pruning keeps the newest entries
@@ -126,7 +141,7 @@ def save(site: Path, settings: str) -> int:
                 continue
             if header_matches(site / rel, source_of(site / rel)):
                 (tmp / rel.parent).mkdir(parents=True, exist_ok=True)
-                os.link(site / rel, tmp / rel)
+                _link(site / rel, tmp / rel)
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / COMPLETE).write_text("")
     except BaseException:

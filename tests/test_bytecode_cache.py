@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import errno
 import os
 import sys
 from pathlib import Path
@@ -105,6 +106,32 @@ def test_a_stale_pyc_is_never_restored(bc: ModuleType, tmp_path: Path) -> None:
     assert not bc.header_matches(_pyc(bc, first, "bcpkg/mod.py"), nxt / "bcpkg" / "mod.py")
     assert bc.restore(nxt, "settings") == 0
     assert bc.header_matches(_pyc(bc, nxt, "bcpkg/mod.py"), nxt / "bcpkg" / "mod.py")
+
+
+def test_across_filesystems_the_bytecode_is_copied(bc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a hard link cannot be made (the cache on another filesystem: EXDEV), save and restore copy instead."""
+    first = _first_venv(tmp_path / "a")
+    nxt = _next_venv(first, tmp_path / "b")  # its hard links made before links start failing
+
+    def no_links(src: str, dst: str) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(bc.os, "link", no_links)
+    assert bc.save(first, "settings") == 0
+    assert bc.restore(nxt, "settings") == 0
+    for rel in SOURCES:
+        pyc = _pyc(bc, nxt, rel)
+        assert bc.header_matches(pyc, nxt / rel) and pyc.stat().st_ino != _pyc(bc, first, rel).stat().st_ino, rel
+
+
+def test_many_stale_modules_are_left_to_compileall(bc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More stale modules than a serial loop should compile (uv's cache rebuilt, say): restore says compileall must run."""
+    first = _first_venv(tmp_path / "a")
+    bc.save(first, "settings")
+    nxt = _next_venv(first, tmp_path / "b")  # built.py differs: one stale module
+    monkeypatch.setattr(bc, "ONE_BY_ONE", 0)
+    assert bc.restore(nxt, "settings") == 1
+    assert not _pyc(bc, nxt, "built.py").exists()  # not compiled here, one by one
 
 
 def test_other_packages_or_settings_get_no_entry_and_old_entries_are_pruned(bc: ModuleType, tmp_path: Path) -> None:
