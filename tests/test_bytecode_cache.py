@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import compileall
 import errno
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -60,9 +61,9 @@ def _next_venv(first: Path, root: Path) -> Path:
     return site
 
 
-def _pyc(bc: ModuleType, site: Path, rel: str) -> Path:
-    src = site / rel
-    return src.parent / "__pycache__" / (src.stem + bc.SUFFIX)
+def _pyc(site: Path, rel: str) -> Path:
+    """Where Python itself looks for ``rel``'s bytecode (importlib's rule, not the script's)."""
+    return Path(importlib.util.cache_from_source(str(site / rel)))
 
 
 def test_a_new_venv_gets_the_cached_bytecode_and_compiles_only_what_differs(bc: ModuleType, tmp_path: Path) -> None:
@@ -76,11 +77,11 @@ def test_a_new_venv_gets_the_cached_bytecode_and_compiles_only_what_differs(bc: 
     nxt = _next_venv(first, tmp_path / "b")
     assert bc.restore(nxt, "settings") == 0
     for rel in SOURCES:
-        pyc = _pyc(bc, nxt, rel)
+        pyc = _pyc(nxt, rel)
         assert bc.header_matches(pyc, nxt / rel), rel  # every module has a .pyc Python accepts for its source
-        same_inode = pyc.stat().st_ino == _pyc(bc, first, rel).stat().st_ino
+        same_inode = pyc.stat().st_ino == _pyc(first, rel).stat().st_ino
         assert same_inode == (rel != "built.py"), rel  # linked, except the differing one, compiled for its own file
-    assert bc.header_matches(_pyc(bc, nxt, "__editable___proj_finder.py"), nxt / "__editable___proj_finder.py")
+    assert bc.header_matches(_pyc(nxt, "__editable___proj_finder.py"), nxt / "__editable___proj_finder.py")
     # Python itself accepts the restored .pyc: with the source's text changed but its size and mtime kept, the
     # import runs the cached code.
     src = nxt / "bcpkg" / "mod.py"
@@ -103,9 +104,9 @@ def test_a_stale_pyc_is_never_restored(bc: ModuleType, tmp_path: Path) -> None:
     bc.save(first, "settings")
     nxt = _next_venv(first, tmp_path / "b")
     os.utime(first / "bcpkg" / "mod.py", (1_200_000_000, 1_200_000_000))  # the shared source changed after the save
-    assert not bc.header_matches(_pyc(bc, first, "bcpkg/mod.py"), nxt / "bcpkg" / "mod.py")
+    assert not bc.header_matches(_pyc(first, "bcpkg/mod.py"), nxt / "bcpkg" / "mod.py")
     assert bc.restore(nxt, "settings") == 0
-    assert bc.header_matches(_pyc(bc, nxt, "bcpkg/mod.py"), nxt / "bcpkg" / "mod.py")
+    assert bc.header_matches(_pyc(nxt, "bcpkg/mod.py"), nxt / "bcpkg" / "mod.py")
 
 
 def test_across_filesystems_the_bytecode_is_copied(bc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,8 +121,8 @@ def test_across_filesystems_the_bytecode_is_copied(bc: ModuleType, tmp_path: Pat
     assert bc.save(first, "settings") == 0
     assert bc.restore(nxt, "settings") == 0
     for rel in SOURCES:
-        pyc = _pyc(bc, nxt, rel)
-        assert bc.header_matches(pyc, nxt / rel) and pyc.stat().st_ino != _pyc(bc, first, rel).stat().st_ino, rel
+        pyc = _pyc(nxt, rel)
+        assert bc.header_matches(pyc, nxt / rel) and pyc.stat().st_ino != _pyc(first, rel).stat().st_ino, rel
 
 
 def test_many_stale_modules_are_left_to_compileall(bc: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,7 +132,7 @@ def test_many_stale_modules_are_left_to_compileall(bc: ModuleType, tmp_path: Pat
     nxt = _next_venv(first, tmp_path / "b")  # built.py differs: one stale module
     monkeypatch.setattr(bc, "ONE_BY_ONE", 0)
     assert bc.restore(nxt, "settings") == 1
-    assert not _pyc(bc, nxt, "built.py").exists()  # not compiled here, one by one
+    assert not _pyc(nxt, "built.py").exists()  # not compiled here, one by one
 
 
 def test_other_packages_or_settings_get_no_entry_and_old_entries_are_pruned(bc: ModuleType, tmp_path: Path) -> None:
